@@ -1,0 +1,1 @@
+"""The `graft` command line: one thin Typer command per user action."""

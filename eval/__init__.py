@@ -1,0 +1,1 @@
+"""Splits, metrics, baselines, experiment runner and benchmarks."""

@@ -1,0 +1,152 @@
+"""`graft.Index`: read access to an index directory and retrieval over it."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from graft.errors import GraftError, IndexFormatError
+from graft.facets import FACETS
+from graft.manifest import read_manifest
+from graft.results import Evidence, Hit, QueryResult
+from graft.store import read_npz
+from graft.teacher import GraphTeacher, TeacherConfig
+
+
+class Index:
+    """An opened index directory. Artefacts load lazily, on first use.
+
+    Use `Index.open(path)`; it refuses a directory that is not a finished, compatible index.
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, path: str | Path) -> Index:
+        """Open an index built by `graft build`.
+
+        Raises:
+            IndexFormatError: missing directory or manifest, wrong format version, or no build stage;
+                the message names the command to run.
+        """
+        path = Path(path)
+        manifest = read_manifest(path, require=("build",))
+        for rel in ("papers.parquet", "facets.parquet", "citations.parquet", "embeddings/items.npy",
+                    *(f"graph/{f}.npz" for f in FACETS), "graph/citation.npz"):
+            if not (path / rel).is_file():
+                raise IndexFormatError(
+                    f"index '{path}' lacks {rel}; rebuild it with `graft build CORPUS --out {path}`"
+                )
+        return cls(path, manifest)
+
+    # ---- artefacts -------------------------------------------------------------------------
+    @cached_property
+    def papers(self) -> pl.DataFrame:
+        return pl.read_parquet(self.path / "papers.parquet")
+
+    @cached_property
+    def facets(self) -> pl.DataFrame:
+        return pl.read_parquet(self.path / "facets.parquet")
+
+    @cached_property
+    def citations(self) -> pl.DataFrame:
+        return pl.read_parquet(self.path / "citations.parquet")
+
+    @cached_property
+    def item_embeddings(self) -> np.ndarray:
+        """Item embeddings aligned with `facets` rows (memory-mapped)."""
+        return np.load(self.path / "embeddings" / "items.npy", mmap_mode="r")
+
+    @cached_property
+    def paper_ids(self) -> list[str]:
+        return self.papers["paper_id"].to_list()
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        return {pid: i for i, pid in enumerate(self.paper_ids)}
+
+    @property
+    def n(self) -> int:
+        return len(self.paper_ids)
+
+    @cached_property
+    def graphs(self) -> dict[str, sp.csr_matrix]:
+        return {f: read_npz(self.path / "graph" / f"{f}.npz") for f in FACETS}
+
+    @cached_property
+    def citation_score(self) -> sp.csr_matrix:
+        return read_npz(self.path / "graph" / "citation.npz")
+
+    @cached_property
+    def citation_matrix(self) -> sp.csr_matrix:
+        """A[i, j] = 1 if paper i cites paper j (rebuilt from citations.parquet)."""
+        c = self.citations
+        rows = np.array([self.row_of[p] for p in c["citing"].to_list()], dtype=np.int64)
+        cols = np.array([self.row_of[p] for p in c["cited"].to_list()], dtype=np.int64)
+        return sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(self.n, self.n))
+
+    def row(self, paper_id: str) -> int:
+        """Node index of a paper id.
+
+        Raises:
+            GraftError: the id is not in the index (the message shows a few similar ids).
+        """
+        try:
+            return self.row_of[paper_id]
+        except KeyError:
+            close = [p for p in self.paper_ids if p.startswith(paper_id[:4])][:5]
+            hint = f"; similar ids: {', '.join(close)}" if close else ""
+            raise GraftError(
+                f"paper '{paper_id}' is not in index '{self.path}' ({self.n} papers){hint}; "
+                f"for a paper outside the corpus use --text or --record"
+            ) from None
+
+    def paper_facets(self, paper_id: str) -> dict[str, list[str]]:
+        """The facet items of one corpus paper."""
+        rows = self.facets.filter(pl.col("paper_id") == paper_id).sort(["facet", "item_idx"])
+        out: dict[str, list[str]] = {f: [] for f in FACETS}
+        for facet, text in zip(rows["facet"].to_list(), rows["text"].to_list()):
+            out[facet].append(text)
+        return out
+
+    # ---- retrieval -------------------------------------------------------------------------
+    def teacher(self, config: TeacherConfig | None = None) -> GraphTeacher:
+        return GraphTeacher(self.graphs, config)
+
+    def _hits(self, fused: list[tuple[int, float, dict[str, float]]], per_facet: dict) -> list[Hit]:
+        titles = self.papers["title"]
+        years = self.papers["year"]
+        hits = []
+        for rank, (node, score, terms) in enumerate(fused, start=1):
+            evidence = {}
+            for facet in terms:
+                c = per_facet[facet][node]
+                via = self.paper_ids[c.via] if c.via is not None else None
+                list_rank = next(i for i, x in enumerate(per_facet[facet]) if x == node) + 1
+                evidence[facet] = Evidence(weight=round(c.weight, 6), hops=c.hops, via=via, rank=list_rank)
+            hits.append(Hit(paper_id=self.paper_ids[node], title=titles[node], rank=rank, score=score,
+                            facets=terms, evidence=evidence, year=years[node]))
+        return hits
+
+    def query_paper(self, paper_id: str, *, k: int = 20, config: TeacherConfig | None = None) -> QueryResult:
+        """Related papers of a corpus paper by the graph teacher (facet-attributed)."""
+        node = self.row(paper_id)
+        teacher = self.teacher(config)
+        fused, per_facet = teacher.retrieve(teacher.node_rows(node), exclude={node}, k=k)
+        return QueryResult(paper_id, "teacher", "rrf", self._hits(fused, per_facet))
+
+    def query_rows(
+        self, rows: dict[str, sp.csr_matrix], *, query_id: str = "query", k: int = 20,
+        config: TeacherConfig | None = None,
+    ) -> QueryResult:
+        """Related papers of a paper outside the corpus, given its facet edge rows (1 x n each)."""
+        teacher = self.teacher(config)
+        fused, per_facet = teacher.retrieve(rows, k=k)
+        return QueryResult(query_id, "teacher", "rrf", self._hits(fused, per_facet))

@@ -1,0 +1,394 @@
+"""A small OpenAI-compatible chat-completions client (vLLM, Ollama, llama.cpp server, hosted APIs).
+
+Standard library only: one POST to `{base_url}/chat/completions` per attempt, bounded concurrency,
+retries with exponential back-off on rate limits (429), server errors (5xx), connection errors and
+timeouts, and an optional persistent cache (`LLMCache`) consulted before any request is sent.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import ipaddress
+import json
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any, cast
+
+from graft.errors import GraftError, InputValidationError
+from graft.llm.cache import LLMCache, canonical_request, request_key
+
+#: One chat message, e.g. {"role": "user", "content": "..."}.
+Message = Mapping[str, Any]
+
+# How much of an error body goes into an exception message: enough to read the server's reason.
+_BODY_EXCERPT_CHARS = 300
+
+# Hints for the 4xx statuses that are not worth retrying, so the message says what to fix.
+_STATUS_HINTS = {
+    400: "the server rejected the request (unsupported response_format, max_tokens too large, or a "
+    "prompt longer than the model's context?)",
+    401: "set a valid API key in the environment variable named by api_key_env",
+    403: "the API key is not allowed to use this model",
+    404: "check base_url (it usually ends in /v1) and that the server serves this model",
+    422: "the server could not parse the request; check the model name and parameters",
+}
+
+
+class LLMError(GraftError):
+    """An LLM request failed: a non-retryable HTTP status, an unusable response, or retries used up.
+
+    Attributes:
+        url: the endpoint that was called.
+        status: the last HTTP status, if the server answered at all.
+        attempts: how many HTTP attempts were made.
+    """
+
+    def __init__(
+        self, message: str, *, url: str | None = None, status: int | None = None, attempts: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.attempts = attempts
+
+
+@dataclass
+class LLMConfig:
+    """How to reach an OpenAI-compatible chat endpoint and how hard to try.
+
+    Example: `LLMConfig(model="Qwen2.5-7B-Instruct", base_url="http://127.0.0.1:8000/v1")`.
+    """
+
+    model: str  # model name as the server knows it (vLLM: the --served-model-name)
+    base_url: str = "http://127.0.0.1:8000/v1"  # URL up to /v1; default = vLLM's local address
+    api_key_env: str = "OPENAI_API_KEY"  # name of the env variable holding the key; unset = no key
+    max_concurrency: int = 4  # requests in flight at once (threads), across all callers
+    max_retries: int = 5  # re-sends after the first attempt, so at most max_retries + 1 attempts
+    timeout_s: float = 60.0  # seconds per attempt (connect + full response)
+    backoff_base_s: float = 1.0  # seconds; retry n waits base * 2**n * uniform(0.5, 1.5)
+    max_backoff_s: float = 60.0  # seconds; cap on one wait, Retry-After included
+    temperature: float = 0.0  # sampling temperature; 0 = greedy, so cached answers are reproducible
+    max_tokens: int | None = 1024  # tokens per completion; None = leave it to the server
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.model, str) or not self.model.strip():
+            problems.append(f"model={self.model!r} (a non-empty model name is required)")
+        parsed = urllib.parse.urlparse(str(self.base_url))
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            problems.append(f"base_url={self.base_url!r} (expected http(s)://host:port/v1)")
+        if not isinstance(self.max_concurrency, int) or self.max_concurrency < 1:
+            problems.append(f"max_concurrency={self.max_concurrency!r} (an integer >= 1)")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            problems.append(f"max_retries={self.max_retries!r} (an integer >= 0)")
+        for name in ("timeout_s", "backoff_base_s", "max_backoff_s", "temperature"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0 or (name == "timeout_s" and value == 0):
+                problems.append(f"{name}={value!r} (a number {'> 0' if name == 'timeout_s' else '>= 0'})")
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+            problems.append(f"max_tokens={self.max_tokens!r} (an integer >= 1, or None)")
+        if problems:
+            raise InputValidationError("invalid LLM config: " + "; ".join(problems))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LLMConfig:
+        """Build a config from a mapping (e.g. a TOML/JSON section), rejecting unknown keys.
+
+        Args:
+            data: field name -> value; `model` is required, everything else has a default.
+        Returns:
+            the validated config.
+        Raises:
+            InputValidationError: an unknown key, a missing model, or an out-of-range value.
+        """
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(allowed))
+        if unknown:
+            raise InputValidationError(
+                f"unknown LLM config key(s) {unknown}; allowed: {allowed}. Fix the spelling or remove them"
+            )
+        if "model" not in data:
+            raise InputValidationError(f"LLM config needs 'model' (the served model name); got keys {sorted(data)}")
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for the manifest (holds the env variable's name, never the key itself)."""
+        return asdict(self)
+
+    def api_key(self) -> str | None:
+        """The API key from the environment variable `api_key_env`, or None when it is unset/empty."""
+        return os.environ.get(self.api_key_env) or None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat call for `ChatClient.complete_many`."""
+
+    messages: Sequence[Message]
+    response_format: Mapping[str, Any] | None = field(default=None)
+
+
+class _Retryable(Exception):
+    """Internal: an attempt failed in a way worth retrying (429, 5xx, network, timeout)."""
+
+    def __init__(self, reason: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _excerpt(raw: bytes | str, limit: int = _BODY_EXCERPT_CHARS) -> str:
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date); None if absent/bad."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+def _is_loopback(url: str) -> bool:
+    host = urllib.parse.urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ChatClient:
+    """Chat completions with caching, bounded concurrency and retries.
+
+    Args:
+        config: endpoint, model and retry settings.
+        cache: optional persistent cache; a hit returns the stored text without any HTTP request.
+    """
+
+    def __init__(self, config: LLMConfig, cache: LLMCache | None = None) -> None:
+        self.config = config
+        self.cache = cache
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self._api_key = config.api_key()
+        # A local server must not be sent through an HTTP(S)_PROXY from the environment.
+        handlers = [urllib.request.ProxyHandler({})] if _is_loopback(self.url) else []
+        self._opener = urllib.request.build_opener(*handlers)
+        # The semaphore bounds in-flight requests even when several threads call complete().
+        self._slots = threading.BoundedSemaphore(config.max_concurrency)
+        self._lock = threading.Lock()
+        self._rng = random.Random()
+        self._stats = {"calls": 0, "requests": 0, "cache_hits": 0, "retries": 0, "failures": 0}
+
+    def stats(self) -> dict[str, int]:
+        """Counters since construction.
+
+        Returns:
+            calls (complete() calls), requests (HTTP attempts sent), cache_hits, retries
+            (attempts after the first), failures (calls that ended in LLMError).
+        """
+        with self._lock:
+            return dict(self._stats)
+
+    def _bump(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            self._stats[name] += by
+
+    def complete(self, messages: Sequence[Message], *, response_format: Mapping[str, Any] | None = None) -> str:
+        """Send one chat request (or answer it from the cache) and return the message content.
+
+        Args:
+            messages: chat messages, e.g. [{"role": "system", ...}, {"role": "user", ...}].
+            response_format: passed through, e.g. {"type": "json_object"}; part of the cache key.
+        Returns:
+            the content of the first choice's message.
+        Raises:
+            LLMError: a 4xx other than 429 (at once), an answer that is not a chat completion, or
+                no usable answer after `max_retries` retries.
+        """
+        cfg = self.config
+        msgs = [dict(m) for m in messages]
+        canonical = canonical_request(
+            model=cfg.model,
+            messages=msgs,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            response_format=response_format,
+        )
+        key = request_key(canonical)
+        self._bump("calls")
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self._bump("cache_hits")
+                return hit.text
+        body: dict[str, Any] = {"model": cfg.model, "messages": msgs, "temperature": cfg.temperature}
+        if cfg.max_tokens is not None:
+            body["max_tokens"] = cfg.max_tokens
+        if response_format is not None:
+            body["response_format"] = dict(response_format)
+        text, meta = self._post_with_retries(json.dumps(body).encode("utf-8"))
+        if self.cache is not None:
+            self.cache.put(key, model=cfg.model, request=canonical, text=text, meta=meta)
+        return text
+
+    def complete_many(
+        self,
+        requests: Sequence[ChatRequest | Sequence[Message]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str | Exception]:
+        """Run many chat requests with at most `max_concurrency` in flight.
+
+        Args:
+            requests: `ChatRequest`s, or bare message lists (no response_format).
+            progress: called with 1 each time a request finishes (success or failure).
+        Returns:
+            one entry per request, in order: the content, or the `LLMError` that request ended with.
+            Other exceptions (bugs) propagate.
+        """
+        reqs = [r if isinstance(r, ChatRequest) else ChatRequest(messages=r) for r in requests]
+        results: list[str | Exception | None] = [None] * len(reqs)
+        if not reqs:
+            return []
+        pool = ThreadPoolExecutor(
+            max_workers=min(self.config.max_concurrency, len(reqs)), thread_name_prefix="graft-llm"
+        )
+        try:
+            futures = {
+                pool.submit(self.complete, r.messages, response_format=r.response_format): i
+                for i, r in enumerate(reqs)
+            }
+            for fut in as_completed(futures):
+                try:
+                    results[futures[fut]] = fut.result()
+                except LLMError as exc:
+                    results[futures[fut]] = exc
+                if progress is not None:
+                    progress(1)
+        except BaseException:
+            # Ctrl-C or a bug: do not wait for the queued rest; finished answers are already cached.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return cast("list[str | Exception]", results)
+
+    def _backoff(self, retry: int, retry_after: float | None) -> float:
+        cfg = self.config
+        if retry_after is not None:
+            return min(retry_after, cfg.max_backoff_s)
+        with self._lock:
+            jitter = self._rng.uniform(0.5, 1.5)
+        return min(cfg.backoff_base_s * (2**retry) * jitter, cfg.max_backoff_s)
+
+    def _post_with_retries(self, data: bytes) -> tuple[str, dict[str, Any]]:
+        attempts = self.config.max_retries + 1
+        last: _Retryable | None = None
+        for attempt in range(attempts):
+            if last is not None:
+                self._bump("retries")
+                time.sleep(self._backoff(attempt - 1, last.retry_after))
+            try:
+                text, meta = self._post_once(data)
+            except _Retryable as exc:
+                last = exc
+                continue
+            except LLMError as exc:
+                exc.attempts = attempt + 1
+                self._bump("failures")
+                raise
+            meta["attempts"] = attempt + 1
+            return text, meta
+        self._bump("failures")
+        assert last is not None
+        raise LLMError(
+            f"{self.url}: no usable answer after {attempts} attempt(s) (max_retries="
+            f"{self.config.max_retries}); last error: {last.reason}. Check that the server is up and "
+            "not overloaded, or raise max_retries / timeout_s",
+            url=self.url,
+            status=last.status,
+            attempts=attempts,
+        )
+
+    def _post_once(self, data: bytes) -> tuple[str, dict[str, Any]]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+        start = time.monotonic()
+        with self._slots:
+            self._bump("requests")
+            try:
+                with self._opener.open(request, timeout=self.config.timeout_s) as resp:
+                    status = resp.status
+                    raw = resp.read()
+            except urllib.error.HTTPError as exc:
+                try:
+                    body = _excerpt(exc.read())
+                except (OSError, http.client.HTTPException):
+                    body = "<body unreadable>"
+                if exc.code == 429 or exc.code >= 500:
+                    raise _Retryable(
+                        f"HTTP {exc.code}: {body}",
+                        status=exc.code,
+                        retry_after=parse_retry_after(exc.headers.get("Retry-After") if exc.headers else None),
+                    ) from exc
+                hint = _STATUS_HINTS.get(exc.code, "the request was refused; retrying would not help")
+                raise LLMError(
+                    f"{self.url} answered HTTP {exc.code}: {body!r}; {hint}", url=self.url, status=exc.code
+                ) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                # URLError, socket timeouts, refused/reset connections, truncated responses.
+                reason = getattr(exc, "reason", None) or exc
+                raise _Retryable(f"{type(exc).__name__}: {reason}") from exc
+        return self._parse(status, raw, time.monotonic() - start)
+
+    def _parse(self, status: int, raw: bytes, latency_s: float) -> tuple[str, dict[str, Any]]:
+        try:
+            payload = json.loads(raw)
+            choice = payload["choices"][0]
+            content = choice["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise LLMError(
+                f"{self.url} answered HTTP {status} but not with a chat completion "
+                f"({type(exc).__name__}: {exc}): {_excerpt(raw)!r}; is base_url an OpenAI-compatible /v1 endpoint?",
+                url=self.url,
+                status=status,
+            ) from exc
+        if not isinstance(content, str):
+            raise LLMError(
+                f"{self.url}: the chat completion has no text content (finish_reason="
+                f"{choice.get('finish_reason')!r}): {_excerpt(raw)!r}",
+                url=self.url,
+                status=status,
+            )
+        meta = {
+            "finish_reason": choice.get("finish_reason"),
+            "usage": payload.get("usage"),
+            "id": payload.get("id"),
+            "served_model": payload.get("model"),
+            "latency_s": round(latency_s, 3),
+        }
+        return content, meta

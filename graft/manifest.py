@@ -1,0 +1,126 @@
+"""`manifest.json`: format version, per-stage config, corpus hash, counts, timings, versions."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import platform
+from pathlib import Path
+from typing import Any
+
+from graft.errors import IndexFormatError
+from graft.store import read_json, write_json
+
+FORMAT_NAME = "graft-index"
+#: Bumped whenever an artefact's layout changes incompatibly.
+FORMAT_VERSION = 1
+
+#: The command that produces each stage, for error messages.
+STAGE_COMMANDS = {
+    "build": "graft build CORPUS --out INDEX",
+    "train": "graft train INDEX",
+}
+
+_TRACKED_LIBRARIES = (
+    "numpy", "scipy", "polars", "networkx", "sentence-transformers", "transformers", "torch",
+    "accelerate", "marisa-trie",
+)
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of Python and the libraries that shape an index's content."""
+    out = {"python": platform.python_version()}
+    for name in _TRACKED_LIBRARIES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        out["graft"] = importlib.metadata.version("graft")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def manifest_path(index_dir: str | Path) -> Path:
+    return Path(index_dir) / "manifest.json"
+
+
+def new_manifest(corpus_hash: str) -> dict[str, Any]:
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "corpus_hash": corpus_hash,
+        "created_at": now_iso(),
+        "stages": {},
+    }
+
+
+def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",)) -> dict[str, Any]:
+    """Read and check an index's manifest.
+
+    Args:
+        index_dir: the index directory.
+        require: stages that must have completed.
+
+    Raises:
+        IndexFormatError: no manifest, another format or version, or a required stage missing;
+            the message names the command that produces what is missing.
+    """
+    index_dir = Path(index_dir)
+    path = manifest_path(index_dir)
+    if not index_dir.is_dir():
+        raise IndexFormatError(
+            f"no index at '{index_dir}': the directory does not exist; create one with "
+            f"`{STAGE_COMMANDS['build']}`"
+        )
+    if not path.is_file():
+        raise IndexFormatError(
+            f"'{index_dir}' is not a GRAFT index (no manifest.json); create one with "
+            f"`{STAGE_COMMANDS['build']}`"
+        )
+    try:
+        manifest = read_json(path)
+    except ValueError as exc:
+        raise IndexFormatError(f"{path}: manifest is not valid JSON ({exc}); rebuild with "
+                               f"`{STAGE_COMMANDS['build']}`") from exc
+    if manifest.get("format") != FORMAT_NAME:
+        raise IndexFormatError(f"{path}: format {manifest.get('format')!r} is not {FORMAT_NAME!r}")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise IndexFormatError(
+            f"{path}: index format version {version} is not supported (this GRAFT reads version "
+            f"{FORMAT_VERSION}); rebuild it with `{STAGE_COMMANDS['build']}`"
+        )
+    for stage in require:
+        if stage not in manifest.get("stages", {}):
+            cmd = STAGE_COMMANDS.get(stage, f"graft {stage}")
+            raise IndexFormatError(f"index '{index_dir}' has no '{stage}' stage yet; run `{cmd}`")
+    return manifest
+
+
+def record_stage(
+    index_dir: str | Path,
+    manifest: dict[str, Any],
+    stage: str,
+    *,
+    config: dict[str, Any],
+    counts: dict[str, Any],
+    timings: dict[str, float],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Add a finished stage's record to the manifest and write it atomically."""
+    manifest.setdefault("stages", {})[stage] = {
+        "finished_at": now_iso(),
+        "config": config,
+        "counts": counts,
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "versions": library_versions(),
+        **(extra or {}),
+    }
+    write_json(manifest_path(index_dir), manifest)
+    return manifest

@@ -1,0 +1,60 @@
+"""Typed query results shared by every retriever, with JSON and TREC serialisations."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Evidence:
+    """Why one facet surfaced a result: the graph walk that reached it."""
+
+    weight: float  # edge weight w_f(q, c) for one-hop hits; the propagated two-hop weight otherwise
+    hops: int  # 1 = direct facet edge, 2 = reached through one intermediate paper
+    via: str | None = None  # paper id of the intermediate paper on the strongest two-hop path
+    rank: int = 0  # rank of the result in this facet's list (1-based)
+
+
+@dataclass
+class Hit:
+    """One retrieved paper."""
+
+    paper_id: str
+    title: str
+    rank: int
+    score: float
+    facets: dict[str, float]  # facet -> its contribution to `score` (the attribution)
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+    year: int | None = None
+
+    def facet_label(self) -> str:
+        """Human-readable attribution, strongest facet first: 'method 0.71 · problem 0.42'."""
+        order = sorted(self.facets, key=lambda f: -self.evidence[f].weight if f in self.evidence else 0.0)
+        parts = []
+        for f in order:
+            w = self.evidence[f].weight if f in self.evidence else self.facets[f]
+            hop = "" if f not in self.evidence or self.evidence[f].hops == 1 else " (2-hop)"
+            parts.append(f"{f} {w:.2f}{hop}")
+        return " · ".join(parts)
+
+
+@dataclass
+class QueryResult:
+    """A ranked list for one query."""
+
+    query_id: str
+    retriever: str
+    fusion: str
+    hits: list[Hit]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The `--json` form: a list of objects with paper_id, title, rank, score, facets, evidence."""
+        return [asdict(h) for h in self.hits]
+
+    def trec_lines(self, tag: str | None = None) -> list[str]:
+        """TREC run lines `{qid} Q0 {docid} {rank} {score:.6f} {tag}` (ties broken by docid)."""
+        tag = tag or self.retriever
+        hits = sorted(self.hits, key=lambda h: (-h.score, h.paper_id))
+        return [f"{self.query_id} Q0 {h.paper_id} {r} {h.score:.6f} {tag}" for r, h in enumerate(hits, 1)]

@@ -1,0 +1,63 @@
+"""Atomic artefact I/O for the index directory.
+
+Every artefact is written to a temporary name in the same directory and renamed into place, so a
+killed run leaves either the old file or the new one, never half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success rename it onto `path`, else delete it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_parquet(path: str | os.PathLike[str], df: pl.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        df.write_parquet(tmp)
+
+
+def write_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
+    with atomic_path(path, suffix=".npy") as tmp:
+        np.save(tmp, array)
+
+
+def write_npz(path: str | os.PathLike[str], matrix: sp.spmatrix | sp.sparray) -> None:
+    with atomic_path(path, suffix=".npz") as tmp:
+        sp.save_npz(tmp, sp.csr_matrix(matrix), compressed=True)
+
+
+def read_npz(path: str | os.PathLike[str]) -> sp.csr_matrix:
+    return sp.csr_matrix(sp.load_npz(path))

@@ -1,0 +1,1 @@
+"""Corpus loading, facet extraction, embeddings, citation signals and typed top-K graph construction."""

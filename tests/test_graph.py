@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from graphbuild.citations import citation_matrix, citation_signals
+from graphbuild.graph import GraphParams, external_facet_row, facet_graph
+from graphbuild.similarity import group_items, pair_similarity, prefilter_blocks
+
+
+def random_items(rng: np.random.Generator, n: int, d: int = 16, max_items: int = 4):
+    counts = rng.integers(1, max_items + 1, size=n)
+    counts[rng.integers(0, n)] = 0  # one paper without items in this facet
+    owner = np.repeat(np.arange(n), counts)
+    rng.shuffle(owner)  # items need not arrive grouped
+    vecs = rng.normal(size=(len(owner), d)).astype(np.float32)
+    # a shared direction makes similarities mostly positive, as with real sentence embeddings
+    vecs += 1.5 * rng.normal(size=(1, d)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    return owner, vecs
+
+
+def dense_similarity(owner: np.ndarray, vecs: np.ndarray, n: int) -> np.ndarray:
+    """Reference: symmetric mean best-match cosine, pair by pair."""
+    groups = [vecs[owner == i] for i in range(n)]
+    s = np.zeros((n, n), dtype=np.float64)
+    for i in range(n):
+        for j in range(n):
+            a, b = groups[i], groups[j]
+            if len(a) == 0 or len(b) == 0:
+                continue
+            m = a @ b.T
+            s[i, j] = 0.5 * (m.max(axis=1).mean() + m.max(axis=0).mean())
+    return s
+
+
+def dense_top_k(w: np.ndarray, k: int) -> sp.csr_matrix:
+    n = w.shape[0]
+    w = w.copy()
+    np.fill_diagonal(w, 0)
+    rows, cols, vals = [], [], []
+    for i in range(n):
+        order = np.lexsort((np.arange(n), -w[i]))  # by weight desc, then column
+        kept = [j for j in order[:k] if w[i, j] > 0]
+        rows += [i] * len(kept)
+        cols += kept
+        vals += [w[i, j] for j in kept]
+    return sp.csr_matrix((vals, (rows, cols)), shape=(n, n))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_blocked_top_k_equals_dense_argsort(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 60
+    owner, vecs = random_items(rng, n)
+    edges = rng.random((n, n)) < 0.05
+    a = citation_matrix(*np.nonzero(edges), n)
+    sig = citation_signals(a)
+    links = ((a + a.T + sig.score) > 0).astype(np.float32).tocsr()
+    params = GraphParams(top_k=7, n_candidates=n, block_rows=9)  # several blocks, exact candidates
+    got = facet_graph(group_items(owner, vecs, n), sig.score, links, params)
+    s = dense_similarity(owner, vecs, n)
+    want = dense_top_k(0.75 * np.clip(s, 0, 1) + 0.25 * sig.score.toarray(), 7)
+    assert (got != 0).sum() == (want != 0).sum()
+    np.testing.assert_array_equal((got != 0).toarray(), (want != 0).toarray())
+    np.testing.assert_allclose(got.toarray(), want.toarray(), atol=1e-5)
+    assert np.all(np.diff(got.indptr) <= 7)
+
+
+def test_prefilter_keeps_citation_linked_candidates() -> None:
+    rng = np.random.default_rng(5)
+    n = 50
+    owner, vecs = random_items(rng, n)
+    a = citation_matrix(np.array([0, 1]), np.array([40, 40]), n)  # 0 and 1 are coupled
+    sig = citation_signals(a)
+    links = ((a + a.T + sig.score) > 0).astype(np.float32).tocsr()
+    g = facet_graph(group_items(owner, vecs, n), sig.score, links,
+                    GraphParams(top_k=n, n_candidates=2))
+    # with only 2 facet candidates, the citation-linked pairs are still scored
+    assert g[0, 1] > 0 and g[0, 40] > 0 and g[1, 0] > 0
+    assert np.all(np.diff(g.indptr) <= 2 + 2)
+
+
+def test_pair_similarity_ignores_padding() -> None:
+    a = np.zeros((1, 3, 2), np.float32)
+    b = np.zeros((1, 3, 2), np.float32)
+    a[0, 0] = [1, 0]
+    b[0, 0] = [1, 0]
+    b[0, 1] = [0, 1]
+    am = np.array([[True, False, False]])
+    bm = np.array([[True, True, False]])
+    # a->b best match 1.0; b->a: (1 + 0) / 2; mean = 0.75
+    assert pair_similarity(a, am, b, bm)[0] == pytest.approx(0.75)
+    assert pair_similarity(a, am, b, np.zeros_like(bm))[0] == 0
+
+
+def test_prefilter_blocks_match_full_sort() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(31, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    blocks = list(prefilter_blocks(x, x, 5, block_rows=4))
+    got = np.vstack([c for _, c in blocks])
+    s = x @ x.T
+    np.fill_diagonal(s, -np.inf)
+    want = np.argsort(-s, axis=1, kind="stable")[:, :5]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_external_row_matches_corpus_row_for_a_copy() -> None:
+    rng = np.random.default_rng(7)
+    n = 40
+    owner, vecs = random_items(rng, n)
+    items = group_items(owner, vecs, n)
+    zero = sp.csr_matrix((n, n), dtype=np.float32)
+    params = GraphParams(top_k=5, n_candidates=n)
+    g = facet_graph(items, zero, zero, params)
+    node = int(owner[0])
+    copy = group_items(np.zeros((owner == node).sum(), dtype=np.int64), vecs[owner == node], 1)
+    row = external_facet_row(copy, items, sp.csr_matrix((1, n), dtype=np.float32), params).toarray().ravel()
+    # the copy finds the original first (similarity 1), then the original's own neighbours
+    assert int(np.argmax(row)) == node
+    assert row[node] == pytest.approx(0.75, abs=1e-5)
+    want = g[node].toarray().ravel()
+    row[node] = 0
+    top4 = set(np.flatnonzero(row))
+    assert top4 == set(np.argsort(-want)[:4])

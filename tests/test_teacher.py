@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from graft.teacher import GraphTeacher, TeacherConfig
+
+
+def graph(n: int, edges: dict[tuple[int, int], float]) -> sp.csr_matrix:
+    rows, cols = zip(*edges) if edges else ((), ())
+    return sp.csr_matrix((list(edges.values()), (rows, cols)), shape=(n, n), dtype=np.float32)
+
+
+def test_two_hop_walk_scores_and_provenance() -> None:
+    # method: 0 -> 1 (0.8), 0 -> 2 (0.4), 1 -> 3 (0.5), 2 -> 3 (0.5), 2 -> 4 (1.0)
+    method = graph(5, {(0, 1): 0.8, (0, 2): 0.4, (1, 3): 0.5, (2, 3): 0.5, (2, 4): 1.0})
+    empty = graph(5, {})
+    t = GraphTeacher({"method": method, "problem": empty}, TeacherConfig(two_hop_weight=0.5, symmetric=False))
+    lst = t.facet_list("method", method[0], exclude={0})
+    by = {c.node: c for c in lst}
+    total = 0.8 + 0.4
+    assert by[1].score == pytest.approx(0.8) and by[1].hops == 1 and by[1].weight == pytest.approx(0.8)
+    assert by[2].score == pytest.approx(0.4)
+    assert by[3].score == pytest.approx(0.5 * (0.8 * 0.5 + 0.4 * 0.5) / total)
+    assert by[3].hops == 2 and by[3].via == 1  # 0.8*0.5 beats 0.4*0.5
+    assert by[4].via == 2 and by[4].weight == pytest.approx(0.4)
+    assert [c.node for c in lst] == [1, 2, 3, 4]  # 3: 0.25, 4: 0.5 * 0.4 / 1.2
+    assert t.facet_list("problem", empty[0], exclude={0}) == []
+
+
+def test_symmetric_walk_reaches_citing_side_and_rrf_attributes_facets() -> None:
+    method = graph(4, {(1, 0): 0.9})  # only an in-edge to 0
+    problem = graph(4, {(0, 2): 0.7, (0, 1): 0.3})
+    t = GraphTeacher({"method": method, "problem": problem}, TeacherConfig())
+    fused, per_facet = t.retrieve(t.node_rows(0), exclude={0}, k=10)
+    nodes = [n for n, _, _ in fused]
+    assert 0 not in nodes
+    terms = {n: f for n, _, f in fused}
+    assert set(terms[1]) == {"method", "problem"}  # surfaced by both facets
+    assert terms[1]["method"] == pytest.approx(1 / 61) and terms[1]["problem"] == pytest.approx(1 / 62)
+    assert set(terms[2]) == {"problem"}
+    assert nodes[0] == 1
+    asym = GraphTeacher({"method": method, "problem": problem}, TeacherConfig(symmetric=False))
+    fused2, _ = asym.retrieve(asym.node_rows(0), exclude={0})
+    assert {n: set(f) for n, _, f in fused2}[1] == {"problem"}

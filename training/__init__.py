@@ -1,0 +1,1 @@
+"""Distillation data, tokenisation and the trainer for the generative retriever."""
