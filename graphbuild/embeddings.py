@@ -41,33 +41,59 @@ def resolve_model_path(model: str | None) -> str:
 class Encoder:
     """Batched, L2-normalised sentence embeddings on the CPU (or a given device)."""
 
-    def __init__(self, model: str | None = None, *, device: str = "cpu", batch_size: int = 64) -> None:
+    def __init__(
+        self, model: str | None = None, *, device: str = "cpu", batch_size: int = 64, memo_size: int = 500_000
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # GRAFT shows its own per-stage progress
 
         self.path = resolve_model_path(model)
         self.name = DEFAULT_MODEL if self.path == default_model_path() else self.path
         self.batch_size = batch_size
+        self.memo_size = memo_size  # texts whose vectors are kept for reuse (~1.5 KiB each at d=384)
+        self._memo: dict[str, np.ndarray] = {}
         self.model = SentenceTransformer(self.path, device=device)
-        self.dim = int(self.model.get_sentence_embedding_dimension())
+        dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(dim_of())
 
     def encode(self, texts: list[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Embed `texts` as a float32 (len(texts), dim) matrix with unit rows.
+
+        Identical strings are embedded once, and strings seen in earlier calls are served from a
+        bounded memo: facet items are usually sentences the extractor has already embedded.
 
         Args:
             texts: the strings to embed.
             progress: called with the number of texts done after each batch.
         """
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        todo: dict[str, list[int]] = {}
+        for i, t in enumerate(texts):
+            hit = self._memo.get(t)
+            if hit is not None:
+                out[i] = hit
+            else:
+                todo.setdefault(t, []).append(i)
+        if progress is not None and len(texts) > sum(len(v) for v in todo.values()):
+            progress(len(texts) - sum(len(v) for v in todo.values()))
+        unique = list(todo)
         # Sorting by length keeps padding small inside each batch.
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        for start in range(0, len(texts), self.batch_size):
-            idx = order[start : start + self.batch_size]
+        order = np.argsort([len(t) for t in unique], kind="stable")
+        for start in range(0, len(unique), self.batch_size):
+            batch = [unique[i] for i in order[start : start + self.batch_size]]
             vecs = self.model.encode(
-                [texts[i] for i in idx], batch_size=self.batch_size, convert_to_numpy=True,
+                batch, batch_size=self.batch_size, convert_to_numpy=True,
                 normalize_embeddings=True, show_progress_bar=False,
-            )
-            out[idx] = vecs.astype(np.float32)
+            ).astype(np.float32)
+            done = 0
+            for t, v in zip(batch, vecs):
+                out[todo[t]] = v
+                done += len(todo[t])
+                if len(self._memo) < self.memo_size:
+                    self._memo[t] = v
             if progress is not None:
-                progress(len(idx))
+                progress(done)
         return out

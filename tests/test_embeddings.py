@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graft.errors import GraftError
+from graphbuild.embeddings import DEFAULT_MODEL, Encoder, default_model_path, resolve_model_path
+
+
+def test_memo_returns_the_same_vectors_as_a_fresh_encode(encoder) -> None:
+    texts = ["Graph neural networks for molecules.", "We propose a new parser.",
+             "Graph neural networks for molecules."]
+    first = encoder.encode(texts)
+    assert first.shape == (3, encoder.dim) and first.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(first[0], first[2])
+    fresh = Encoder(batch_size=2).encode(texts[:2])
+    np.testing.assert_allclose(first[:2], fresh, atol=1e-5)
+    done = []
+    again = encoder.encode(texts, progress=done.append)
+    np.testing.assert_array_equal(again, first)
+    assert sum(done) == 3
+    # semantically close sentences are closer than unrelated ones
+    v = encoder.encode(["A parser for English sentences.", "Parsing English text.", "Stock prices fell."])
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.2
+
+
+def test_model_resolution(tmp_path) -> None:
+    assert resolve_model_path(None) == default_model_path() == resolve_model_path(DEFAULT_MODEL)
+    assert resolve_model_path(default_model_path()) == default_model_path()  # any local folder
+    with pytest.raises(GraftError, match="never downloads"):
+        resolve_model_path("sentence-transformers/all-mpnet-base-v2")
+    with pytest.raises(GraftError, match="local folder"):
+        resolve_model_path(str(tmp_path / "missing"))
