@@ -3,8 +3,15 @@
 With A the n x n citation matrix (A[i, j] = 1 if i cites j):
     coupling   = A Aᵀ  (i and j cite the same papers)
     co-citation = Aᵀ A (i and j are cited by the same papers)
-Each is taken off the diagonal, log-compressed with log(1 + x), divided by its maximum so it lies in
-[0, 1], and the two are averaged (DESIGN.md, "Citation signals").
+Each is taken off the diagonal, log-compressed with log(1 + x), rescaled to [0, 1], and the two
+are averaged (DESIGN.md, "Citation signals").
+
+Rescaling is per pair of papers: log(1 + x_ij) / sqrt(log(1 + max_i) * log(1 + max_j)), with max_i
+the largest count in row i. It is symmetric, at most 1, and 1 for a paper's strongest coupled
+partner when the two agree. Dividing by the corpus-wide maximum instead leaves the typical pair near
+0.07 (cs768: one outlier pair shares 154 references), so with beta = 0.25 the citation term would add
+~0.02 to edge weights of ~0.4 and barely move the graph; per-pair rescaling raised the graph
+teacher's in-corpus Recall@20 on cs768 from 0.163 to 0.242 (300 queries, same facets and alpha/beta).
 """
 
 from __future__ import annotations
@@ -35,13 +42,24 @@ def _off_diagonal(m: sp.csr_matrix) -> sp.csr_matrix:
     return m
 
 
-def _log_rescale(m: sp.csr_matrix) -> tuple[sp.csr_matrix, float]:
-    """log(1 + x) then divide by the maximum; returns the matrix and the raw maximum count."""
-    m = m.astype(np.float32)
-    raw_max = float(m.data.max()) if m.nnz else 0.0
-    if raw_max > 0:
-        m.data = np.log1p(m.data) / np.log1p(raw_max)
-    return m, raw_max
+def _row_max_log(m: sp.csr_matrix) -> np.ndarray:
+    """log(1 + max count) of each row (0 for an empty row)."""
+    m = sp.csr_matrix(m)
+    out = np.zeros(m.shape[0], dtype=np.float64)
+    nonempty = np.diff(m.indptr) > 0
+    if m.nnz:
+        out[nonempty] = np.log1p(np.maximum.reduceat(m.data, m.indptr[:-1][nonempty]))
+    return out
+
+
+def _log_rescale(m: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    """log(1 + x_ij) / sqrt(log(1 + max_i) log(1 + max_j)) for a symmetric count matrix."""
+    m = sp.csr_matrix(m, dtype=np.float32)
+    row_log = _row_max_log(m)
+    coo = m.tocoo()
+    data = np.log1p(coo.data) / np.sqrt(row_log[coo.row] * row_log[coo.col])
+    out = sp.csr_matrix((data.astype(np.float32), (coo.row, coo.col)), shape=m.shape)
+    return out, row_log
 
 
 @dataclass
@@ -49,8 +67,8 @@ class CitationSignals:
     """The combined citation score and the constants needed to score a new paper the same way."""
 
     score: sp.csr_matrix  # n x n, symmetric, values in [0, 1], zero diagonal
-    coupling_max: float  # largest raw coupling count (the rescaling constant)
-    cocitation_max: float  # largest raw co-citation count
+    coupling_row_log: np.ndarray  # log(1 + largest coupling count) of each paper (rescaling constants)
+    cocitation_row_log: np.ndarray  # the same for co-citation
     n_coupling_pairs: int
     n_cocitation_pairs: int
 
@@ -61,39 +79,50 @@ def citation_signals(a: sp.csr_matrix) -> CitationSignals:
     Args:
         a: binary n x n CSR matrix, a[i, j] = 1 if paper i cites paper j.
     Returns:
-        `CitationSignals` whose `score` = (rescale(log1p(A Aᵀ)) + rescale(log1p(Aᵀ A))) / 2.
+        `CitationSignals` whose `score` = (rescale(log1p(A Aᵀ)) + rescale(log1p(Aᵀ A))) / 2, with
+            the per-pair rescaling of the module docstring.
     """
     a = sp.csr_matrix(a, dtype=np.float32)
     coupling = _off_diagonal(a @ a.T)
     cocitation = _off_diagonal((a.T @ a).tocsr())
-    coupling_n, coupling_max = _log_rescale(coupling)
-    cocitation_n, cocitation_max = _log_rescale(cocitation)
+    coupling_n, coupling_row_log = _log_rescale(coupling)
+    cocitation_n, cocitation_row_log = _log_rescale(cocitation)
     score = ((coupling_n + cocitation_n) * 0.5).tocsr()
     score.sort_indices()
     return CitationSignals(
         score=score,
-        coupling_max=coupling_max,
-        cocitation_max=cocitation_max,
+        coupling_row_log=coupling_row_log,
+        cocitation_row_log=cocitation_row_log,
         n_coupling_pairs=int(coupling.nnz),
         n_cocitation_pairs=int(cocitation.nnz),
     )
 
 
-def external_citation_row(
-    a: sp.csr_matrix, references: np.ndarray, coupling_max: float
-) -> sp.csr_matrix:
+def coupling_row_log(a: sp.csr_matrix) -> np.ndarray:
+    """log(1 + largest coupling count) of every corpus paper, as used by `citation_signals`."""
+    a = sp.csr_matrix(a, dtype=np.float32)
+    return _row_max_log(_off_diagonal(a @ a.T))
+
+
+def external_citation_row(a: sp.csr_matrix, references: np.ndarray, row_log: np.ndarray) -> sp.csr_matrix:
     """Citation score of a paper outside the corpus against every corpus paper (1 x n).
 
     A new paper is cited by no corpus paper, so only its bibliographic coupling with corpus papers
-    (shared references) counts; co-citation is zero. The corpus' rescaling constant is reused so the
-    score is on the same scale as the graph's.
+    (shared references) counts; its co-citation half is zero. Counts are rescaled per pair like
+    corpus pairs, with `row_log` (from `coupling_row_log`) giving the corpus papers' constants.
     """
     n = a.shape[0]
     refs = np.unique(np.asarray(references, dtype=np.int64))
-    if refs.size == 0 or coupling_max <= 0:
+    if refs.size == 0:
         return sp.csr_matrix((1, n), dtype=np.float32)
     r = sp.csr_matrix((np.ones(refs.size, dtype=np.float32), (np.zeros(refs.size, dtype=np.int64), refs)),
                       shape=(1, n))
     shared = (r @ sp.csr_matrix(a, dtype=np.float32).T).tocsr()
-    shared.data = np.minimum(np.log1p(shared.data) / np.log1p(coupling_max), 1.0) * 0.5
+    shared.eliminate_zeros()
+    if shared.nnz == 0:
+        return sp.csr_matrix((1, n), dtype=np.float32)
+    own = np.log1p(shared.data.max())
+    # the new paper may share more references with j than j's best corpus partner does
+    denom = np.sqrt(own * np.maximum(row_log[shared.indices], np.log1p(shared.data)))
+    shared.data = (0.5 * np.log1p(shared.data) / denom).astype(np.float32)
     return shared

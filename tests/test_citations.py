@@ -6,21 +6,20 @@ import random
 import numpy as np
 import pytest
 
-from graphbuild.citations import citation_matrix, citation_signals, external_citation_row
+from graphbuild.citations import citation_matrix, citation_signals, coupling_row_log, external_citation_row
 
 
 def brute_force(n: int, edges: set[tuple[int, int]]) -> list[list[float]]:
-    """Pure-Python coupling + co-citation, log-compressed, max-rescaled, averaged."""
+    """Pure-Python coupling + co-citation, log-compressed, rescaled per pair, averaged."""
     refs = {i: {j for (a, j) in edges if a == i} for i in range(n)}
     citers = {j: {a for (a, b) in edges if b == j} for j in range(n)}
     coupling = [[len(refs[i] & refs[j]) if i != j else 0 for j in range(n)] for i in range(n)]
     cocite = [[len(citers[i] & citers[j]) if i != j else 0 for j in range(n)] for i in range(n)]
 
     def rescale(m):
-        top = max(max(row) for row in m)
-        if top == 0:
-            return [[0.0] * n for _ in range(n)]
-        return [[math.log1p(x) / math.log1p(top) for x in row] for row in m]
+        row_log = [math.log1p(max(row)) for row in m]
+        return [[math.log1p(m[i][j]) / math.sqrt(row_log[i] * row_log[j]) if m[i][j] else 0.0
+                 for j in range(n)] for i in range(n)]
 
     c1, c2 = rescale(coupling), rescale(cocite)
     return [[0.5 * (c1[i][j] + c2[i][j]) for j in range(n)] for i in range(n)]
@@ -47,12 +46,18 @@ def test_signals_match_brute_force_on_random_graphs(seed: int) -> None:
 
 
 def test_external_row_is_coupling_on_corpus_scale() -> None:
-    # 0 -> {2, 3}, 1 -> {2, 3}, 4 -> {3}: coupling(0, 1) = 2 is the corpus maximum
+    # 0 -> {2, 3}, 1 -> {2, 3}, 4 -> {3}: coupling(0, 1) = 2, coupling(0, 4) = coupling(1, 4) = 1
     a = citation_matrix(np.array([0, 0, 1, 1, 4]), np.array([2, 3, 2, 3, 3]), 5)
     sig = citation_signals(a)
-    assert sig.coupling_max == 2
-    row = external_citation_row(a, np.array([2, 3]), sig.coupling_max).toarray().ravel()
-    # shares 2 references with papers 0 and 1 (the maximum), 1 with paper 4; no co-citation
+    row_log = coupling_row_log(a)
+    np.testing.assert_allclose(row_log, sig.coupling_row_log)
+    np.testing.assert_allclose(row_log, [math.log1p(2), math.log1p(2), 0, 0, math.log1p(1)])
+    # a new paper citing {2, 3} couples like paper 0 does (co-citation half is zero)
+    row = external_citation_row(a, np.array([2, 3]), row_log).toarray().ravel()
     np.testing.assert_allclose(row[[0, 1]], 0.5)
-    np.testing.assert_allclose(row[4], 0.5 * math.log1p(1) / math.log1p(2), rtol=1e-6)
+    np.testing.assert_allclose(row[4], 0.5 * math.log1p(1) / math.sqrt(math.log1p(2) * math.log1p(1)), rtol=1e-6)
     assert row[2] == 0 and row[3] == 0
+    # paper 0's own score against 4 uses the same constants on the coupling half
+    coupling_half = math.log1p(1) / math.sqrt(math.log1p(2) * math.log1p(1))
+    assert sig.score[0, 4] == pytest.approx(0.5 * coupling_half)
+    assert external_citation_row(a, np.array([], dtype=np.int64), row_log).nnz == 0

@@ -1,0 +1,202 @@
+"""The Typer app. Each command parses options and calls one library function."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graft.errors import GraftError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="GRAFT: typed facet graphs over papers, facet-attributed retrieval and surveys.")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def print_build_summary(summary, out: Console = console) -> None:
+    from graft.facets import FACETS
+
+    c = summary.counts
+    t = Table(title=f"graft build → {summary.index_dir}", show_header=True)
+    t.add_column("stage")
+    t.add_column("wall s", justify="right")
+    t.add_column("peak RSS", justify="right")
+    for name, secs in summary.timings.items():
+        t.add_row(name, f"{secs:.1f}", _fmt_bytes(summary.peaks.get(name, 0)))
+    out.print(t)
+    f = Table(show_header=True, title=f"{c['papers']} papers · {c['citations']} citations · "
+                                      f"{c['skipped_records']} records skipped · "
+                                      f"{c['dropped_references']} unknown references dropped")
+    f.add_column("facet")
+    f.add_column("items", justify="right")
+    f.add_column("edges", justify="right")
+    f.add_column("papers with an incoming edge", justify="right")
+    for facet in FACETS:
+        f.add_row(facet, str(c["facet_items"][facet]), str(c["edges"][facet]),
+                  f"{100 * c['share_with_incoming_edge'][facet]:.1f}%")
+    out.print(f)
+
+
+@app.command()
+def build(
+    corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, S2ORC JSON file or folder, or 'aclsum'."),
+    out: Path = typer.Option(..., "--out", "-o", help="Index directory to write."),
+    extractor: str = typer.Option("heuristic", help="Facet extractor: heuristic (offline) or llm."),
+    limit: int | None = typer.Option(None, help="Use only the first N valid records."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip invalid records (counted and listed)."),
+    embedding_model: str | None = typer.Option(None, help="Local sentence-transformers model folder."),
+    top_k: int = typer.Option(20, help="Out-edges kept per paper and facet."),
+    llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
+    llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
+    llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
+    llm_concurrency: int = typer.Option(4, help="Concurrent LLM requests."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Build the typed facet graph of a corpus into an index directory."""
+    from graft.progress import Reporter
+    from graphbuild.build import BuildConfig, build_index
+
+    try:
+        llm = {}
+        if extractor == "llm":
+            if not (llm_base_url and llm_model):
+                raise GraftError("--extractor llm needs --llm-base-url and --llm-model")
+            llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env,
+                   "max_concurrency": llm_concurrency}
+        config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
+                             embedding_model=embedding_model, top_k=top_k, llm=llm)
+        summary = build_index(None if corpus == "aclsum" else corpus, out, config,
+                              reporter=Reporter(quiet=quiet or as_json))
+    except (GraftError, ValueError) as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps({"index": str(summary.index_dir), "counts": summary.counts,
+                               "timings_s": summary.timings, "peak_rss_bytes": summary.peaks}, indent=2))
+    elif not quiet:
+        print_build_summary(summary)
+    skipped = summary.report.get("skipped") or []
+    for rec in skipped[:20]:
+        err.print(f"skipped {rec['where']}: {rec['reason']}", highlight=False)
+    if len(skipped) > 20:
+        err.print(f"... and {len(skipped) - 20} more skipped records (see manifest.json)")
+
+
+def print_hits(result, title: str, out: Console = console) -> None:
+    t = Table(title=title, show_lines=False)
+    t.add_column("#", justify="right")
+    t.add_column("score", justify="right")
+    t.add_column("paper")
+    t.add_column("year", justify="right")
+    t.add_column("title", overflow="fold", max_width=60)
+    t.add_column("facets (edge weight)", overflow="fold")
+    for h in result.hits:
+        t.add_row(str(h.rank), f"{h.score:.4f}", h.paper_id, str(h.year or ""), h.title, h.facet_label())
+    out.print(t)
+
+
+@app.command()
+def query(
+    index: Path = typer.Argument(..., help="Index directory."),
+    paper: str | None = typer.Option(None, "--paper", help="Id of a corpus paper."),
+    text: str | None = typer.Option(None, "--text", help="A paper outside the corpus: 'Title. Abstract ...'"),
+    record: Path | None = typer.Option(None, "--record", help="A paper outside the corpus as a JSON file."),
+    k: int = typer.Option(20, "--k", help="Results to return."),
+    as_json: bool = typer.Option(False, "--json", help="Print results as a JSON list."),
+) -> None:
+    """Related papers, each with the facet(s) that surfaced it."""
+    from graft.index import Index
+
+    try:
+        given = [x for x in (paper, text, record) if x is not None]
+        if len(given) != 1:
+            raise GraftError("give exactly one of --paper ID, --text 'Title. Abstract', --record FILE.json")
+        idx = Index.open(index)
+        if paper is not None:
+            result = idx.query_paper(paper, k=k)
+            heading = f"related to {paper}: {idx.papers['title'][idx.row(paper)]}"
+        else:
+            from graphbuild.external import ExternalScorer, read_record, record_from_text
+
+            rec = record_from_text(text) if text is not None else read_record(record)
+            rows, _ = ExternalScorer(idx).rows(rec)
+            result = idx.query_rows(rows, query_id=str(rec.get("id") or "query"), k=k)
+            heading = f"related to: {rec.get('title', '')[:80]}"
+    except (GraftError, ValueError) as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        print_hits(result, heading)
+
+
+@app.command()
+def export(
+    index: Path = typer.Argument(..., help="Index directory."),
+    format: str = typer.Option("graphml", "--format", "-f", help="graphml, gexf or json."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output file (default: INDEX/graph.FORMAT)."),
+) -> None:
+    """Export the facet graph through networkx."""
+    from graft.export import export_graph
+    from graft.index import Index
+
+    try:
+        idx = Index.open(index)
+        path = export_graph(idx, out or index / f"graph.{format}", format)
+    except (GraftError, ValueError) as exc:
+        _fail(exc)
+    console.print(f"wrote {path}")
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("demo-index"), "--out", help="Where to build the demo index."),
+    paper: str | None = typer.Option(None, "--paper", help="Query paper (default: the best-connected one)."),
+    limit: int | None = typer.Option(None, help="Use only the first N ACLSum papers (a quick look)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Build the ACLSum demo graph and show a facet-labelled query."""
+    import numpy as np
+
+    from graft.index import Index
+    from graft.progress import Reporter
+    from graphbuild.build import BuildConfig, build_index
+
+    try:
+        summary = build_index(None, out, BuildConfig(limit=limit), reporter=Reporter(quiet=quiet))
+        print_build_summary(summary)
+        idx = Index.open(out)
+        if paper is None:
+            degree = sum(np.asarray((g > 0).sum(axis=0)).ravel() for g in idx.graphs.values())
+            paper = idx.paper_ids[int(np.argmax(degree))]
+        result = idx.query_paper(paper, k=10)
+        print_hits(result, f"related to {paper}: {idx.papers['title'][idx.row(paper)]}")
+    except (GraftError, ValueError) as exc:
+        _fail(exc)
+    console.print(f"index: {out}  ·  try: graft query {out} --paper {paper} --json")
+
+
+def main() -> None:
+    app(prog_name="graft")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""`graft build`: corpus -> facets -> embeddings -> citation signals -> typed top-K graph -> index."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from graft.config import config_from_dict, config_to_dict
+from graft.facets import FACETS, FacetItems
+from graft.manifest import manifest_path, new_manifest, read_manifest, record_stage
+from graft.progress import Reporter
+from graft.store import read_json, write_json, write_npy, write_npz, write_parquet
+from graft.text import normalize_text
+from graphbuild.citations import citation_matrix, citation_signals
+from graphbuild.corpus import Corpus, load_corpus
+from graphbuild.extract import EXTRACTORS, FacetExtractor
+from graphbuild.graph import GraphParams, facet_graph
+from graphbuild.similarity import group_items
+
+
+@dataclass
+class BuildConfig:
+    """Settings of `graft build`, recorded in manifest.json."""
+
+    extractor: str = "heuristic"  # facet extractor: "heuristic" (offline default) or "llm"
+    embedding_model: str | None = None  # local sentence-transformers folder; None = all-MiniLM-L6-v2
+    embedding_batch_size: int = 64  # texts per encoder batch
+    embedding_dtype: str = "float16"  # dtype of embeddings/items.npy ("float16" halves the file)
+    top_k: int = 20  # K: out-edges kept per paper and facet (GRAFT paper)
+    alpha: float = 0.75  # facet-similarity weight in w_f (GRAFT paper)
+    beta: float = 0.25  # citation-score weight in w_f (GRAFT paper)
+    n_candidates: int = 100  # facet-similar candidates per paper from the pooled prefilter
+    block_rows: int | None = None  # prefilter rows per block; None sizes blocks to ~128 MiB
+    skip_bad: bool = False  # skip invalid corpus records (counted and listed) instead of stopping
+    limit: int | None = None  # keep only the first N valid records
+    llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
+
+    def __post_init__(self) -> None:
+        if self.extractor not in EXTRACTORS:
+            raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {list(EXTRACTORS)}")
+        if self.embedding_dtype not in ("float16", "float32"):
+            raise ValueError(f"embedding_dtype '{self.embedding_dtype}'; allowed: float16, float32")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if not (self.alpha >= 0 and self.beta >= 0 and abs(self.alpha + self.beta - 1) < 1e-6):
+            raise ValueError(f"alpha and beta must be >= 0 and sum to 1, got {self.alpha} + {self.beta}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BuildConfig:
+        return config_from_dict(cls, data)
+
+    def graph_params(self) -> GraphParams:
+        return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
+                           n_candidates=self.n_candidates, block_rows=self.block_rows)
+
+
+@dataclass
+class BuildSummary:
+    index_dir: Path
+    counts: dict[str, Any]
+    timings: dict[str, float]
+    peaks: dict[str, int]
+    report: dict[str, Any]
+
+
+def make_extractor(config: BuildConfig, encoder: Any, index_dir: Path) -> FacetExtractor:
+    """The facet extractor named by the config (the LLM one falls back to the heuristic one)."""
+    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+
+    heuristic = HeuristicFacetExtractor(encoder)
+    if config.extractor == "heuristic":
+        return heuristic
+    from graft.llm import ChatClient, LLMCache, LLMConfig
+    from graphbuild.facets_llm import LLMFacetExtractor
+
+    client = ChatClient(LLMConfig.from_dict(dict(config.llm)), cache=LLMCache(index_dir / "cache" / "llm.sqlite"))
+    return LLMFacetExtractor(client, fallback=heuristic)
+
+
+def facets_table(paper_ids: list[str], facets: list[FacetItems]) -> pl.DataFrame:
+    """One row per facet item: paper_id, facet, item_idx, text, docid (normalised item text)."""
+    rows: dict[str, list[Any]] = {"paper_id": [], "facet": [], "item_idx": [], "text": [], "docid": []}
+    for pid, items in zip(paper_ids, facets):
+        for facet in FACETS:
+            for k, text in enumerate(items[facet]):
+                rows["paper_id"].append(pid)
+                rows["facet"].append(facet)
+                rows["item_idx"].append(k)
+                rows["text"].append(text)
+                rows["docid"].append(normalize_text(text))
+    return pl.DataFrame(rows, schema={"paper_id": pl.Utf8, "facet": pl.Utf8, "item_idx": pl.Int32,
+                                      "text": pl.Utf8, "docid": pl.Utf8})
+
+
+def papers_table(corpus: Corpus, a: sp.csr_matrix) -> pl.DataFrame:
+    """papers.parquet: metadata in node order, with in-corpus citation counts."""
+    n_cit = np.asarray(a.sum(axis=0)).ravel().astype(np.int32)
+    return corpus.papers.select(["paper_id", "title", "abstract", "year", "venue", "authors"]).with_columns(
+        pl.Series("n_citations", n_cit, dtype=pl.Int32)
+    )
+
+
+def _invalidate(out: Path) -> dict[str, Any] | None:
+    """Mark an existing index as being rebuilt so a killed build is never mistaken for a finished one."""
+    path = manifest_path(out)
+    if not path.is_file():
+        return None
+    old = read_json(path)
+    old["stages"] = {}
+    old["in_progress"] = "build"
+    write_json(path, old)
+    return old
+
+
+def build_index(
+    corpus_path: str | Path | None,
+    out: str | Path,
+    config: BuildConfig | None = None,
+    *,
+    reporter: Reporter | None = None,
+    encoder: Any = None,
+) -> BuildSummary:
+    """Build a GRAFT index directory from a corpus.
+
+    Args:
+        corpus_path: JSONL / JSONL.gz / Parquet file, S2ORC JSON file or folder, or None / "aclsum"
+            for the ACLSum demo corpus.
+        out: index directory (created; artefacts of an earlier build are replaced).
+        config: build settings; defaults as in DESIGN.md.
+        reporter: progress and timing; a quiet one by default.
+        encoder: an already loaded `Encoder` to reuse (tests); built from the config otherwise.
+    Returns:
+        counts, per-stage timings and peak memory, and the corpus load report.
+    Raises:
+        InputValidationError: bad corpus records (unless `skip_bad`).
+    """
+    config = config or BuildConfig()
+    reporter = reporter or Reporter(quiet=True)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _invalidate(out)
+    for stale in ("docids", "train", "model"):  # artefacts of later stages belong to the old graph
+        if (out / stale).exists():
+            shutil.rmtree(out / stale)
+
+    with reporter.stage("load", unit="papers") as adv:
+        corpus = load_corpus(corpus_path, skip_bad=config.skip_bad, limit=config.limit)
+        adv(corpus.papers.height)
+    n = corpus.papers.height
+    paper_ids = corpus.papers["paper_id"].to_list()
+
+    with reporter.stage("model", unit="") as adv:
+        if encoder is None:
+            from graphbuild.embeddings import Encoder
+
+            encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size)
+        extractor = make_extractor(config, encoder, out)
+
+    with reporter.stage("facets", total=n, unit="papers") as adv:
+        facets = extractor.extract(corpus.papers, progress=adv)
+    table = facets_table(paper_ids, facets)
+
+    with reporter.stage("embed", total=table.height, unit="items") as adv:
+        vectors = encoder.encode(table["text"].to_list(), progress=adv)
+
+    with reporter.stage("citations", unit="edges") as adv:
+        row_of = {pid: i for i, pid in enumerate(paper_ids)}
+        cites = corpus.citations()
+        citing = np.array([row_of[p] for p in cites["citing"].to_list()], dtype=np.int64)
+        cited = np.array([row_of[p] for p in cites["cited"].to_list()], dtype=np.int64)
+        a = citation_matrix(citing, cited, n)
+        signals = citation_signals(a)
+        links = ((a + a.T + signals.score) > 0).astype(np.float32).tocsr()
+        adv(int(a.nnz))
+
+    params = config.graph_params()
+    owner_all = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
+    facet_col = table["facet"].to_numpy()
+    graphs: dict[str, sp.csr_matrix] = {}
+    with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
+        for facet in FACETS:
+            sel = facet_col == facet
+            items = group_items(owner_all[sel], vectors[sel], n)
+            graphs[facet] = facet_graph(items, signals.score, links, params, progress=adv)
+
+    with reporter.stage("write", unit="files") as adv:
+        write_parquet(out / "papers.parquet", papers_table(corpus, a))
+        write_parquet(out / "citations.parquet", cites)
+        write_parquet(out / "facets.parquet", table)
+        write_npy(out / "embeddings" / "items.npy", vectors.astype(config.embedding_dtype))
+        for facet, g in graphs.items():
+            write_npz(out / "graph" / f"{facet}.npz", g)
+        write_npz(out / "graph" / "citation.npz", signals.score)
+        adv(5 + len(graphs))
+
+    has_in = {f: float((np.asarray((g > 0).sum(axis=0)).ravel() > 0).mean()) if n else 0.0
+              for f, g in graphs.items()}
+    counts: dict[str, Any] = {
+        "papers": n,
+        "citations": int(a.nnz),
+        "facet_items": {f: int((facet_col == f).sum()) for f in FACETS},
+        "edges": {f: int(g.nnz) for f, g in graphs.items()},
+        "share_with_incoming_edge": has_in,
+        "coupling_pairs": signals.n_coupling_pairs,
+        "cocitation_pairs": signals.n_cocitation_pairs,
+        "skipped_records": len(corpus.report.skipped),
+        "dropped_references": corpus.report.dropped_references,
+        "extractor": extractor.stats(),
+    }
+    manifest = new_manifest(corpus.content_hash())
+    manifest["corpus"] = {"source": str(corpus_path) if corpus_path is not None else "aclsum"}
+    manifest["embedding"] = {"model": encoder.name, "dim": int(vectors.shape[1]), "dtype": config.embedding_dtype}
+    record_stage(out, manifest, "build", config=config_to_dict(config), counts=counts,
+                 timings=reporter.timings(),
+                 extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict()})
+    read_manifest(out)  # the index must open after a build
+    return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict())

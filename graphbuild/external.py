@@ -1,0 +1,95 @@
+"""Edge rows for a paper outside the corpus, scored exactly as corpus rows are at build time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from graft.errors import InputValidationError
+from graft.facets import FACETS, FacetItems
+from graft.index import Index
+from graphbuild.citations import coupling_row_log, external_citation_row
+from graphbuild.graph import GraphParams, external_facet_row
+from graphbuild.similarity import group_items
+
+
+def record_from_text(text: str) -> dict[str, Any]:
+    """`"Title. Abstract..."` -> a record: the first sentence is the title, the rest the abstract."""
+    from graft.text import split_sentences
+
+    text = " ".join(text.split())
+    if not text:
+        raise InputValidationError("query text is empty; pass --text \"Title. Abstract ...\"")
+    sents = split_sentences(text)
+    title = sents[0] if sents else text
+    abstract = " ".join(sents[1:]) or title
+    return {"id": "query", "title": title, "abstract": abstract}
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    """A query paper as a JSON object with `title` and `abstract` (optional id, references, full_text)."""
+    path = Path(path)
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputValidationError(f"{path}: cannot read a JSON record ({exc})") from exc
+    if not isinstance(rec, dict) or not (rec.get("title") or rec.get("abstract")):
+        raise InputValidationError(
+            f"{path}: a query record must be a JSON object with 'title' and/or 'abstract' "
+            "(optional: id, references, full_text)"
+        )
+    return rec
+
+
+class ExternalScorer:
+    """Scores new papers against an index: extracts facets, embeds items, builds top-K rows."""
+
+    def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None) -> None:
+        from graphbuild.build import BuildConfig
+
+        self.index = index
+        build = index.manifest["stages"]["build"]
+        self.config = BuildConfig.from_dict(build["config"])
+        if encoder is None:
+            from graphbuild.embeddings import Encoder
+
+            encoder = Encoder(self.config.embedding_model, batch_size=self.config.embedding_batch_size)
+        if extractor is None:
+            from graphbuild.facets_heuristic import HeuristicFacetExtractor
+
+            extractor = HeuristicFacetExtractor(encoder)
+        self.encoder = encoder
+        self.extractor = extractor
+        self.params: GraphParams = self.config.graph_params()
+        facet_col = index.facets["facet"].to_numpy()
+        owner = np.array([index.row_of[p] for p in index.facets["paper_id"].to_list()], dtype=np.int64)
+        vectors = np.asarray(index.item_embeddings, dtype=np.float32)
+        self.coupling_row_log = coupling_row_log(index.citation_matrix)
+        self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}
+
+    def facets_of(self, record: dict[str, Any]) -> FacetItems:
+        table = pl.DataFrame([{
+            "paper_id": str(record.get("id") or "query"),
+            "title": str(record.get("title") or ""),
+            "abstract": str(record.get("abstract") or ""),
+            "full_text": record.get("full_text"),
+        }], schema={"paper_id": pl.Utf8, "title": pl.Utf8, "abstract": pl.Utf8, "full_text": pl.Utf8})
+        return self.extractor.extract(table)[0]
+
+    def rows(self, record: dict[str, Any]) -> tuple[dict[str, sp.csr_matrix], FacetItems]:
+        """Facet edge rows (1 x n each) of a new paper and the facet items they came from."""
+        facets = self.facets_of(record)
+        refs = [self.index.row_of[r] for r in record.get("references") or [] if r in self.index.row_of]
+        cite = external_citation_row(self.index.citation_matrix, np.array(refs, dtype=np.int64),
+                                     self.coupling_row_log)
+        rows = {}
+        for facet in FACETS:
+            vecs = self.encoder.encode(facets[facet])
+            query = group_items(np.zeros(len(vecs), dtype=np.int64), vecs, 1)
+            rows[facet] = external_facet_row(query, self.items[facet], cite, self.params)
+        return rows, facets

@@ -1,0 +1,166 @@
+"""Integration: build real indexes (cs768 slice, ACLSum slice) and query them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import cs768_path
+
+from graft.errors import IndexFormatError
+from graft.facets import FACETS
+from graft.index import Index
+from graphbuild.build import BuildConfig, build_index
+
+
+def write_slice(path, n: int, tmp_path):
+    """First n cs768 records with references kept only inside the slice."""
+    records = []
+    with gzip.open(path, "rt") as fh:
+        for line in fh:
+            records.append(json.loads(line))
+            if len(records) == n:
+                break
+    out = tmp_path / "slice.jsonl"
+    out.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return out
+
+
+@pytest.fixture(scope="session")
+def cs768_index(tmp_path_factory, encoder):
+    tmp = tmp_path_factory.mktemp("cs768")
+    # the 400 newest-first lines are dense in citations among themselves
+    corpus = write_slice(cs768_path(), 400, tmp)
+    out = tmp / "index"
+    summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
+    return out, summary
+
+
+def test_index_artefacts_follow_the_contract(cs768_index) -> None:
+    out, summary = cs768_index
+    idx = Index.open(out)
+    n = idx.n
+    assert n == 400
+    assert idx.papers.columns == ["paper_id", "title", "abstract", "year", "venue", "authors", "n_citations"]
+    assert idx.citations.columns == ["citing", "cited"]
+    assert idx.citations.height == summary.counts["citations"] > 0
+    assert set(idx.citations["citing"]) <= set(idx.paper_ids)
+    # in-corpus citation counts agree with citations.parquet
+    counts = idx.citations.group_by("cited").len()
+    top = counts.sort("len", descending=True).row(0)
+    assert idx.papers.filter(pl.col("paper_id") == top[0])["n_citations"][0] == top[1]
+    # facets: every paper has >= 1 item in every facet; embeddings aligned and unit length
+    per = idx.facets.group_by(["paper_id", "facet"]).len()
+    assert per.height == n * len(FACETS)
+    emb = np.asarray(idx.item_embeddings, dtype=np.float32)
+    assert emb.shape[0] == idx.facets.height and emb.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=2e-3)
+    # graphs: top-20 out-edges, weights in (0, 1], no self-loops
+    for facet in FACETS:
+        g = idx.graphs[facet]
+        assert g.shape == (n, n)
+        assert np.diff(g.indptr).max() <= 20
+        assert g.data.min() > 0 and g.data.max() <= 1.0
+        assert g.diagonal().sum() == 0
+        assert summary.counts["edges"][facet] == g.nnz
+    cite = idx.citation_score
+    assert abs(cite - cite.T).max() < 1e-6
+    m = idx.manifest
+    build = m["stages"]["build"]
+    assert len(m["corpus_hash"]) == 64
+    assert build["config"]["top_k"] == 20 and build["config"]["alpha"] == 0.75
+    assert set(build["timings_s"]) >= {"load", "facets", "embed", "citations", "graph", "write"}
+    assert "sentence-transformers" in build["versions"]
+
+
+def test_cited_papers_get_citation_weight(cs768_index) -> None:
+    idx = Index.open(cs768_index[0])
+    # a coupled pair that made it into a facet graph carries beta * cite on top of alpha * sim
+    cite = idx.citation_score.tocoo()
+    strongest = int(np.argmax(cite.data))
+    i, j = int(cite.row[strongest]), int(cite.col[strongest])
+    weights = [idx.graphs[f][i, j] for f in FACETS]
+    assert max(weights) >= 0.25 * cite.data[strongest]
+
+
+def test_teacher_query_returns_attributed_corpus_papers(cs768_index) -> None:
+    idx = Index.open(cs768_index[0])
+    pid = idx.citations["citing"][0]
+    res = idx.query_paper(pid, k=20)
+    assert 0 < len(res.hits) <= 20
+    assert pid not in [h.paper_id for h in res.hits]
+    assert [h.rank for h in res.hits] == list(range(1, len(res.hits) + 1))
+    assert all(res.hits[i].score >= res.hits[i + 1].score for i in range(len(res.hits) - 1))
+    for h in res.hits:
+        assert h.paper_id in idx.row_of
+        assert h.facets and set(h.facets) <= set(FACETS)
+        assert sum(h.facets.values()) == pytest.approx(h.score)
+        for facet, ev in h.evidence.items():
+            assert ev.weight > 0 and ev.hops in (1, 2)
+            if ev.hops == 1:  # a one-hop claim is an edge of the (symmetrised) facet graph
+                i, j = idx.row(pid), idx.row(h.paper_id)
+                assert max(idx.graphs[facet][i, j], idx.graphs[facet][j, i]) == pytest.approx(ev.weight, abs=1e-5)
+            else:
+                assert ev.via in idx.row_of
+
+
+def test_teacher_finds_citation_neighbours_better_than_chance(cs768_index) -> None:
+    idx = Index.open(cs768_index[0])
+    cites = idx.citations
+    neighbours: dict[str, set[str]] = {}
+    for a, b in zip(cites["citing"].to_list(), cites["cited"].to_list()):
+        neighbours.setdefault(a, set()).add(b)
+        neighbours.setdefault(b, set()).add(a)
+    queries = [p for p, s in neighbours.items() if len(s) >= 3][:40]
+    recalls = []
+    for q in queries:
+        got = {h.paper_id for h in idx.query_paper(q, k=20).hits}
+        recalls.append(len(got & neighbours[q]) / len(neighbours[q]))
+    # chance level is 20 / 399 = 0.05
+    assert np.mean(recalls) > 0.3
+
+
+def test_external_query_of_a_corpus_paper_finds_itself(cs768_index, encoder) -> None:
+    from graphbuild.external import ExternalScorer
+
+    idx = Index.open(cs768_index[0])
+    row = idx.papers.row(5, named=True)
+    scorer = ExternalScorer(idx, encoder=encoder)
+    rows, facets = scorer.rows({"title": row["title"], "abstract": row["abstract"]})
+    assert all(facets[f] for f in FACETS)
+    res = idx.query_rows(rows, k=10)
+    assert res.hits[0].paper_id == row["paper_id"]
+
+
+def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encoder, monkeypatch) -> None:
+    corpus = write_slice(cs768_path(), 60, tmp_path)
+    out = tmp_path / "idx"
+    build_index(corpus, out, BuildConfig(), encoder=encoder)
+    first = {f: Index.open(out).graphs[f].toarray() for f in FACETS}
+    build_index(corpus, out, BuildConfig(), encoder=encoder)
+    for f in FACETS:
+        np.testing.assert_array_equal(Index.open(out).graphs[f].toarray(), first[f])
+
+    import graphbuild.build as b
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(b, "facet_graph", boom)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(corpus, out, BuildConfig(), encoder=encoder)
+    with pytest.raises(IndexFormatError, match="no 'build' stage.*graft build"):
+        Index.open(out)
+
+
+def test_aclsum_slice_builds_with_full_text(tmp_path, encoder) -> None:
+    summary = build_index(None, tmp_path / "acl", BuildConfig(limit=25), encoder=encoder)
+    idx = Index.open(tmp_path / "acl")
+    assert idx.n == 25
+    assert idx.manifest["corpus"]["source"] == "aclsum"
+    assert summary.counts["dropped_references"] > 0  # most bibliography entries are outside ACLSum
+    for facet in FACETS:
+        assert idx.graphs[facet].nnz == 25 * 20

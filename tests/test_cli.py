@@ -1,0 +1,126 @@
+"""The `graft` command line through Typer's CliRunner, on a real cs768 slice."""
+
+from __future__ import annotations
+
+import json
+
+import networkx as nx
+import pytest
+from conftest import REPO, cs768_path
+from test_build import write_slice
+from typer.testing import CliRunner
+
+from cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    corpus = write_slice(cs768_path(), 80, tmp)
+    out = tmp / "idx"
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    return out, json.loads(res.stdout)
+
+
+def test_build_json_summary(built) -> None:
+    out, summary = built
+    assert summary["counts"]["papers"] == 80
+    assert set(summary["counts"]["edges"]) == {"problem", "method", "result", "contribution"}
+    assert (out / "manifest.json").is_file()
+
+
+def test_query_json_and_table(built) -> None:
+    out, _ = built
+    from graft.index import Index
+
+    pid = Index.open(out).paper_ids[3]
+    res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--json"])
+    assert res.exit_code == 0, res.output
+    hits = json.loads(res.stdout)
+    assert 0 < len(hits) <= 5
+    for h in hits:
+        assert {"paper_id", "title", "rank", "score", "facets"} <= set(h)
+        assert h["facets"] and h["paper_id"] != pid
+    res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert hits[0]["paper_id"] in res.stdout
+    assert any(f in res.stdout for f in ("problem 0.", "method 0.", "result 0.", "contribution 0."))
+
+
+def test_query_text_and_record(built, tmp_path) -> None:
+    out, _ = built
+    text = ("Graph neural networks for molecule property prediction. We propose a message passing "
+            "network that outperforms baselines on several benchmarks.")
+    res = runner.invoke(app, ["query", str(out), "--text", text, "--k", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)) == 3
+    rec = tmp_path / "q.json"
+    rec.write_text(json.dumps({"title": "Robust mixtures", "abstract": "We study outlier detection."}))
+    res = runner.invoke(app, ["query", str(out), "--record", str(rec), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)
+
+
+def test_query_errors(built, tmp_path) -> None:
+    out, _ = built
+    res = runner.invoke(app, ["query", str(out), "--paper", "no-such-paper"])
+    assert res.exit_code == 2 and "not in index" in res.output
+    res = runner.invoke(app, ["query", str(out)])
+    assert res.exit_code == 2 and "exactly one of" in res.output
+    res = runner.invoke(app, ["query", str(tmp_path / "missing"), "--paper", "x"])
+    assert res.exit_code == 2 and "graft build" in res.output
+
+
+@pytest.mark.parametrize("fmt", ["graphml", "gexf", "json"])
+def test_export_formats_parse(built, tmp_path, fmt) -> None:
+    out, summary = built
+    target = tmp_path / f"g.{fmt}"
+    res = runner.invoke(app, ["export", str(out), "--format", fmt, "--out", str(target)])
+    assert res.exit_code == 0, res.output
+    if fmt == "graphml":
+        g = nx.read_graphml(target)
+    elif fmt == "gexf":
+        g = nx.read_gexf(target)
+    else:
+        g = nx.node_link_graph(json.loads(target.read_text()), edges="edges")
+    assert g.number_of_nodes() == 80
+    assert g.number_of_edges() == sum(summary["counts"]["edges"].values())
+    facets = {d["facet"] for _, _, d in g.edges(data=True)}
+    assert facets == {"problem", "method", "result", "contribution"}
+    res = runner.invoke(app, ["export", str(out), "--format", "dot"])
+    assert res.exit_code == 2 and "graphml, gexf, json" in res.output
+
+
+def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
+    lines = [
+        {"id": "a", "title": "Paper A", "abstract": "We propose a method for parsing."},
+        {"id": "b", "title": "Paper B"},
+        {"id": "c", "title": "Paper C", "abstract": "Results show gains.", "references": ["a", "zz"]},
+        {"id": "d", "title": "Paper D", "abstract": "A new dataset for parsing."},
+    ]
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "-q"])
+    assert res.exit_code == 2
+    assert "line 2" in res.output and "abstract" in res.output and "--skip-bad" in res.output
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--json"])
+    assert res.exit_code == 0, res.output
+    counts = json.loads(res.stdout)["counts"]
+    assert counts["papers"] == 3 and counts["skipped_records"] == 1 and counts["dropped_references"] == 1
+    assert "skipped" in res.stderr and "line 2" in res.stderr
+
+
+def test_demo_runs_on_aclsum(tmp_path) -> None:
+    res = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--limit", "20", "-q"],
+                        env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "related to" in res.stdout and "graft query" in res.stdout
+
+
+def test_readme_commands_are_the_ci_commands() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "make demo" in readme and "make test" in readme
+    assert "make test" in (REPO / ".ci" / "run").read_text()
