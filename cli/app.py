@@ -194,6 +194,11 @@ def demo(
     console.print(f"index: {out}  ·  try: graft query {out} --paper {paper} --json")
 
 
+from cli.train_cmd import train  # noqa: E402  (the command module imports this one lazily)
+
+app.command("train")(train)
+
+
 def main() -> None:
     app(prog_name="graft")
 

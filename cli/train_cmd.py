@@ -1,0 +1,83 @@
+"""`graft train`: distil the facet graph into the generative retriever (registered by cli/app.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def print_train_summary(summary, console) -> None:  # noqa: ANN001 (TrainSummary, rich Console)
+    """The end-of-run table: pairs, steps, tokens, loss, time, throughput, where the model is."""
+    from rich.table import Table
+
+    r = summary.result
+    t = Table(title=f"graft train → {summary.model_dir}", show_header=False)
+    t.add_column("")
+    t.add_column("", justify="right")
+    status = "already trained (same data and settings): kept" if r.already_done else (
+        f"resumed from step {r.resumed_from}" if r.resumed_from is not None else "trained from scratch")
+    t.add_row("run", status)
+    t.add_row("base model", summary.base_model)
+    t.add_row("pairs", f"{summary.pairs:,} ({summary.sampling}, {'reused' if summary.pairs_reused else 'built'})")
+    cov = summary.coverage or {}
+    if "papers_share" in cov:
+        t.add_row("papers as target", f"{cov['papers_share']:.2%}")
+    t.add_row("steps", f"{r.steps:,} (batch {r.per_device_batch_size} x {r.gradient_accumulation_steps} accum "
+                       f"x {r.processes} proc)")
+    t.add_row("tokens (target)", f"{r.tokens:,} ({r.target_tokens:,})")
+    t.add_row("final loss", "-" if r.final_loss is None else f"{r.final_loss:.4f}")
+    t.add_row("precision", r.mixed_precision)
+    t.add_row("wall time", f"{r.seconds:,.1f} s")
+    if not r.already_done:
+        t.add_row("throughput", f"{r.tokens_per_s:,.0f} tokens/s")
+    console.print(t)
+
+
+def train(
+    index: Path = typer.Argument(..., help="Index directory (from `graft build`)."),
+    base_model: str = typer.Option("smollm2-135m", "--base-model",
+                                   help="smollm2-135m (default, offline), tiny (random, for tests) or a local "
+                                        "Hugging Face folder such as Llama-3.2-1B-Instruct."),
+    sampling: str = typer.Option("coverage", help="Distillation pairs: coverage (GRAFT) or naive."),
+    epochs: float = typer.Option(2.0, help="Passes over the pairs."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Optimizer steps (overrides --epochs)."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Effective batch (per device x accumulation x GPUs)."),
+    per_device_batch_size: int | None = typer.Option(
+        None, "--per-device-batch-size", help="Micro-batch per device; the rest is gradient accumulation."),
+    lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear warm-up and decay)."),
+    save_every_steps: int = typer.Option(500, "--save-every-steps", help="Checkpoint interval; 0 = none."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the last checkpoint."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Only print the coverage of naive vs coverage-aware pairs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Train the generative retriever: DocIDs, distillation pairs, fine-tuning into INDEX/model."""
+    from cli.app import _fail, console
+    from graft.errors import GraftError
+    from graft.progress import Reporter
+    from training.pipeline import train_index
+    from training.trainer import TrainConfig
+
+    try:
+        if sampling not in ("coverage", "naive"):
+            raise ValueError(f"--sampling {sampling!r} is unknown; allowed: coverage, naive")
+        config = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size,
+                             per_device_batch_size=per_device_batch_size, lr=lr,
+                             save_every_steps=save_every_steps)
+        summary = train_index(index, config, base_model=base_model, sampling=sampling, resume=resume,
+                              dry_run=dry_run, reporter=Reporter(quiet=quiet or as_json))
+    except (GraftError, ValueError) as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(summary.to_dict(), indent=2, default=str))
+        return
+    if dry_run:
+        from training.pairs import print_coverage_table
+
+        print_coverage_table(summary.coverage, console)
+        return
+    if not quiet:
+        print_train_summary(summary, console)

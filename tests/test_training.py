@@ -1,0 +1,336 @@
+"""The generative retriever's trainer on the CPU: tiny random Llama, SmolLM2's tokenizer, a real
+cs768 slice graph. Base-model conversion, prompt/label layout, length grouping, learning, overfitting,
+kill-and-resume, the CLI command and the GPU benchmark script's smoke mode."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, cs768_path
+from test_build import write_slice
+from typer.testing import CliRunner
+
+from graft.errors import GraftError
+from graft.prompts import encode_prompt, prompt_for
+from training import base_models
+from training.base_models import load_tokenizer, resolve_base_model
+from training.data import (
+    IGNORE_INDEX,
+    BatchPlan,
+    Collator,
+    EncodedPairs,
+    encode_pairs,
+    encode_pairs_table,
+    length_grouped_batches,
+    padding_fraction,
+    random_batches,
+    read_docid_tokens,
+    read_pairs,
+)
+from training.trainer import TrainConfig, fit
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny-model steps are too small to gain from intra-op threads, and on a shared CPU OpenMP
+    spin-waits make two threads many times slower than one."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer; the first use converts the GGUF into the user cache (~20-50 s, once)."""
+    return load_tokenizer("tiny")
+
+
+@pytest.fixture(scope="session")
+def index80(tmp_path_factory, encoder, tokenizer):
+    """A built 80-paper cs768 slice with coverage-aware pairs for the SmolLM2 tokenizer."""
+    from graphbuild.build import BuildConfig, build_index
+    from training.pairs import DistillConfig, build_pairs
+
+    tmp = tmp_path_factory.mktemp("train80")
+    out = tmp / "index"
+    build_index(write_slice(cs768_path(), 80, tmp), out, BuildConfig(), encoder=encoder)
+    build_pairs(out, tokenizer, DistillConfig())
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_pairs(index80, tokenizer) -> EncodedPairs:
+    table = read_pairs(index80 / "train" / "pairs.parquet")
+    return encode_pairs_table(table, tokenizer, docid_tokens=read_docid_tokens(index80 / "docids" / "docids.parquet"))
+
+
+def _tiny(seed: int = 0):
+    model, _ = resolve_base_model("tiny", seed=seed)
+    return model
+
+
+def _hand_pairs(tokenizer, n: int = 24) -> EncodedPairs:
+    rng = np.random.default_rng(0)
+    words = ("graph neural network citation retrieval language model sparse dense contrastive learning "
+             "distillation survey benchmark attention").split()
+    facets = [("problem", "method", "result", "contribution")[i % 4] for i in range(n)]
+    sources = [" ".join(rng.choice(words, 6)) for _ in range(n)]
+    docids = [" ".join(rng.choice(words, 4)) for _ in range(n)]
+    return encode_pairs(tokenizer, facets, sources, docids)
+
+
+# ---- base models -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_smollm2_is_converted_once_and_reused(tokenizer, monkeypatch) -> None:
+    """Slow the first time on a machine (GGUF de-quantisation, ~20-50 s); later runs reuse the cache."""
+    folder = base_models.ensure_smollm2()
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["model_type"] == "llama"
+    assert config["vocab_size"] == 49152 and (folder / "model.safetensors").is_file()
+    assert json.loads((folder / "graft_conversion.json").read_text())["source"]["file"] == base_models.SMOLLM2_GGUF
+
+    import time
+
+    import transformers
+
+    calls = []
+    original = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("gguf_file"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    t0 = time.perf_counter()
+    model, tok = resolve_base_model("smollm2-135m")
+    assert time.perf_counter() - t0 < 20  # ~0.5 s on an idle machine; no 20-50 s conversion
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert calls == [None]  # loaded from the converted folder, not from the GGUF
+    assert tok.eos_token_id == 2 and tok.padding_side == "right"
+
+
+def test_tiny_is_seeded_and_leaves_the_global_rng_alone(tokenizer) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a, b = _tiny(0), _tiny(0)
+    assert torch.equal(torch.rand(3), expected)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert a.config.vocab_size == len(tokenizer) == 49152 and a.config.num_hidden_layers == 2
+
+
+def test_unknown_base_model_is_refused_with_the_fix(tmp_path) -> None:
+    with pytest.raises(GraftError, match="never downloads models; pass a local folder"):
+        load_tokenizer("meta-llama/Llama-3.2-1B-Instruct")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(GraftError, match="has no config.json"):
+        resolve_base_model(str(tmp_path / "empty"))
+
+
+# ---- prompts, labels, batches -------------------------------------------------------------------
+def test_labels_mask_the_prompt_and_targets_end_in_eos(real_pairs, index80, tokenizer) -> None:
+    table = read_pairs(index80 / "train" / "pairs.parquet").to_pydict()
+    tokens = read_docid_tokens(index80 / "docids" / "docids.parquet")
+    for i in (0, 7, len(real_pairs) - 1):
+        ex = real_pairs.example(i)
+        p = int(real_pairs.prompt_lengths[i])
+        prompt = encode_prompt(tokenizer, table["facet"][i], table["source_text"][i])
+        assert ex["input_ids"][:p].tolist() == prompt
+        assert tokenizer.decode(prompt).startswith(f"Facet: {table['facet'][i]}\nQuery: ")
+        target = tokens[(table["facet"][i], table["target_docid_id"][i])] + [tokenizer.eos_token_id]
+        assert ex["input_ids"][p:].tolist() == target  # exactly the trie's sequence, then EOS
+        assert (ex["labels"][:p] == IGNORE_INDEX).all() and ex["labels"][p:].tolist() == target
+
+
+def test_left_padded_target_logits_give_the_same_loss(tokenizer) -> None:
+    """Oracle: the fast collation (left padding, LM head on target positions only) and the plain
+    one (right padding, full logits) give the same loss on the same examples."""
+    data = _hand_pairs(tokenizer, 6)
+    examples = [data.example(i) for i in range(6)]
+    fast = Collator(tokenizer.pad_token_id)(examples)
+    plain = Collator(tokenizer.pad_token_id, target_logits_only=False)(examples)
+    assert fast["logits_to_keep"] < fast["input_ids"].shape[1]
+    assert (plain["labels"] == IGNORE_INDEX).sum() > (fast["labels"] == IGNORE_INDEX).sum()
+    model = _tiny().eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**fast).loss, model(**plain).loss, rtol=1e-5, atol=1e-5)
+
+
+def test_length_grouping_pads_less_than_random_batches(real_pairs) -> None:
+    lengths = real_pairs.lengths
+    grouped = length_grouped_batches(lengths, 16, seed=1)
+    assert sorted(i for b in grouped for i in b) == list(range(len(lengths)))  # each example once
+    assert grouped == length_grouped_batches(lengths, 16, seed=1)
+    assert grouped != length_grouped_batches(lengths, 16, seed=2)
+    assert max(lengths[grouped[0]]) == lengths.max()  # the longest batch first (OOM shows at once)
+    rand = padding_fraction(random_batches(len(lengths), 16, seed=1), lengths)
+    assert padding_fraction(grouped, lengths) < rand / 3
+
+
+def test_batch_plan_splits_steps_over_processes_and_accumulation(real_pairs) -> None:
+    one = BatchPlan(real_pairs.lengths, 4, 1, 1, seed=3)
+    split = BatchPlan(real_pairs.lengths, 4, 2, 2, seed=3)  # 2 accumulation steps x 2 processes
+    for s in range(3):
+        mine = [b for r in range(2) for b in split.step(s, r)]
+        assert sorted(map(tuple, mine)) == sorted(tuple(one.micro_batch(g)) for g in range(4 * s, 4 * s + 4))
+        assert split.step_tokens(s) == sum(one.step_tokens(g) for g in range(4 * s, 4 * s + 4))
+    # the stream crosses into the next epoch with a fresh order
+    assert one.micro_batch(one.per_epoch) != one.micro_batch(0) or one.per_epoch == 1
+
+
+def test_train_config_refuses_unknown_keys_and_bad_values() -> None:
+    with pytest.raises(ValueError, match="unknown key.*learning_rate"):
+        TrainConfig.from_dict({"learning_rate": 1e-4})
+    with pytest.raises(ValueError, match="max_steps"):
+        TrainConfig(max_steps=0)
+    assert TrainConfig().batch_size == 16 and TrainConfig().lr == 5e-5 and TrainConfig().epochs == 2
+
+
+# ---- learning ------------------------------------------------------------------------------------
+def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
+    from graft.manifest import read_manifest
+    from training.pipeline import train_index
+
+    config = TrainConfig(max_steps=40, lr=2e-3, save_every_steps=0, logging_steps=5)
+    summary = train_index(index80, config, base_model="tiny")
+    r = summary.result
+    assert summary.pairs_reused and r.steps == 40 and r.resumed_from is None
+    first, last = r.losses[0][1], r.final_loss
+    assert last < first - 1.5, r.losses
+    model_dir = index80 / "model"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "training_config.json"):
+        assert (model_dir / name).is_file()
+    assert not (model_dir / "checkpoints").exists()
+    stage = read_manifest(index80)["stages"]["train"]
+    assert stage["counts"]["steps"] == 40 and stage["counts"]["pairs"] == summary.pairs
+    assert stage["config"]["train"]["lr"] == 2e-3 and stage["config"]["base_model"]["name"] == "tiny"
+    assert stage["final_loss"] == pytest.approx(last)
+    # the same command again finds the finished model and trains nothing
+    again = train_index(index80, config, base_model="tiny")
+    assert again.result.already_done and again.result.steps == 40
+
+
+def test_tiny_learns_30_pairs_exactly(index80, tokenizer) -> None:
+    """Overfit: 30 real (query item -> DocID) pairs are decoded back exactly with greedy search."""
+    table = read_pairs(index80 / "train" / "pairs.parquet").to_pydict()
+    tokens = read_docid_tokens(index80 / "docids" / "docids.parquet")
+    seen, rows = set(), []
+    for i, key in enumerate(zip(table["facet"], table["source_text"])):
+        if key not in seen:  # one target per query, so the mapping is learnable
+            seen.add(key)
+            rows.append(i)
+        if len(rows) == 30:
+            break
+    cols = {k: [table[k][i] for i in rows] for k in ("facet", "source_text", "target_docid", "target_docid_id")}
+    targets = [tokens[(f, d)] for f, d in zip(cols["facet"], cols["target_docid_id"])]
+    data = encode_pairs(tokenizer, cols["facet"], cols["source_text"], cols["target_docid"], target_ids=targets)
+    result = fit(_tiny(), tokenizer, data, None, TrainConfig(epochs=50, batch_size=10, lr=1e-2, warmup_ratio=0.05,
+                                                             logging_steps=50), quiet=True)
+    model = result.model.eval()
+    hits = 0
+    for f, s, t in zip(cols["facet"], cols["source_text"], targets):
+        ids = torch.tensor([encode_prompt(tokenizer, f, s)])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=len(t) + 2, do_sample=False,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        hits += out[0, ids.shape[1]:].tolist() == t + [tokenizer.eos_token_id]
+    assert hits == 30, f"{hits}/30 exact; losses {result.losses}"
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_kill_and_resume_reaches_the_same_step_and_weights(tokenizer, tmp_path) -> None:
+    data = _hand_pairs(tokenizer, 40)
+    config = TrainConfig(max_steps=12, batch_size=4, lr=1e-3, save_every_steps=4, logging_steps=2)
+    whole = fit(_tiny(), tokenizer, data, tmp_path / "whole", config, quiet=True)
+
+    def kill_at_10(step, info):
+        if step == 10:
+            raise _Killed
+
+    run = tmp_path / "run"
+    with pytest.raises(_Killed):
+        fit(_tiny(), tokenizer, data, run, config, quiet=True, on_step=kill_at_10)
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert ckpts == ["step-4", "step-8"]  # save_total_limit=2 keeps the newest two
+    assert not (run / "training_config.json").exists()
+    state = json.loads((run / "checkpoints" / "step-8" / "trainer_state.json").read_text())
+    assert state["step"] == 8 and state["config"]["lr"] == 1e-3 and state["data_seed"] == 42
+    # a checkpoint killed while being written (no trainer_state.json yet) is never resumed from
+    (run / "checkpoints" / "step-10").mkdir()
+    (run / "checkpoints" / "step-10" / "model.safetensors").write_bytes(b"half")
+    # another setting must not silently resume this run
+    with pytest.raises(ValueError, match="another run"):
+        fit(_tiny(), tokenizer, data, run, TrainConfig(**{**config.to_dict(), "lr": 2e-3}), quiet=True)
+
+    resumed = fit(_tiny(), tokenizer, data, run, config, quiet=True)  # the same command again
+    assert resumed.resumed_from == 8 and resumed.steps == whole.steps == 12
+    assert resumed.tokens == whole.tokens and resumed.losses == whole.losses
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name  # bit-identical on the CPU
+    assert not (run / "checkpoints").exists() and (run / "training_config.json").is_file()
+
+
+# ---- entry points --------------------------------------------------------------------------------
+def test_cli_train_command(index80, tmp_path) -> None:
+    import typer
+
+    from cli.train_cmd import train
+
+    app = typer.Typer()
+    app.command("train")(train)
+    app.command("noop")(lambda: None)  # two commands, so "train" is a subcommand as in `graft`
+    runner = CliRunner()
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "3", "--no-resume",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["result"]["steps"] == 3 and out["pairs_reused"] and out["model_dir"].endswith("model")
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--dry-run"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "coverage-aware" in res.stdout and "100.00%" in res.stdout
+    res = runner.invoke(app, ["train", str(tmp_path / "nowhere"), "--base-model", "tiny"])
+    assert res.exit_code == 2 and "graft build" in res.output
+    res = runner.invoke(app, ["train", str(index80), "--base-model", str(tmp_path)])
+    assert res.exit_code == 2 and "never downloads" in res.output
+
+
+def test_accelerate_entry_point_runs_single_process(index80, capsys) -> None:
+    from training.trainer import main
+
+    assert main([str(index80), "--base-model", "tiny", "--max-steps", "2", "--quiet", "--no-resume"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"]["steps"] == 2
+
+
+def test_gpu_benchmark_script_smoke(index80, tmp_path) -> None:
+    """The GPU script's --smoke mode: tiny shapes, tiny models, CPU; checks it writes its tables."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_train", REPO / "eval" / "benchmarks" / "gpu_train.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "out"
+    assert mod.main(["run", "--smoke", "--index", str(index80), "--out", str(out), "--work", str(tmp_path / "work"),
+                     "--quiet"]) == 0
+    report = json.loads((out / "gpu_train.json").read_text())
+    assert {r["model"] for r in report["speed"]} == {"smollm2-135m", "llama-3.2-1b-arch"}
+    assert all(r["trainer_tokens_per_s"] > 0 and r["bare_tokens_per_s"] > 0 for r in report["speed"])
+    assert report["train"]["steps"] > 0 and "| model |" in (out / "gpu_train.md").read_text()
+
+
+def test_prompt_text_is_plain_and_names_the_facet() -> None:
+    assert prompt_for("method", "  We  use\ngraphs ") == "Facet: method\nQuery: We use graphs\nDocID:\n"
+
+
+def test_long_queries_are_cut_but_targets_never(tokenizer) -> None:
+    long = " ".join(["contrastive graph retrieval"] * 200)
+    data = encode_pairs(tokenizer, ["result"], [long], ["a short docid"], max_length=64)
+    ids, p = data.input_ids[0], int(data.prompt_lengths[0])
+    assert len(ids) <= 64
+    assert tokenizer.decode(ids[:p]).endswith("\nDocID:\n")
+    assert ids[p:].tolist() == tokenizer.encode("a short docid", add_special_tokens=False) + [tokenizer.eos_token_id]
