@@ -17,7 +17,13 @@ from graft.manifest import manifest_path, new_manifest, read_manifest, record_st
 from graft.progress import Reporter
 from graft.store import read_json, write_json, write_npy, write_npz, write_parquet
 from graft.text import normalize_text
-from graphbuild.citations import citation_matrix, citation_signals
+from graphbuild.citations import (
+    RESCALE_MODES,
+    CitationSignals,
+    citation_links,
+    citation_matrix,
+    citation_signals,
+)
 from graphbuild.corpus import Corpus, load_corpus
 from graphbuild.extract import EXTRACTORS, FacetExtractor
 from graphbuild.graph import GraphParams, facet_graph
@@ -36,6 +42,7 @@ class BuildConfig:
     alpha: float = 0.75  # facet-similarity weight in w_f (GRAFT paper)
     beta: float = 0.25  # citation-score weight in w_f (GRAFT paper)
     n_candidates: int = 100  # facet-similar candidates per paper from the pooled prefilter
+    citation_rescale: str = "pair"  # "pair": per-pair rescaling of log counts (README); "global": by the max
     block_rows: int | None = None  # prefilter rows per block; None sizes blocks to ~128 MiB
     skip_bad: bool = False  # skip invalid corpus records (counted and listed) instead of stopping
     limit: int | None = None  # keep only the first N valid records
@@ -46,6 +53,8 @@ class BuildConfig:
             raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {list(EXTRACTORS)}")
         if self.embedding_dtype not in ("float16", "float32"):
             raise ValueError(f"embedding_dtype '{self.embedding_dtype}'; allowed: float16, float32")
+        if self.citation_rescale not in RESCALE_MODES:
+            raise ValueError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {list(RESCALE_MODES)}")
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if not (self.alpha >= 0 and self.beta >= 0 and abs(self.alpha + self.beta - 1) < 1e-6):
@@ -104,6 +113,32 @@ def papers_table(corpus: Corpus, a: sp.csr_matrix) -> pl.DataFrame:
     return corpus.papers.select(["paper_id", "title", "abstract", "year", "venue", "authors"]).with_columns(
         pl.Series("n_citations", n_cit, dtype=pl.Int32)
     )
+
+
+def facet_graphs(
+    owner: np.ndarray,
+    facet_of_item: np.ndarray,
+    vectors: np.ndarray,
+    a: sp.csr_matrix,
+    signals: CitationSignals,
+    params: GraphParams,
+    *,
+    progress: Any = None,
+) -> dict[str, sp.csr_matrix]:
+    """The four typed top-K graphs from item embeddings and citation signals.
+
+    Args:
+        owner: paper row of each facet item; facet_of_item: its facet name; vectors: its embedding.
+        a: the citation matrix; signals: its coupling / co-citation score.
+    """
+    n = a.shape[0]
+    links = citation_links(a, signals.score)  # candidates beyond the facet prefilter
+    graphs = {}
+    for facet in FACETS:
+        sel = facet_of_item == facet
+        items = group_items(owner[sel], np.asarray(vectors[sel], dtype=np.float32), n)
+        graphs[facet] = facet_graph(items, signals.score, links, params, progress=progress)
+    return graphs
 
 
 def _invalidate(out: Path) -> dict[str, Any] | None:
@@ -169,25 +204,19 @@ def build_index(
     with reporter.stage("embed", total=table.height, unit="items") as adv:
         vectors = encoder.encode(table["text"].to_list(), progress=adv)
 
+    row_of = {pid: i for i, pid in enumerate(paper_ids)}
+    cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
-        row_of = {pid: i for i, pid in enumerate(paper_ids)}
-        cites = corpus.citations()
         citing = np.array([row_of[p] for p in cites["citing"].to_list()], dtype=np.int64)
         cited = np.array([row_of[p] for p in cites["cited"].to_list()], dtype=np.int64)
         a = citation_matrix(citing, cited, n)
-        signals = citation_signals(a)
-        links = ((a + a.T + signals.score) > 0).astype(np.float32).tocsr()
+        signals = citation_signals(a, config.citation_rescale)
         adv(int(a.nnz))
 
-    params = config.graph_params()
-    owner_all = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
-    facet_col = table["facet"].to_numpy()
-    graphs: dict[str, sp.csr_matrix] = {}
+    owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
-        for facet in FACETS:
-            sel = facet_col == facet
-            items = group_items(owner_all[sel], vectors[sel], n)
-            graphs[facet] = facet_graph(items, signals.score, links, params, progress=adv)
+        graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
+                              progress=adv)
 
     with reporter.stage("write", unit="files") as adv:
         write_parquet(out / "papers.parquet", papers_table(corpus, a))
@@ -201,6 +230,7 @@ def build_index(
 
     has_in = {f: float((np.asarray((g > 0).sum(axis=0)).ravel() > 0).mean()) if n else 0.0
               for f, g in graphs.items()}
+    facet_col = table["facet"].to_numpy()
     counts: dict[str, Any] = {
         "papers": n,
         "citations": int(a.nnz),

@@ -42,20 +42,29 @@ def _off_diagonal(m: sp.csr_matrix) -> sp.csr_matrix:
     return m
 
 
-def _row_max_log(m: sp.csr_matrix) -> np.ndarray:
-    """log(1 + max count) of each row (0 for an empty row)."""
+#: How log counts are rescaled to [0, 1]: per pair of papers (default) or by the corpus maximum.
+RESCALE_MODES = ("pair", "global")
+
+
+def _row_max_log(m: sp.csr_matrix, rescale: str = "pair") -> np.ndarray:
+    """log(1 + max count) of each row (0 for an empty row); with "global", the corpus maximum for
+    every row, which turns the per-pair formula into division by the global maximum."""
+    if rescale not in RESCALE_MODES:
+        raise ValueError(f"citation rescale '{rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
     m = sp.csr_matrix(m)
     out = np.zeros(m.shape[0], dtype=np.float64)
+    if rescale == "global":
+        return out + (np.log1p(m.data.max()) if m.nnz else 0.0)
     nonempty = np.diff(m.indptr) > 0
     if m.nnz:
         out[nonempty] = np.log1p(np.maximum.reduceat(m.data, m.indptr[:-1][nonempty]))
     return out
 
 
-def _log_rescale(m: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+def _log_rescale(m: sp.csr_matrix, rescale: str) -> tuple[sp.csr_matrix, np.ndarray]:
     """log(1 + x_ij) / sqrt(log(1 + max_i) log(1 + max_j)) for a symmetric count matrix."""
     m = sp.csr_matrix(m, dtype=np.float32)
-    row_log = _row_max_log(m)
+    row_log = _row_max_log(m, rescale)
     coo = m.tocoo()
     data = np.log1p(coo.data) / np.sqrt(row_log[coo.row] * row_log[coo.col])
     out = sp.csr_matrix((data.astype(np.float32), (coo.row, coo.col)), shape=m.shape)
@@ -73,11 +82,13 @@ class CitationSignals:
     n_cocitation_pairs: int
 
 
-def citation_signals(a: sp.csr_matrix) -> CitationSignals:
+def citation_signals(a: sp.csr_matrix, rescale: str = "pair") -> CitationSignals:
     """Bibliographic coupling and co-citation of citation matrix `a`, averaged into one score.
 
     Args:
         a: binary n x n CSR matrix, a[i, j] = 1 if paper i cites paper j.
+        rescale: "pair" (the module docstring's per-pair rescaling) or "global" (divide by the
+            corpus maximum; kept for comparison).
     Returns:
         `CitationSignals` whose `score` = (rescale(log1p(A Aᵀ)) + rescale(log1p(Aᵀ A))) / 2, with
             the per-pair rescaling of the module docstring.
@@ -85,8 +96,8 @@ def citation_signals(a: sp.csr_matrix) -> CitationSignals:
     a = sp.csr_matrix(a, dtype=np.float32)
     coupling = _off_diagonal(a @ a.T)
     cocitation = _off_diagonal((a.T @ a).tocsr())
-    coupling_n, coupling_row_log = _log_rescale(coupling)
-    cocitation_n, cocitation_row_log = _log_rescale(cocitation)
+    coupling_n, coupling_row_log = _log_rescale(coupling, rescale)
+    cocitation_n, cocitation_row_log = _log_rescale(cocitation, rescale)
     score = ((coupling_n + cocitation_n) * 0.5).tocsr()
     score.sort_indices()
     return CitationSignals(
@@ -98,10 +109,15 @@ def citation_signals(a: sp.csr_matrix) -> CitationSignals:
     )
 
 
-def coupling_row_log(a: sp.csr_matrix) -> np.ndarray:
+def citation_links(a: sp.csr_matrix, score: sp.csr_matrix) -> sp.csr_matrix:
+    """Pattern of citation-linked pairs: direct citations either way, coupled or co-cited papers."""
+    return ((sp.csr_matrix(a) + sp.csr_matrix(a).T + score) > 0).astype(np.float32).tocsr()
+
+
+def coupling_row_log(a: sp.csr_matrix, rescale: str = "pair") -> np.ndarray:
     """log(1 + largest coupling count) of every corpus paper, as used by `citation_signals`."""
     a = sp.csr_matrix(a, dtype=np.float32)
-    return _row_max_log(_off_diagonal(a @ a.T))
+    return _row_max_log(_off_diagonal(a @ a.T), rescale)
 
 
 def external_citation_row(a: sp.csr_matrix, references: np.ndarray, row_log: np.ndarray) -> sp.csr_matrix:

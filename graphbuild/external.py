@@ -69,7 +69,7 @@ class ExternalScorer:
         facet_col = index.facets["facet"].to_numpy()
         owner = np.array([index.row_of[p] for p in index.facets["paper_id"].to_list()], dtype=np.int64)
         vectors = np.asarray(index.item_embeddings, dtype=np.float32)
-        self.coupling_row_log = coupling_row_log(index.citation_matrix)
+        self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)
         self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}
 
     def facets_of(self, record: dict[str, Any]) -> FacetItems:

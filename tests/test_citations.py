@@ -61,3 +61,22 @@ def test_external_row_is_coupling_on_corpus_scale() -> None:
     coupling_half = math.log1p(1) / math.sqrt(math.log1p(2) * math.log1p(1))
     assert sig.score[0, 4] == pytest.approx(0.5 * coupling_half)
     assert external_citation_row(a, np.array([], dtype=np.int64), row_log).nnz == 0
+
+
+def test_global_rescale_divides_by_the_corpus_maximum() -> None:
+    rng = random.Random(11)
+    n = 30
+    edges = {(i, j) for i in range(n) for j in range(n) if i != j and rng.random() < 0.15}
+    a = citation_matrix(np.array([e[0] for e in edges]), np.array([e[1] for e in edges]), n)
+    got = citation_signals(a, "global").score.toarray()
+    counts_c = (a @ a.T).toarray()
+    counts_o = (a.T @ a).toarray()
+    np.fill_diagonal(counts_c, 0)
+    np.fill_diagonal(counts_o, 0)
+    want = 0.5 * (np.log1p(counts_c) / np.log1p(counts_c.max()) + np.log1p(counts_o) / np.log1p(counts_o.max()))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    # per-pair rescaling lifts typical pairs: the mean non-zero score is higher
+    pair = citation_signals(a, "pair").score
+    assert pair.data.mean() > citation_signals(a, "global").score.data.mean()
+    with pytest.raises(ValueError, match="pair, global"):
+        citation_signals(a, "row")

@@ -124,3 +124,39 @@ def test_readme_commands_are_the_ci_commands() -> None:
     readme = (REPO / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
     assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_build_with_llm_extractor_caches_and_falls_back(tmp_path) -> None:
+    import polars as pl
+    from test_llm_client import FakeLLMServer, Reply
+
+    corpus = write_slice(cs768_path(), 12, tmp_path)
+    server = FakeLLMServer()
+
+    def behave(hit, body):
+        title = body["messages"][-1]["content"].splitlines()[0]
+        if "Robust mixtures" in title:  # one paper's answer breaks the schema: discarded, heuristic used
+            return Reply(content='{"problem": ["x"]}')
+        return Reply(content=json.dumps({f: [f"{f} of {title[:60]}"] for f in
+                                         ("problem", "method", "result", "contribution")}))
+
+    server.behave = behave
+    out = tmp_path / "idx"
+    args = ["build", str(corpus), "--out", str(out), "--extractor", "llm", "--llm-base-url", server.url,
+            "--llm-model", "m", "--llm-api-key-env", "GRAFT_TEST_NO_KEY", "--json"]
+    try:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        stats = json.loads(res.stdout)["counts"]["extractor"]
+        assert stats["llm_ok"] == 11 and stats["discarded"] == 1 and stats["fallback"] == 1
+        facets = pl.read_parquet(out / "facets.parquet")
+        assert facets.filter(pl.col("text").str.starts_with("method of ")).height == 11
+        assert (out / "cache" / "llm.sqlite").is_file()
+        hits = server.hits
+        res = runner.invoke(app, args)  # a rerun is served from the cache
+        assert res.exit_code == 0, res.output
+        assert server.hits == hits
+    finally:
+        server.close()
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(out), "--extractor", "llm"])
+    assert res.exit_code == 2 and "--llm-base-url" in res.output

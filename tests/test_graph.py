@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphbuild.citations import citation_matrix, citation_signals
+from graphbuild.citations import citation_links, citation_matrix, citation_signals
 from graphbuild.graph import GraphParams, external_facet_row, facet_graph
 from graphbuild.similarity import group_items, pair_similarity, prefilter_blocks
 
@@ -57,7 +57,7 @@ def test_blocked_top_k_equals_dense_argsort(seed: int) -> None:
     edges = rng.random((n, n)) < 0.05
     a = citation_matrix(*np.nonzero(edges), n)
     sig = citation_signals(a)
-    links = ((a + a.T + sig.score) > 0).astype(np.float32).tocsr()
+    links = citation_links(a, sig.score)
     params = GraphParams(top_k=7, n_candidates=n, block_rows=9)  # several blocks, exact candidates
     got = facet_graph(group_items(owner, vecs, n), sig.score, links, params)
     s = dense_similarity(owner, vecs, n)
@@ -74,7 +74,7 @@ def test_prefilter_keeps_citation_linked_candidates() -> None:
     owner, vecs = random_items(rng, n)
     a = citation_matrix(np.array([0, 1]), np.array([40, 40]), n)  # 0 and 1 are coupled
     sig = citation_signals(a)
-    links = ((a + a.T + sig.score) > 0).astype(np.float32).tocsr()
+    links = citation_links(a, sig.score)
     g = facet_graph(group_items(owner, vecs, n), sig.score, links,
                     GraphParams(top_k=n, n_candidates=2))
     # with only 2 facet candidates, the citation-linked pairs are still scored

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from graft.index import Index
     from graft.progress import Reporter, _PeakSampler
     from graphbuild.build import BuildConfig, build_index
+    from graphbuild.citations import citation_links
     from graphbuild.graph import GraphParams, facet_graph
     from graphbuild.similarity import group_items
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     owner = np.array([idx.row_of[p] for p in idx.facets["paper_id"].to_list()])[sel]
     vecs = np.asarray(idx.item_embeddings, dtype=np.float32)[sel]
     cite = idx.citation_score
-    links = ((idx.citation_matrix + idx.citation_matrix.T + cite) > 0).astype(np.float32).tocsr()
+    links = citation_links(idx.citation_matrix, cite)
     with _PeakSampler() as s_blocked:
         base_rss = s_blocked.peak
         tb = time.perf_counter()
