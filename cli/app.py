@@ -113,39 +113,129 @@ def print_hits(result, title: str, out: Console = console) -> None:
     out.print(t)
 
 
+_EXTRACTORS: dict = {}
+
+
+def _external_facets(idx, rec: dict) -> dict[str, list[str]]:
+    """Facet items of a paper outside the corpus, by the offline heuristic extractor with the
+    index's encoder (only out-of-corpus queries load an encoder)."""
+    import polars as pl
+
+    from graphbuild.build import BuildConfig
+    from graphbuild.embeddings import Encoder
+    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+
+    config = BuildConfig.from_dict(idx.manifest["stages"]["build"]["config"])
+    key = str(config.embedding_model)
+    if key not in _EXTRACTORS:  # one encoder per process, however many --queries records
+        _EXTRACTORS[key] = HeuristicFacetExtractor(Encoder(config.embedding_model,
+                                                           batch_size=config.embedding_batch_size))
+    extractor = _EXTRACTORS[key]
+    table = pl.DataFrame([{"paper_id": str(rec.get("id") or "query"), "title": str(rec.get("title") or ""),
+                           "abstract": str(rec.get("abstract") or ""), "full_text": rec.get("full_text")}],
+                         schema={"paper_id": pl.Utf8, "title": pl.Utf8, "abstract": pl.Utf8, "full_text": pl.Utf8})
+    facets = extractor.extract(table)[0]
+    return {f: list(facets[f]) for f in facets}
+
+
+def _read_queries(path: Path) -> list[dict]:
+    """`--queries` lines: a paper id, or a JSON record (an in-corpus `id`, or title + abstract)."""
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise GraftError(f"{path} line {n}: not valid JSON ({exc}); give a paper id or a JSON record") from None
+        else:
+            out.append({"id": line})
+    return out
+
+
 @app.command()
 def query(
     index: Path = typer.Argument(..., help="Index directory."),
     paper: str | None = typer.Option(None, "--paper", help="Id of a corpus paper."),
     text: str | None = typer.Option(None, "--text", help="A paper outside the corpus: 'Title. Abstract ...'"),
     record: Path | None = typer.Option(None, "--record", help="A paper outside the corpus as a JSON file."),
+    queries: Path | None = typer.Option(None, "--queries",
+                                        help="Batch: one paper id or JSON record per line (use with --trec-out)."),
+    retriever: str | None = typer.Option(None, "--retriever",
+                                         help="graft or teacher (default: graft when INDEX/model exists)."),
+    fusion: str | None = typer.Option(None, "--fusion", help="graph-rrf or rrf (graft; the teacher uses rrf)."),
     k: int = typer.Option(20, "--k", help="Results to return."),
+    beams: int = typer.Option(20, "--beams", help="Beams per facet item (graft retriever)."),
     as_json: bool = typer.Option(False, "--json", help="Print results as a JSON list."),
+    trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
     """Related papers, each with the facet(s) that surfaced it."""
     from graft.index import Index
 
     try:
-        given = [x for x in (paper, text, record) if x is not None]
+        given = [x for x in (paper, text, record, queries) if x is not None]
         if len(given) != 1:
-            raise GraftError("give exactly one of --paper ID, --text 'Title. Abstract', --record FILE.json")
-        idx = Index.open(index)
-        if paper is not None:
-            result = idx.query_paper(paper, k=k)
-            heading = f"related to {paper}: {idx.papers['title'][idx.row(paper)]}"
-        else:
-            from graphbuild.external import ExternalScorer, read_record, record_from_text
+            raise GraftError("give exactly one of --paper ID, --text 'Title. Abstract', --record FILE.json, "
+                             "--queries FILE")
+        from graft.retriever import has_model
 
-            rec = record_from_text(text) if text is not None else read_record(record)
+        retriever = retriever or ("graft" if has_model(index) else "teacher")
+        if retriever not in ("graft", "teacher"):
+            raise GraftError(f"unknown --retriever {retriever!r}; use graft or teacher")
+        fusion = fusion or ("graph-rrf" if retriever == "graft" else "rrf")
+        if fusion not in ("graph-rrf", "rrf"):
+            raise GraftError(f"unknown --fusion {fusion!r}; use graph-rrf or rrf")
+        if retriever == "teacher" and fusion != "rrf":
+            raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
+        idx = Index.open(index)
+        gen = idx.generative() if retriever == "graft" else None
+
+        def run(rec: dict) -> tuple:
+            pid = rec.get("id")
+            if pid is not None and not rec.get("title") and not rec.get("abstract"):
+                pid = str(pid)
+                heading = f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
+                if gen is not None:
+                    return gen.query_paper(pid, k=k, beams=beams, fusion=fusion), heading
+                return idx.query_paper(pid, k=k), heading
+            qid = str(rec.get("id") or "query")
+            heading = f"related to: {str(rec.get('title', ''))[:80]}"
+            if gen is not None:
+                return gen.query_items(_external_facets(idx, rec), k=k, beams=beams, fusion=fusion,
+                                       query_id=qid), heading
+            from graphbuild.external import ExternalScorer
+
             rows, _ = ExternalScorer(idx).rows(rec)
-            result = idx.query_rows(rows, query_id=str(rec.get("id") or "query"), k=k)
-            heading = f"related to: {rec.get('title', '')[:80]}"
+            return idx.query_rows(rows, query_id=qid, k=k), heading
+
+        if queries is not None:
+            recs = _read_queries(queries)
+        elif paper is not None:
+            recs = [{"id": paper}]
+        else:
+            from graphbuild.external import read_record, record_from_text
+
+            recs = [record_from_text(text) if text is not None else read_record(record)]
+        results = [run(r) for r in recs]
     except (GraftError, ValueError) as exc:
         _fail(exc)
+    if trec_out is not None:
+        lines = [line for result, _ in results for line in result.trec_lines()]
+        trec_out.write_text("\n".join(lines) + ("\n" if lines else ""))
     if as_json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
-    else:
+        payload = results[0][0].to_json() if len(results) == 1 and queries is None else \
+            [{"query_id": r.query_id, "retriever": r.retriever, "fusion": r.fusion, "info": r.info,
+              "hits": r.to_json()} for r, _ in results]
+        typer.echo(json.dumps(payload, indent=2))
+    elif queries is None:
+        result, heading = results[0]
         print_hits(result, heading)
+        if "dropped" in result.info:
+            console.print(f"{result.info['dropped']} candidates without a supporting edge dropped")
+    else:
+        console.print(f"{len(results)} queries" + (f" · run file {trec_out}" if trec_out else ""))
 
 
 @app.command()

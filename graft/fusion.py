@@ -1,4 +1,4 @@
-"""Rank fusion as pure functions."""
+"""Rank fusion as pure functions: plain RRF and graph-weighted RRF."""
 
 from __future__ import annotations
 
@@ -41,3 +41,54 @@ def rrf(runs: Mapping[str, Sequence[Hashable]], k: int = RRF_K) -> list[Fused]:
             entry.score += term
             entry.terms[name] = entry.terms.get(name, 0.0) + term
     return sorted(fused.values(), key=lambda f: (-f.score, str(f.doc)))
+
+
+@dataclass
+class GraphFused:
+    """The result of `graph_rrf`: the kept candidates, best first, and the dropped ones."""
+
+    fused: list[Fused]
+    dropped: list[Hashable]  # candidates no facet's edge supports, sorted by str(doc)
+
+
+def graph_rrf(
+    runs: Mapping[str, Sequence[Hashable]],
+    support: Mapping[str, Mapping[Hashable, float]],
+    k: int = RRF_K,
+) -> GraphFused:
+    """Graph-weighted reciprocal rank fusion (GRAFT), after RRF (Cormack, Clarke and Buettcher, SIGIR 2009).
+
+    score(c) = sum over runs f containing c of w_f(q, c) / (k + rank_f(c)), ranks starting at 1,
+    where w_f(q, c) = support[f].get(c, 0) is the query-candidate edge weight in facet f. A term
+    whose edge is absent (w = 0) is zero, and a candidate whose every term is zero is dropped.
+
+    Args:
+        runs: facet (run name) -> ranked candidates, best first (each at most once per run).
+        support: facet -> candidate -> edge weight w_f(q, c) >= 0; missing means no edge.
+        k: the RRF constant (60 in the paper). It flattens the contribution of top ranks; it is not
+            the number of candidates kept.
+    Returns:
+        `GraphFused`: kept candidates sorted by (-score, str(doc)), each with `terms` = the facets
+        whose term is non-zero and that term's value (the attribution); and the dropped candidates.
+    Raises:
+        ValueError: k < 0 or a negative weight.
+    """
+    if k < 0:
+        raise ValueError(f"graph_rrf: k must be >= 0, got {k}")
+    fused: dict[Hashable, Fused] = {}
+    seen: set[Hashable] = set()
+    for name, docs in runs.items():
+        weights = support.get(name, {})
+        for rank, doc in enumerate(docs, start=1):
+            seen.add(doc)
+            w = float(weights.get(doc, 0.0))
+            if w < 0:
+                raise ValueError(f"graph_rrf: negative support {w} for {doc!r} in {name!r}; weights must be >= 0")
+            if w == 0.0:
+                continue
+            term = w / (k + rank)
+            entry = fused.setdefault(doc, Fused(doc, 0.0))
+            entry.score += term
+            entry.terms[name] = entry.terms.get(name, 0.0) + term
+    dropped = sorted(seen - set(fused), key=str)
+    return GraphFused(sorted(fused.values(), key=lambda f: (-f.score, str(f.doc))), dropped)

@@ -135,6 +135,16 @@ class Index:
                             facets=terms, evidence=evidence, year=years[node]))
         return hits
 
+    def generative(self, *, device: str = "cpu") -> Any:
+        """The index's trained generative retriever (`graft.retriever.GenerativeRetriever`).
+
+        Raises:
+            GraftError: no trained model in `INDEX/model`.
+        """
+        from graft.retriever import load_retriever
+
+        return load_retriever(self, device=device)
+
     def query_paper(self, paper_id: str, *, k: int = 20, config: TeacherConfig | None = None) -> QueryResult:
         """Related papers of a corpus paper by the graph teacher (facet-attributed)."""
         node = self.row(paper_id)

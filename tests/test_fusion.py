@@ -24,3 +24,35 @@ def test_rrf_k_is_not_a_cutoff_and_ties_are_deterministic() -> None:
     assert [f.doc for f in fused] == ["p", "q"]  # equal scores: broken by doc id
     with pytest.raises(ValueError):
         rrf({"a": ["x"]}, k=-1)
+
+
+def test_graph_rrf_hand_computed_with_attribution_and_drops() -> None:
+    from graft.fusion import graph_rrf
+
+    runs = {"method": ["a", "b", "c"], "problem": ["b", "d", "a"]}
+    support = {"method": {"a": 0.5, "c": 0.9}, "problem": {"b": 0.8, "a": 0.2}}
+    out = graph_rrf(runs, support, k=60)
+    scores = {f.doc: f.score for f in out.fused}
+    assert scores == pytest.approx({"a": 0.5 / 61 + 0.2 / 63, "b": 0.8 / 61, "c": 0.9 / 63})
+    assert [f.doc for f in out.fused] == ["c", "b", "a"]  # 0.9/63 > 0.8/61 > 0.5/61 + 0.2/63
+    assert out.dropped == ["d"]  # in a list, but no supporting edge in any facet
+    a = next(f for f in out.fused if f.doc == "a")
+    assert a.terms == pytest.approx({"method": 0.5 / 61, "problem": 0.2 / 63})
+    b = next(f for f in out.fused if f.doc == "b")
+    assert set(b.terms) == {"problem"}  # b's method term has w = 0: not credited
+
+
+def test_graph_rrf_k_is_not_a_cutoff_and_validates() -> None:
+    from graft.fusion import graph_rrf
+
+    out = graph_rrf({"f": ["x", "y"]}, {"f": {"x": 1.0, "y": 1.0}}, k=0)
+    assert [f.doc for f in out.fused] == ["x", "y"] and out.fused[1].score == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        graph_rrf({"f": ["x"]}, {"f": {"x": 1.0}}, k=-1)
+    with pytest.raises(ValueError):
+        graph_rrf({"f": ["x"]}, {"f": {"x": -0.1}})
+    # with all weights 1, graph-RRF is plain RRF
+    runs = {"a": ["x", "y", "z"], "b": ["y", "w"]}
+    ones = {r: dict.fromkeys(d, 1.0) for r, d in runs.items()}
+    assert [(f.doc, round(f.score, 12)) for f in graph_rrf(runs, ones).fused] == \
+        [(f.doc, round(f.score, 12)) for f in rrf(runs)]

@@ -1,0 +1,196 @@
+"""Trie-constrained beam search for the generative retriever, through transformers' public hooks.
+
+`TrieLogitsProcessor` is a `transformers.LogitsProcessor`: at each step it reads, for every beam,
+the tokens generated after the prompt and lets through only `DocidTrie.allowed_next(prefix)`
+(the end-of-sequence token only where the prefix is a complete DocID). Each batch row may belong
+to another facet, so all items of a query, across the four facets, decode in one `generate` call
+(`decode_items`), left-padded, never one call per item.
+
+Scores. transformers' beam search hands the processor log-probabilities (log-softmax of the
+logits). The processor masks them to the allowed tokens and renormalises over those (a second
+log-softmax), so each step is a distribution over the trie's continuations and a finished beam's
+`sequences_scores` — with `length_penalty=0`, the *summed* log-probability of its tokens, EOS
+included — is the log of the probability of that DocID under the constrained model. `decode_items`
+returns `exp` of it. Since with `length_penalty=0` a beam's score can only fall as it grows,
+`early_stopping=True` (stop once `num_beams` hypotheses are finished) loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import LogitsProcessor
+
+from graft.docids import DocidTrie
+from graft.prompts import encode_prompt
+
+#: New tokens per DocID: 12 DocID tokens (graft.docids.MAX_TOKENS) plus the end marker.
+MAX_NEW_TOKENS = 13
+#: Longest prompt (tokens); a longer facet item is cut by `encode_prompt`.
+MAX_PROMPT_TOKENS = 256
+#: Scores below this are transformers' filler hypotheses (it uses -1e9), not decoded DocIDs.
+_FILLER_SCORE = -1.0e8
+
+
+class TrieLogitsProcessor(LogitsProcessor):
+    """Mask each beam's next-token scores to its facet trie's continuations.
+
+    Args:
+        tries: per batch row (before beam expansion), the trie of that row's facet.
+        prompt_len: width of the (left-padded) prompt block; generated tokens start there.
+        eos_id: the end-of-sequence id, allowed only after a complete DocID.
+        num_beams: beams per batch row (rows of `input_ids` are grouped `num_beams` at a time).
+        renormalise: re-apply log-softmax over the allowed tokens (see the module docstring).
+    """
+
+    def __init__(self, tries: Sequence[DocidTrie], prompt_len: int, eos_id: int, num_beams: int,
+                 *, renormalise: bool = True) -> None:
+        self.tries = list(tries)
+        self.prompt_len = int(prompt_len)
+        self.eos_id = int(eos_id)
+        self.num_beams = int(num_beams)
+        self.renormalise = renormalise
+        # (trie id, prefix) -> allowed ids; beams share prefixes heavily within and across steps.
+        self._cache: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+
+    def allowed(self, row: int, prefix: tuple[int, ...]) -> np.ndarray:
+        """Allowed next ids of flat row `row` (batch row = row // num_beams) after `prefix`."""
+        trie = self.tries[row // self.num_beams]
+        key = (id(trie), prefix)
+        out = self._cache.get(key)
+        if out is None:
+            out = np.asarray(trie.allowed_next(prefix, eos_id=self.eos_id), dtype=np.int64)
+            if out.size == 0:  # not a DocID prefix (a dead beam at -inf): let it end, it is filtered later
+                out = np.asarray([self.eos_id], dtype=np.int64)
+            self._cache[key] = out
+        return out
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        generated = input_ids[:, self.prompt_len:].tolist()
+        rows, cols = [], []
+        for r, prefix in enumerate(generated):
+            ids = self.allowed(r, tuple(prefix))
+            rows.append(np.full(ids.size, r, dtype=np.int64))
+            cols.append(ids)
+        mask = torch.full_like(scores, float("-inf"))
+        mask[torch.from_numpy(np.concatenate(rows)).to(scores.device),
+             torch.from_numpy(np.concatenate(cols)).to(scores.device)] = 0.0
+        out = scores + mask
+        if self.renormalise:
+            out = torch.log_softmax(out.float(), dim=-1).to(scores.dtype)
+        return out
+
+
+@dataclass
+class Beam:
+    """One decoded DocID of one query item."""
+
+    docid_id: int | None  # the facet trie's id; None only if decoding produced a non-DocID (a bug)
+    prob: float  # exp(summed constrained log-probability), see the module docstring
+    token_ids: list[int]
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        att[i, width - len(p):] = 1
+    return ids, att
+
+
+@torch.inference_mode()
+def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], items: Sequence[tuple[str, str]],
+                 num_beams: int, max_new_tokens: int = MAX_NEW_TOKENS, *, batch_size: int = 64) -> list[list[Beam]]:
+    """Decode DocIDs for every (facet, text) item of a query, all facets in the same `generate` calls.
+
+    Args:
+        model: a causal LM (eval mode is set here).
+        tokenizer: its tokenizer (the one the tries were made with).
+        tries: facet -> DocID trie.
+        items: (facet, facet item text) pairs, in any facet order.
+        num_beams: beams per item; also the number of DocIDs returned per item (fewer when the
+            facet has fewer DocIDs).
+        max_new_tokens: longest DocID plus the end marker.
+        batch_size: items per `generate` call (one call when the query has fewer items).
+    Returns:
+        per item, its beams best first (probability descending), at most `num_beams`.
+    Raises:
+        KeyError: an item names a facet without a trie.
+    """
+    if not items:
+        return []
+    missing = sorted({f for f, _ in items} - set(tries))
+    if missing:
+        raise KeyError(f"no DocID trie for facet(s) {missing}; facets with tries: {sorted(tries)}")
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    model.eval()
+    device = next(model.parameters()).device
+    prompts = [encode_prompt(tokenizer, f, t, max_tokens=MAX_PROMPT_TOKENS) for f, t in items]
+    out: list[list[Beam]] = []
+    for start in range(0, len(items), batch_size):
+        chunk = list(range(start, min(start + batch_size, len(items))))
+        ids, att = _left_pad([prompts[i] for i in chunk], pad)
+        proc = TrieLogitsProcessor([tries[items[i][0]] for i in chunk], ids.shape[1], eos, num_beams)
+        gen = model.generate(
+            input_ids=ids.to(device), attention_mask=att.to(device), logits_processor=[proc],
+            num_beams=num_beams, num_return_sequences=num_beams, max_new_tokens=max_new_tokens,
+            do_sample=False, length_penalty=0.0, early_stopping=True, eos_token_id=eos, pad_token_id=pad,
+            output_scores=True, return_dict_in_generate=True,
+        )
+        seqs = gen.sequences[:, ids.shape[1]:].tolist()
+        scores = gen.sequences_scores.float().cpu().numpy()
+        for j, i in enumerate(chunk):
+            trie = tries[items[i][0]]
+            beams: dict[tuple[int, ...], Beam] = {}
+            for b in range(j * num_beams, (j + 1) * num_beams):
+                # transformers marks filler hypotheses (fewer DocIDs than beams) with scores near -1e9
+                if not np.isfinite(scores[b]) or scores[b] < _FILLER_SCORE:
+                    continue
+                toks = seqs[b]
+                toks = toks[: toks.index(eos)] if eos in toks else toks
+                prob = float(np.exp(scores[b]))
+                if tuple(toks) not in beams or beams[tuple(toks)].prob < prob:
+                    beams[tuple(toks)] = Beam(trie.lookup(toks), prob, toks)
+            out.append(sorted(beams.values(), key=lambda x: (-x.prob, x.token_ids)))
+    return out
+
+
+def facet_candidates(items: Sequence[tuple[str, str]], beams: Sequence[Sequence[Beam]], papers_of: Any,
+                     exclude: set[str] | None = None) -> dict[str, dict[str, float]]:
+    """Per facet, candidate paper -> the sum of its DocIDs' beam probabilities over the query's items.
+
+    Args:
+        items: the decoded (facet, text) items.
+        beams: `decode_items`' output for them.
+        papers_of: `(facet, docid_id) -> list of paper ids` (e.g. `DocidTable.papers_of`); a DocID
+            shared by several papers credits each of them with its full probability.
+        exclude: paper ids never returned (the query paper itself).
+    Returns:
+        facet -> paper id -> aggregated score (facets without candidates are absent).
+    """
+    exclude = exclude or set()
+    out: dict[str, dict[str, float]] = {}
+    for (facet, _), item_beams in zip(items, beams):
+        for beam in item_beams:
+            if beam.docid_id is None:
+                continue
+            per_item: set[str] = set()  # a paper counts once per beam even if listed twice
+            for pid in papers_of(facet, beam.docid_id):
+                if pid in exclude or pid in per_item:
+                    continue
+                per_item.add(pid)
+                scores = out.setdefault(facet, {})
+                scores[pid] = scores.get(pid, 0.0) + beam.prob
+    return out
+
+
+def ranked(scores: Mapping[str, float]) -> list[str]:
+    """Candidates best first, ties broken by paper id (deterministic)."""
+    return sorted(scores, key=lambda p: (-scores[p], p))

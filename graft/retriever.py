@@ -1,0 +1,192 @@
+"""The generative retriever: trie-constrained decoding per facet item, fused by graph-weighted RRF.
+
+A query paper's facet items (all four facets) are decoded in batched `generate` calls
+(`graft.decoding.decode_items`); each facet's DocIDs map back to papers, whose per-facet scores
+are the summed beam probabilities over the query's items of that facet. The four ranked lists are
+fused by `graft.fusion.graph_rrf` (or plain `rrf` for comparison).
+
+Support w_f(q, c), the weight of graph-RRF's terms:
+
+- **in-corpus query** (a paper of the index): the query-candidate edge weight of the facet graph,
+  symmetrised as the teacher walks it, max(W_f, W_f^T)[q, c]; the query paper itself is never a
+  candidate.
+- **query outside the corpus** (given as facet items): it has no row in the graph, so support is
+  estimated by *mutual corroboration*: for a candidate c retrieved in facet f,
+  w_f(q, c) = max over the other candidates c' retrieved in facet f of max(W_f, W_f^T)[c, c'],
+  i.e. the strongest facet-f edge from c to another paper the model also judged f-related to the
+  query. A candidate that no other candidate of the list corroborates gets w = 0 and drops out of
+  that facet, as an in-corpus candidate without an edge to the query does.
+
+The query path needs the model, the tries, the DocID table and the sparse graphs only: no sentence
+encoder and no nearest-neighbour index.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from graft.decoding import decode_items, facet_candidates, ranked
+from graft.docids import DocidTable, DocidTrie, load_docids, load_tries
+from graft.errors import GraftError
+from graft.facets import FACETS
+from graft.fusion import RRF_K, graph_rrf, rrf
+from graft.index import Index
+from graft.results import Evidence, Hit, QueryResult
+
+FUSIONS = ("graph-rrf", "rrf")
+
+
+class GenerativeRetriever:
+    """Facet-attributed retrieval with a trained DocID model.
+
+    Args:
+        index: the opened index (its sparse facet graphs and paper table).
+        model: a causal LM, or the folder it was saved to (`INDEX/model`).
+        tokenizer: the model's tokenizer (loaded from the model folder when None).
+        tries: facet -> DocID trie (loaded from the index when None).
+        docids: the DocID table (loaded from the index when None).
+        device: where the model runs ("cpu" by default).
+    """
+
+    def __init__(self, index: Index, model: Any, tokenizer: Any = None, tries: dict[str, DocidTrie] | None = None,
+                 docids: DocidTable | None = None, *, device: str = "cpu") -> None:
+        if isinstance(model, (str, Path)):
+            model, tokenizer = _load_model(Path(model), tokenizer)
+        if tokenizer is None:
+            raise ValueError("pass the tokenizer with an in-memory model")
+        self.index = index
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.tries = tries if tries is not None else load_tries(index.path)
+        self.docids = docids if docids is not None else load_docids(index.path, tokenizer)
+
+    @cached_property
+    def walk(self) -> dict[str, sp.csr_matrix]:
+        """max(W_f, W_f^T) per facet, as the teacher walks the graph."""
+        out = {}
+        for f, g in self.index.graphs.items():
+            g = sp.csr_matrix(g, dtype=np.float32)
+            out[f] = g.maximum(g.T).tocsr()
+        return out
+
+    @cached_property
+    def _papers_of(self) -> dict[tuple[str, int], list[str]]:
+        d = self.docids.docids
+        return {(f, int(i)): list(p) for f, i, p in zip(d["facet"].to_list(), d["docid_id"].to_list(),
+                                                        d["paper_ids"].to_list())}
+
+    def papers_of(self, facet: str, docid_id: int) -> list[str]:
+        """The papers a DocID maps to."""
+        return self._papers_of.get((facet, int(docid_id)), [])
+
+    # ---- queries ---------------------------------------------------------------------------
+    def query_paper(self, paper_id: str, k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
+                    *, rrf_k: int = RRF_K) -> QueryResult:
+        """Related papers of a corpus paper.
+
+        Args:
+            paper_id: a paper of the index; its own facet items are the queries.
+            k: results returned.
+            beams: beams per facet item.
+            fusion: `graph-rrf` (support = the query's edges) or `rrf`.
+            rrf_k: the RRF constant.
+        Returns:
+            the ranked, facet-attributed result; `info` has the per-facet candidate counts and, for
+            graph-rrf, `dropped` (count) and `dropped_ids`.
+        Raises:
+            GraftError: unknown paper id or fusion.
+        """
+        q = self.index.row(paper_id)
+        facets = self.index.paper_facets(paper_id)
+        lists = self._facet_lists(facets, beams, exclude={paper_id})
+
+        def support(facet: str, cands: list[str]) -> dict[str, float]:
+            row = self.walk[facet][q]
+            weights = dict(zip(row.indices.tolist(), row.data.tolist()))
+            return {c: float(weights.get(self.index.row_of[c], 0.0)) for c in cands}
+
+        return self._fuse(paper_id, lists, support, k, fusion, rrf_k)
+
+    def query_items(self, facets: dict[str, list[str]], k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
+                    *, query_id: str = "query", rrf_k: int = RRF_K) -> QueryResult:
+        """Related papers of a paper outside the corpus, given its facet items.
+
+        Support is estimated by mutual corroboration among the retrieved candidates (module
+        docstring). Args and Returns as `query_paper`.
+        """
+        lists = self._facet_lists(facets, beams, exclude=set())
+
+        def support(facet: str, cands: list[str]) -> dict[str, float]:
+            rows = np.array([self.index.row_of[c] for c in cands], dtype=np.int64)
+            sub = self.walk[facet][rows][:, rows].toarray()
+            np.fill_diagonal(sub, 0.0)
+            best = sub.max(axis=1) if len(rows) else np.zeros(0)
+            return {c: float(w) for c, w in zip(cands, best)}
+
+        return self._fuse(query_id, lists, support, k, fusion, rrf_k)
+
+    # ---- internals -------------------------------------------------------------------------
+    def _facet_lists(self, facets: dict[str, list[str]], beams: int, exclude: set[str]) -> dict[str, dict[str, float]]:
+        items = [(f, t) for f in FACETS for t in facets.get(f, []) if f in self.tries and t.strip()]
+        decoded = decode_items(self.model, self.tokenizer, self.tries, items, beams)
+        return facet_candidates(items, decoded, self.papers_of, exclude)
+
+    def _fuse(self, query_id: str, lists: dict[str, dict[str, float]], support: Any, k: int, fusion: str,
+              rrf_k: int) -> QueryResult:
+        if fusion not in FUSIONS:
+            raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
+        runs = {f: ranked(s) for f, s in lists.items()}
+        weights = {f: support(f, r) for f, r in runs.items()}
+        info: dict[str, Any] = {"candidates": {f: len(r) for f, r in runs.items()}}
+        if fusion == "graph-rrf":
+            out = graph_rrf(runs, weights, k=rrf_k)
+            fused = out.fused
+            info["dropped"] = len(out.dropped)
+            info["dropped_ids"] = [str(d) for d in out.dropped]
+        else:
+            fused = rrf(runs, k=rrf_k)
+        titles, years = self.index.papers["title"], self.index.papers["year"]
+        hits = []
+        for rank, entry in enumerate(fused[:k], start=1):
+            pid = str(entry.doc)
+            node = self.index.row_of[pid]
+            evidence = {f: Evidence(weight=round(weights[f].get(pid, 0.0), 6), hops=1,
+                                    rank=runs[f].index(pid) + 1) for f in entry.terms}
+            hits.append(Hit(paper_id=pid, title=titles[node], rank=rank, score=entry.score,
+                            facets=dict(entry.terms), evidence=evidence, year=years[node]))
+        return QueryResult(query_id, "graft", fusion, hits, info)
+
+
+def _load_model(folder: Path, tokenizer: Any = None) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (folder / "config.json").is_file():
+        raise GraftError(f"no trained model in '{folder}'; train one with `graft train {folder.parent}` "
+                         f"or use --retriever teacher")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def has_model(index_dir: str | Path) -> bool:
+    """True when the index holds a trained generative retriever (`INDEX/model/config.json`)."""
+    return (Path(index_dir) / "model" / "config.json").is_file()
+
+
+def load_retriever(index_dir: str | Path | Index, *, device: str = "cpu") -> GenerativeRetriever:
+    """Open an index's generative retriever: `INDEX/model`, the tries and the DocID table.
+
+    Raises:
+        IndexFormatError: not an index, or DocIDs missing / made with another tokenizer.
+        GraftError: no trained model in the index.
+    """
+    index = index_dir if isinstance(index_dir, Index) else Index.open(index_dir)
+    return GenerativeRetriever(index, index.path / "model", device=device)

@@ -1,0 +1,87 @@
+"""Trie-constrained decoding: the property that every output is a DocID of the item's facet, with
+random tries, random prompts and a random untrained tiny model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graft.decoding import TrieLogitsProcessor, decode_items, facet_candidates
+from graft.docids import DocidTrie
+from training.base_models import load_tokenizer, random_model, tiny_config
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("tiny")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+FACETS = ("problem", "method", "result", "contribution")
+
+
+def _random_facet_docids(rng: np.random.Generator, vocab: list[int]) -> list[list[int]]:
+    """Random token sequences of 1-12 ids, including DocIDs that are prefixes of others."""
+    seqs: set[tuple[int, ...]] = set()
+    while len(seqs) < int(rng.integers(3, 30)):
+        seq = tuple(int(t) for t in rng.choice(vocab, int(rng.integers(1, 13))))
+        seqs.add(seq)
+        if len(seq) > 2 and rng.random() < 0.3:
+            seqs.add(seq[: int(rng.integers(1, len(seq)))])
+    return [list(s) for s in sorted(seqs)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_decoded_output_is_a_docid_of_its_facet(tokenizer, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    model = random_model(tiny_config(tokenizer), seed=seed)
+    # disjoint token pools per facet, so a DocID of the wrong facet cannot pass by coincidence
+    pool = rng.permutation(np.arange(100, 40_000))
+    sets = {f: _random_facet_docids(rng, pool[i * 50:(i + 1) * 50].tolist()) for i, f in enumerate(FACETS)}
+    tries = {f: DocidTrie.build(s) for f, s in sets.items()}
+    words = "graph neural citation retrieval sparse dense model survey attention benchmark".split()
+    items = [(str(rng.choice(FACETS)), " ".join(rng.choice(words, int(rng.integers(1, 12)))))
+             for _ in range(int(rng.integers(4, 9)))]
+    beams = int(rng.integers(2, 7))
+    out = decode_items(model, tokenizer, tries, items, num_beams=beams)
+    assert len(out) == len(items)
+    for (facet, _), item_beams in zip(items, out):
+        assert 1 <= len(item_beams) <= beams
+        for b in item_beams:
+            assert tries[facet].lookup(b.token_ids) is not None, (facet, b)
+            assert b.docid_id == tries[facet].lookup(b.token_ids)
+            assert b.token_ids in sets[facet]
+            assert 0.0 < b.prob <= 1.0 + 1e-6
+        # constrained, renormalised: beams of one item are distinct DocIDs whose probabilities sum to <= 1
+        assert len({tuple(b.token_ids) for b in item_beams}) == len(item_beams)
+        assert sum(b.prob for b in item_beams) <= 1.0 + 1e-4
+        assert [b.prob for b in item_beams] == sorted((b.prob for b in item_beams), reverse=True)
+
+
+def test_processor_allows_eos_only_after_a_complete_docid() -> None:
+    trie = DocidTrie.build([[5, 6], [5, 6, 7], [8]])
+    proc = TrieLogitsProcessor([trie], prompt_len=2, eos_id=0, num_beams=2, renormalise=False)
+    ids = torch.tensor([[9, 9, 5, 6], [9, 9, 8, 0]])  # row 0: "5 6" (complete, extends); row 1: dead
+    out = proc(ids, torch.zeros(2, 10))
+    assert torch.isfinite(out[0]).nonzero().ravel().tolist() == [0, 7]
+    assert torch.isfinite(out[1]).nonzero().ravel().tolist() == [0]
+    start = proc(torch.tensor([[9, 9], [9, 9]]), torch.zeros(2, 10))
+    assert torch.isfinite(start[0]).nonzero().ravel().tolist() == [5, 8]  # no EOS at the empty prefix
+
+
+def test_facet_scores_sum_beam_probabilities_over_items() -> None:
+    from graft.decoding import Beam
+
+    items = [("method", "a"), ("method", "b"), ("problem", "c")]
+    beams = [[Beam(0, 0.5, [1]), Beam(1, 0.25, [2])], [Beam(0, 0.125, [1])], [Beam(3, 0.5, [4])]]
+    papers = {("method", 0): ["p1", "p2"], ("method", 1): ["q"], ("problem", 3): ["p1", "q"]}
+    out = facet_candidates(items, beams, lambda f, d: papers[(f, d)], exclude={"q"})
+    assert out == {"method": {"p1": 0.625, "p2": 0.625}, "problem": {"p1": 0.5}}

@@ -1,0 +1,128 @@
+"""The generative retriever end to end: a tiny model trained in the test on a cs768 slice, queried
+through the library and `graft query` (graph-RRF attribution, drops, --json and TREC output)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import cs768_path
+from test_build import write_slice
+from typer.testing import CliRunner
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, encoder):
+    """A 60-paper cs768 slice with a tiny DocID model trained for a few steps."""
+    from graphbuild.build import BuildConfig, build_index
+    from training.pipeline import train_index
+    from training.trainer import TrainConfig
+
+    tmp = tmp_path_factory.mktemp("retriever")
+    out = tmp / "index"
+    build_index(write_slice(cs768_path(), 60, tmp), out, BuildConfig(), encoder=encoder)
+    train_index(out, TrainConfig(max_steps=20, lr=2e-3, save_every_steps=0, logging_steps=5), base_model="tiny")
+    return out
+
+
+@pytest.fixture(scope="module")
+def retriever(trained):
+    from graft.index import Index
+
+    return Index.open(trained).generative()
+
+
+def _query_paper(retriever) -> str:
+    degree = sum(np.asarray((g > 0).sum(axis=1)).ravel() for g in retriever.index.graphs.values())
+    return retriever.index.paper_ids[int(np.argmax(degree))]
+
+
+def test_in_corpus_query_returns_supported_corpus_papers(retriever) -> None:
+    pid = _query_paper(retriever)
+    result = retriever.query_paper(pid, k=10, beams=4)
+    corpus = set(retriever.index.paper_ids)
+    q = retriever.index.row(pid)
+    assert result.retriever == "graft" and result.fusion == "graph-rrf"
+    assert result.hits, result.info
+    assert [h.rank for h in result.hits] == list(range(1, len(result.hits) + 1))
+    assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
+    for h in result.hits:
+        assert h.paper_id in corpus and h.paper_id != pid
+        assert h.facets and all(v > 0 for v in h.facets.values())  # at least one supporting facet
+        for f, term in h.facets.items():
+            w = retriever.walk[f][q, retriever.index.row(h.paper_id)]
+            assert w > 0 and h.evidence[f].weight == pytest.approx(w, abs=1e-6)
+            assert term == pytest.approx(w / (60 + h.evidence[f].rank), rel=1e-5)
+        assert sum(h.facets.values()) == pytest.approx(h.score)
+    assert result.info["dropped"] == len(result.info["dropped_ids"])
+    assert not set(result.info["dropped_ids"]) & {h.paper_id for h in result.hits}
+    assert h.facet_label()  # 'method 0.71 · problem 0.42'
+
+    plain = retriever.query_paper(pid, k=10, beams=4, fusion="rrf")
+    assert plain.fusion == "rrf" and "dropped" not in plain.info and plain.hits
+    assert all(h.paper_id in corpus and h.paper_id != pid for h in plain.hits)
+
+
+def test_out_of_corpus_support_is_mutual_corroboration(retriever) -> None:
+    pid = _query_paper(retriever)
+    facets = retriever.index.paper_facets(pid)
+    result = retriever.query_items(facets, k=10, beams=4, query_id="new")
+    assert result.query_id == "new"
+    for h in result.hits:
+        assert h.paper_id in retriever.index.row_of and h.facets
+        for f in h.facets:  # the weight is the strongest edge to another candidate of the list
+            assert h.evidence[f].weight > 0
+
+
+def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
+    from cli.app import app
+    from graft.index import Index
+
+    idx = Index.open(trained)
+    ids = idx.paper_ids[:3]
+    runner = CliRunner()
+    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--beams", "3", "--k", "5", "--json"])
+    assert res.exit_code == 0, res.output
+    hits = json.loads(res.output)
+    assert isinstance(hits, list) and all(h["facets"] and h["paper_id"] in idx.row_of for h in hits)
+
+    qfile = tmp_path / "queries.txt"
+    qfile.write_text("\n".join([ids[0], json.dumps({"id": ids[1]}), ids[2]]) + "\n")
+    run = tmp_path / "run.txt"
+    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5",
+                              "--trec-out", str(run)])
+    assert res.exit_code == 0, res.output
+    lines = [line.split() for line in run.read_text().splitlines()]
+    assert lines and all(len(x) == 6 and x[1] == "Q0" and x[5] == "graft" for x in lines)
+    for qid in {x[0] for x in lines}:
+        ranks = [int(x[3]) for x in lines if x[0] == qid]
+        scores = [float(x[4]) for x in lines if x[0] == qid]
+        assert ranks == list(range(1, len(ranks) + 1)) and scores == sorted(scores, reverse=True)
+    assert {x[0] for x in lines} <= set(ids)
+
+    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--retriever", "teacher", "--k", "3"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--retriever", "teacher",
+                              "--fusion", "graph-rrf"])
+    assert res.exit_code == 2 and "rrf" in res.output
+    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--fusion", "bogus"])
+    assert res.exit_code == 2
+
+
+def test_latency_benchmark_smoke(trained, tmp_path) -> None:
+    from eval.benchmarks.query_latency import main
+
+    assert main(["--index", str(trained), "--model", "tiny", "--random", "--queries", "2", "--beams", "2",
+                 "--results", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "query_latency.json").read_text())
+    assert res["queries"] == 2 and res["graft"]["p50_s"] > 0 and res["speedup_p50"] > 0
