@@ -117,8 +117,16 @@ class Index:
         return out
 
     # ---- retrieval -------------------------------------------------------------------------
+    @cached_property
+    def _teachers(self) -> dict[TeacherConfig, GraphTeacher]:
+        return {}
+
     def teacher(self, config: TeacherConfig | None = None) -> GraphTeacher:
-        return GraphTeacher(self.graphs, config)
+        """The graph teacher over this index, built once per config (its walk matrices are reused)."""
+        config = config or TeacherConfig()
+        if config not in self._teachers:
+            self._teachers[config] = GraphTeacher(self.graphs, config)
+        return self._teachers[config]
 
     def _hits(self, fused: list[tuple[int, float, dict[str, float]]], per_facet: dict) -> list[Hit]:
         titles = self.papers["title"]
@@ -129,8 +137,7 @@ class Index:
             for facet in terms:
                 c = per_facet[facet][node]
                 via = self.paper_ids[c.via] if c.via is not None else None
-                list_rank = next(i for i, x in enumerate(per_facet[facet]) if x == node) + 1
-                evidence[facet] = Evidence(weight=round(c.weight, 6), hops=c.hops, via=via, rank=list_rank)
+                evidence[facet] = Evidence(weight=round(c.weight, 6), hops=c.hops, via=via, rank=c.rank)
             hits.append(Hit(paper_id=self.paper_ids[node], title=titles[node], rank=rank, score=score,
                             facets=terms, evidence=evidence, year=years[node]))
         return hits

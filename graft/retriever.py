@@ -37,6 +37,7 @@ from graft.facets import FACETS
 from graft.fusion import RRF_K, graph_rrf, rrf
 from graft.index import Index
 from graft.results import Evidence, Hit, QueryResult
+from graft.teacher import symmetrise
 
 FUSIONS = ("graph-rrf", "rrf")
 
@@ -68,11 +69,7 @@ class GenerativeRetriever:
     @cached_property
     def walk(self) -> dict[str, sp.csr_matrix]:
         """max(W_f, W_f^T) per facet, as the teacher walks the graph."""
-        out = {}
-        for f, g in self.index.graphs.items():
-            g = sp.csr_matrix(g, dtype=np.float32)
-            out[f] = g.maximum(g.T).tocsr()
-        return out
+        return symmetrise(self.index.graphs)
 
     @cached_property
     def _papers_of(self) -> dict[tuple[str, int], list[str]]:

@@ -18,7 +18,16 @@ from graft.facets import FACETS
 from graft.fusion import RRF_K, rrf
 
 
-@dataclass
+def symmetrise(graphs: dict[str, sp.csr_matrix]) -> dict[str, sp.csr_matrix]:
+    """max(W_f, W_fᵀ) per facet: an edge either way relates two papers (the top-K cut is one-sided)."""
+    out = {}
+    for facet, g in graphs.items():
+        g = sp.csr_matrix(g, dtype=np.float32)
+        out[facet] = g.maximum(g.T).tocsr()
+    return out
+
+
+@dataclass(frozen=True)
 class TeacherConfig:
     two_hop_weight: float = 0.5  # gamma: weight of propagated two-hop scores next to one-hop weights
     symmetric: bool = True  # walk in-edges too: "related" is symmetric, out-edges are a top-K cut
@@ -37,6 +46,7 @@ class FacetCandidate:
     weight: float  # one-hop edge weight, or the strongest two-hop path's weight product
     hops: int
     via: int | None
+    rank: int = 0  # 1-based position in its facet's list
 
 
 class GraphTeacher:
@@ -44,10 +54,10 @@ class GraphTeacher:
 
     def __init__(self, graphs: dict[str, sp.csr_matrix], config: TeacherConfig | None = None) -> None:
         self.config = config or TeacherConfig()
-        self.walk: dict[str, sp.csr_matrix] = {}
-        for facet, g in graphs.items():
-            g = sp.csr_matrix(g, dtype=np.float32)
-            self.walk[facet] = g.maximum(g.T).tocsr() if self.config.symmetric else g
+        self.walk: dict[str, sp.csr_matrix] = (
+            symmetrise(graphs) if self.config.symmetric
+            else {f: sp.csr_matrix(g, dtype=np.float32) for f, g in graphs.items()}
+        )
         self.n = next(iter(self.walk.values())).shape[0] if self.walk else 0
 
     def node_rows(self, node: int) -> dict[str, sp.csr_matrix]:
@@ -75,9 +85,10 @@ class GraphTeacher:
         out = []
         for k, c in enumerate(cand):
             if one[c] > 0:
-                out.append(FacetCandidate(int(c), float(score[c]), float(one[c]), 1, None))
+                out.append(FacetCandidate(int(c), float(score[c]), float(one[c]), 1, None, k + 1))
             else:
-                out.append(FacetCandidate(int(c), float(score[c]), float(paths[best[k], k]), 2, int(nbrs[best[k]])))
+                out.append(FacetCandidate(int(c), float(score[c]), float(paths[best[k], k]), 2,
+                                          int(nbrs[best[k]]), k + 1))
         return out
 
     def retrieve(

@@ -100,6 +100,9 @@ def test_teacher_query_returns_attributed_corpus_papers(cs768_index) -> None:
         assert sum(h.facets.values()) == pytest.approx(h.score)
         for facet, ev in h.evidence.items():
             assert ev.weight > 0 and ev.hops in (1, 2)
+            t = idx.teacher()
+            lst = t.facet_list(facet, t.node_rows(idx.row(pid))[facet], {idx.row(pid)})
+            assert lst[ev.rank - 1].node == idx.row(h.paper_id)  # rank = position in that facet's list
             if ev.hops == 1:  # a one-hop claim is an edge of the (symmetrised) facet graph
                 i, j = idx.row(pid), idx.row(h.paper_id)
                 assert max(idx.graphs[facet][i, j], idx.graphs[facet][j, i]) == pytest.approx(ev.weight, abs=1e-5)
