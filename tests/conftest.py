@@ -25,3 +25,16 @@ def encoder():
     from graphbuild.embeddings import Encoder
 
     return Encoder()
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """Tiny-model steps are too small to gain from intra-op threads, and on a shared CPU OpenMP
+    spin-waits make two threads many times slower than one. Modules opt in with
+    `pytestmark = pytest.mark.usefixtures("torch_one_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

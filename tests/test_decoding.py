@@ -17,12 +17,7 @@ def tokenizer():
     return load_tokenizer("tiny")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 FACETS = ("problem", "method", "result", "contribution")

@@ -7,18 +7,11 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from conftest import cs768_path
 from test_build import write_slice
 from typer.testing import CliRunner
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

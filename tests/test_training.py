@@ -32,15 +32,7 @@ from training.data import (
 )
 from training.trainer import TrainConfig, fit
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny-model steps are too small to gain from intra-op threads, and on a shared CPU OpenMP
-    spin-waits make two threads many times slower than one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="session")
