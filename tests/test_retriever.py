@@ -66,6 +66,43 @@ def test_in_corpus_query_returns_supported_corpus_papers(retriever) -> None:
     assert all(h.paper_id in corpus and h.paper_id != pid for h in plain.hits)
 
 
+def test_attribution_follows_a_hand_made_graph(retriever) -> None:
+    """Same decoded candidates, a hand-made support graph: only its edges may attribute facets."""
+    import scipy.sparse as sp
+
+    pid = _query_paper(retriever)
+    q = retriever.index.row(pid)
+    n = retriever.index.n
+    plain = retriever.query_paper(pid, k=n, beams=4, fusion="rrf")  # every decoded candidate
+    candidates = [h.paper_id for h in plain.hits]
+    assert len(candidates) >= 3
+    # method edges from the query to two candidates (weights 0.9, 0.3); a result edge to the second
+    a, b = retriever.index.row(candidates[0]), retriever.index.row(candidates[1])
+    hand = {f: sp.csr_matrix((n, n), dtype=np.float32) for f in ("problem", "method", "result", "contribution")}
+    hand["method"] = sp.csr_matrix(([0.9, 0.3], ([q, q], [a, b])), shape=(n, n), dtype=np.float32)
+    hand["result"] = sp.csr_matrix(([0.5], ([b], [q])), shape=(n, n), dtype=np.float32)  # an in-edge
+    retriever.__dict__["walk"] = {f: g.maximum(g.T).tocsr() for f, g in hand.items()}
+    try:
+        result = retriever.query_paper(pid, k=n, beams=4)
+    finally:
+        del retriever.__dict__["walk"]
+    by = {h.paper_id: h for h in result.hits}
+    supported = {candidates[0]: {"method": 0.9}, candidates[1]: {"method": 0.3, "result": 0.5}}
+    for c, facets in supported.items():
+        decoded_in = {f for f, ev in plain.hits[candidates.index(c)].evidence.items()}
+        want = {f: w for f, w in facets.items() if f in decoded_in}  # an edge counts where c was decoded
+        if not want:
+            assert c not in by
+            continue
+        assert set(by[c].facets) == set(want)
+        for f, w in want.items():
+            assert by[c].evidence[f].weight == pytest.approx(w)
+            assert by[c].facets[f] == pytest.approx(w / (60 + by[c].evidence[f].rank), rel=1e-5)
+    assert set(by) <= set(supported)
+    assert result.info["dropped"] == len(set(candidates) - set(by)) > 0
+    assert set(result.info["dropped_ids"]) == set(candidates) - set(by)
+
+
 def test_out_of_corpus_support_is_mutual_corroboration(retriever) -> None:
     pid = _query_paper(retriever)
     facets = retriever.index.paper_facets(pid)
