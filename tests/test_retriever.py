@@ -156,3 +156,25 @@ def test_latency_benchmark_smoke(trained, tmp_path) -> None:
                  "--results", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "query_latency.json").read_text())
     assert res["queries"] == 2 and res["graft"]["p50_s"] > 0 and res["speedup_p50"] > 0
+
+
+def test_end_to_end_on_aclsum(tmp_path, encoder) -> None:
+    """ACLSum (full-text S2ORC papers) -> graph -> tiny DocID model -> facet-attributed retrieval."""
+    from graft.index import Index
+    from graphbuild.build import BuildConfig, build_index
+    from training.pipeline import train_index
+    from training.trainer import TrainConfig
+
+    out = tmp_path / "acl"
+    build_index(None, out, BuildConfig(limit=30), encoder=encoder)
+    train_index(out, TrainConfig(max_steps=10, lr=2e-3, save_every_steps=0, logging_steps=5), base_model="tiny")
+    idx = Index.open(out)
+    retriever = idx.generative()
+    returned = 0
+    for pid in idx.paper_ids[:3]:
+        result = retriever.query_paper(pid, k=10, beams=3)
+        returned += len(result.hits)
+        for h in result.hits:
+            assert h.paper_id in idx.row_of and h.paper_id != pid
+            assert any(v > 0 for v in h.facets.values())
+    assert returned > 0
