@@ -113,31 +113,6 @@ def print_hits(result, title: str, out: Console = console) -> None:
     out.print(t)
 
 
-_EXTRACTORS: dict = {}
-
-
-def _external_facets(idx, rec: dict) -> dict[str, list[str]]:
-    """Facet items of a paper outside the corpus, by the offline heuristic extractor with the
-    index's encoder (only out-of-corpus queries load an encoder)."""
-    import polars as pl
-
-    from graphbuild.build import BuildConfig
-    from graphbuild.embeddings import Encoder
-    from graphbuild.facets_heuristic import HeuristicFacetExtractor
-
-    config = BuildConfig.from_dict(idx.manifest["stages"]["build"]["config"])
-    key = str(config.embedding_model)
-    if key not in _EXTRACTORS:  # one encoder per process, however many --queries records
-        _EXTRACTORS[key] = HeuristicFacetExtractor(Encoder(config.embedding_model,
-                                                           batch_size=config.embedding_batch_size))
-    extractor = _EXTRACTORS[key]
-    table = pl.DataFrame([{"paper_id": str(rec.get("id") or "query"), "title": str(rec.get("title") or ""),
-                           "abstract": str(rec.get("abstract") or ""), "full_text": rec.get("full_text")}],
-                         schema={"paper_id": pl.Utf8, "title": pl.Utf8, "abstract": pl.Utf8, "full_text": pl.Utf8})
-    facets = extractor.extract(table)[0]
-    return {f: list(facets[f]) for f in facets}
-
-
 def _read_queries(path: Path) -> list[dict]:
     """`--queries` lines: a paper id, or a JSON record (an in-corpus `id`, or title + abstract)."""
     out = []
@@ -172,43 +147,41 @@ def query(
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
     """Related papers, each with the facet(s) that surfaced it."""
-    from graft.index import Index
+    from graft.index import RETRIEVERS, Index
+    from graft.retriever import has_model
 
     try:
         given = [x for x in (paper, text, record, queries) if x is not None]
         if len(given) != 1:
             raise GraftError("give exactly one of --paper ID, --text 'Title. Abstract', --record FILE.json, "
                              "--queries FILE")
-        from graft.retriever import has_model
-
-        retriever = retriever or ("graft" if has_model(index) else "teacher")
-        if retriever not in ("graft", "teacher"):
-            raise GraftError(f"unknown --retriever {retriever!r}; use graft or teacher")
-        fusion = fusion or ("graph-rrf" if retriever == "graft" else "rrf")
-        if fusion not in ("graph-rrf", "rrf"):
-            raise GraftError(f"unknown --fusion {fusion!r}; use graph-rrf or rrf")
-        if retriever == "teacher" and fusion != "rrf":
-            raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
         idx = Index.open(index)
-        gen = idx.generative() if retriever == "graft" else None
+        chosen = retriever or ("graft" if has_model(index) else "teacher")
+        if chosen not in RETRIEVERS:
+            raise GraftError(f"unknown --retriever {chosen!r}; use one of {', '.join(RETRIEVERS)}")
+        outside: dict = {}  # the extractor / scorer for papers outside the corpus, built once
 
         def run(rec: dict) -> tuple:
             pid = rec.get("id")
             if pid is not None and not rec.get("title") and not rec.get("abstract"):
                 pid = str(pid)
-                heading = f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
-                if gen is not None:
-                    return gen.query_paper(pid, k=k, beams=beams, fusion=fusion), heading
-                return idx.query_paper(pid, k=k), heading
+                result = idx.query(paper=pid, retriever=chosen, fusion=fusion, k=k, beams=beams)
+                return result, f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
+            from graphbuild.external import ExternalScorer, RecordFacets
+
             qid = str(rec.get("id") or "query")
             heading = f"related to: {str(rec.get('title', ''))[:80]}"
-            if gen is not None:
-                return gen.query_items(_external_facets(idx, rec), k=k, beams=beams, fusion=fusion,
-                                       query_id=qid), heading
-            from graphbuild.external import ExternalScorer
-
-            rows, _ = ExternalScorer(idx).rows(rec)
-            return idx.query_rows(rows, query_id=qid, k=k), heading
+            if chosen == "teacher":
+                if fusion not in (None, "rrf"):
+                    raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
+                if "scorer" not in outside:
+                    outside["scorer"] = ExternalScorer(idx)
+                rows, _ = outside["scorer"].rows(rec)
+                return idx.query_rows(rows, query_id=qid, k=k), heading
+            if "facets" not in outside:
+                outside["facets"] = RecordFacets(idx)
+            return idx.query(facets=outside["facets"](rec), retriever=chosen, fusion=fusion, k=k, beams=beams,
+                             query_id=qid), heading
 
         if queries is not None:
             recs = _read_queries(queries)

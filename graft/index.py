@@ -17,6 +17,9 @@ from graft.results import Evidence, Hit, QueryResult
 from graft.store import read_npz
 from graft.teacher import GraphTeacher, TeacherConfig
 
+#: Retrievers selectable in `Index.query` and `graft query --retriever`.
+RETRIEVERS = ("graft", "teacher")
+
 
 class Index:
     """An opened index directory. Artefacts load lazily, on first use.
@@ -142,15 +145,67 @@ class Index:
                             facets=terms, evidence=evidence, year=years[node]))
         return hits
 
+    @cached_property
+    def _generative(self) -> dict[str, Any]:
+        return {}
+
     def generative(self, *, device: str = "cpu") -> Any:
-        """The index's trained generative retriever (`graft.retriever.GenerativeRetriever`).
+        """The index's trained generative retriever (`graft.retriever.GenerativeRetriever`), loaded
+        once per device.
 
         Raises:
             GraftError: no trained model in `INDEX/model`.
         """
         from graft.retriever import load_retriever
 
-        return load_retriever(self, device=device)
+        if device not in self._generative:
+            self._generative[device] = load_retriever(self, device=device)
+        return self._generative[device]
+
+    def query(
+        self,
+        paper: str | None = None,
+        facets: dict[str, list[str]] | None = None,
+        *,
+        retriever: str | None = None,
+        fusion: str | None = None,
+        k: int = 20,
+        beams: int = 20,
+        query_id: str = "query",
+        device: str = "cpu",
+    ) -> QueryResult:
+        """Facet-attributed related papers of a corpus paper (`paper`) or of a paper outside the
+        corpus given by its facet items (`facets`).
+
+        Args:
+            retriever: "graft" (the trained generative retriever) or "teacher" (graph walks);
+                default graft when the index holds a trained model, else teacher.
+            fusion: "graph-rrf" or "rrf" for graft (default graph-rrf); the teacher uses "rrf".
+            k: results returned; beams: beams per facet item (graft).
+        Raises:
+            GraftError: bad combination of arguments, unknown paper, or no trained model for graft.
+        """
+        from graft.retriever import FUSIONS, has_model
+
+        if (paper is None) == (facets is None):
+            raise GraftError("give exactly one of paper= (a corpus paper id) or facets= (a paper outside the corpus)")
+        retriever = retriever or ("graft" if has_model(self.path) else "teacher")
+        if retriever not in RETRIEVERS:
+            raise GraftError(f"unknown retriever {retriever!r}; use one of {', '.join(RETRIEVERS)}")
+        fusion = fusion or ("graph-rrf" if retriever == "graft" else "rrf")
+        if fusion not in FUSIONS:
+            raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
+        if retriever == "teacher":
+            if fusion != "rrf":
+                raise GraftError("the teacher fuses with plain rrf; use fusion rrf or the graft retriever")
+            if paper is None:
+                raise GraftError("the teacher scores a paper outside the corpus from its edge rows: use "
+                                 "graphbuild.external.ExternalScorer(index).rows(record) and Index.query_rows")
+            return self.query_paper(paper, k=k)
+        gen = self.generative(device=device)
+        if paper is not None:
+            return gen.query_paper(paper, k=k, beams=beams, fusion=fusion)
+        return gen.query_items(facets, k=k, beams=beams, fusion=fusion, query_id=query_id)
 
     def query_paper(self, paper_id: str, *, k: int = 20, config: TeacherConfig | None = None) -> QueryResult:
         """Related papers of a corpus paper by the graph teacher (facet-attributed)."""

@@ -46,15 +46,14 @@ def read_record(path: str | Path) -> dict[str, Any]:
     return rec
 
 
-class ExternalScorer:
-    """Scores new papers against an index: extracts facets, embeds items, builds top-K rows."""
+class RecordFacets:
+    """Facet items of papers outside the corpus, extracted as the index's build did: the offline
+    heuristic extractor with the index's embedding model (loaded once)."""
 
     def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None) -> None:
         from graphbuild.build import BuildConfig
 
-        self.index = index
-        build = index.manifest["stages"]["build"]
-        self.config = BuildConfig.from_dict(build["config"])
+        self.config = BuildConfig.from_dict(index.manifest["stages"]["build"]["config"])
         if encoder is None:
             from graphbuild.embeddings import Encoder
 
@@ -65,14 +64,8 @@ class ExternalScorer:
             extractor = HeuristicFacetExtractor(encoder)
         self.encoder = encoder
         self.extractor = extractor
-        self.params: GraphParams = self.config.graph_params()
-        facet_col = index.facets["facet"].to_numpy()
-        owner = np.array([index.row_of[p] for p in index.facets["paper_id"].to_list()], dtype=np.int64)
-        vectors = np.asarray(index.item_embeddings, dtype=np.float32)
-        self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)
-        self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}
 
-    def facets_of(self, record: dict[str, Any]) -> FacetItems:
+    def __call__(self, record: dict[str, Any]) -> FacetItems:
         table = pl.DataFrame([{
             "paper_id": str(record.get("id") or "query"),
             "title": str(record.get("title") or ""),
@@ -80,6 +73,22 @@ class ExternalScorer:
             "full_text": record.get("full_text"),
         }], schema={"paper_id": pl.Utf8, "title": pl.Utf8, "abstract": pl.Utf8, "full_text": pl.Utf8})
         return self.extractor.extract(table)[0]
+
+
+class ExternalScorer:
+    """Scores new papers against an index: extracts facets, embeds items, builds top-K rows."""
+
+    def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None) -> None:
+        self.index = index
+        self.facets_of = RecordFacets(index, encoder=encoder, extractor=extractor)
+        self.config = self.facets_of.config
+        self.encoder = self.facets_of.encoder
+        self.params: GraphParams = self.config.graph_params()
+        facet_col = index.facets["facet"].to_numpy()
+        owner = np.array([index.row_of[p] for p in index.facets["paper_id"].to_list()], dtype=np.int64)
+        vectors = np.asarray(index.item_embeddings, dtype=np.float32)
+        self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)
+        self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}
 
     def rows(self, record: dict[str, Any]) -> tuple[dict[str, sp.csr_matrix], FacetItems]:
         """Facet edge rows (1 x n each) of a new paper and the facet items they came from."""

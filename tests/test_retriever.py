@@ -178,3 +178,25 @@ def test_end_to_end_on_aclsum(tmp_path, encoder) -> None:
             assert h.paper_id in idx.row_of and h.paper_id != pid
             assert any(v > 0 for v in h.facets.values())
     assert returned > 0
+
+
+def test_index_query_is_the_one_entry_point(trained) -> None:
+    from graft.errors import GraftError
+    from graft.index import Index
+
+    idx = Index.open(trained)
+    gen = idx.generative()
+    assert idx.generative() is gen  # loaded once
+    pid = _query_paper(gen)
+    default = idx.query(paper=pid, k=5, beams=4)
+    assert default.retriever == "graft" and default.fusion == "graph-rrf"
+    assert [h.paper_id for h in default.hits] == [h.paper_id for h in gen.query_paper(pid, k=5, beams=4).hits]
+    teacher = idx.query(paper=pid, retriever="teacher", k=5)
+    assert teacher.retriever == "teacher" and teacher.hits
+    outside = idx.query(facets=idx.paper_facets(pid), k=5, beams=4, query_id="new")
+    assert outside.query_id == "new"
+    for bad in ({"paper": pid, "retriever": "bm25"}, {"paper": pid, "fusion": "max"},
+                {"paper": pid, "retriever": "teacher", "fusion": "graph-rrf"},
+                {"facets": {"method": ["x"]}, "retriever": "teacher"}, {}):
+        with pytest.raises(GraftError):
+            idx.query(**bad)
