@@ -68,6 +68,11 @@ class Index:
         return np.load(self.path / "embeddings" / "items.npy", mmap_mode="r")
 
     @cached_property
+    def item_rows(self) -> np.ndarray:
+        """Node index of the paper owning each `facets` row (aligned with `item_embeddings`)."""
+        return np.array([self.row_of[p] for p in self.facets["paper_id"].to_list()], dtype=np.int64)
+
+    @cached_property
     def paper_ids(self) -> list[str]:
         return self.papers["paper_id"].to_list()
 

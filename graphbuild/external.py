@@ -85,7 +85,7 @@ class ExternalScorer:
         self.encoder = self.facets_of.encoder
         self.params: GraphParams = self.config.graph_params()
         facet_col = index.facets["facet"].to_numpy()
-        owner = np.array([index.row_of[p] for p in index.facets["paper_id"].to_list()], dtype=np.int64)
+        owner = index.item_rows
         vectors = np.asarray(index.item_embeddings, dtype=np.float32)
         self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)
         self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}

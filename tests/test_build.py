@@ -167,3 +167,10 @@ def test_aclsum_slice_builds_with_full_text(tmp_path, encoder) -> None:
     assert summary.counts["dropped_references"] > 0  # most bibliography entries are outside ACLSum
     for facet in FACETS:
         assert idx.graphs[facet].nnz == 25 * 20
+
+
+def test_item_rows_align_facets_with_papers(cs768_index) -> None:
+    idx = Index.open(cs768_index[0])
+    rows = idx.item_rows
+    assert len(rows) == idx.facets.height
+    assert [idx.paper_ids[r] for r in rows[:50]] == idx.facets["paper_id"].to_list()[:50]

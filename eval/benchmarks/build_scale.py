@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     # Same run: blocked graph stage vs the dense baseline, one facet, same inputs.
     idx = Index.open(args.index)
     sel = (idx.facets["facet"] == "method").to_numpy()
-    owner = np.array([idx.row_of[p] for p in idx.facets["paper_id"].to_list()])[sel]
+    owner = idx.item_rows[sel]
     vecs = np.asarray(idx.item_embeddings, dtype=np.float32)[sel]
     cite = idx.citation_score
     links = citation_links(idx.citation_matrix, cite)

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     queries = sorted(rng.choice(pool, size=min(args.queries, len(pool)), replace=False).tolist())
 
     config = BuildConfig.from_dict(idx.manifest["stages"]["build"]["config"])
-    owner = np.array([idx.row_of[p] for p in idx.facets["paper_id"].to_list()], dtype=np.int64)
+    owner = idx.item_rows
     facet_col = idx.facets["facet"].to_numpy()
     vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
 
