@@ -13,6 +13,14 @@ log-softmax), so each step is a distribution over the trie's continuations and a
 included — is the log of the probability of that DocID under the constrained model. `decode_items`
 returns `exp` of it. Since with `length_penalty=0` a beam's score can only fall as it grows,
 `early_stopping=True` (stop once `num_beams` hypotheses are finished) loses nothing.
+
+Prompt sharing. Beam search copies every prompt `num_beams` times before its first forward pass,
+so a plain `generate` call encodes each prompt once per beam; with 20 beams and prompts three
+times as long as a DocID, that prefill is most of the work. `decode_items` instead runs the
+prompts (all but their last token) through the model once, repeats the resulting key/value cache
+per beam (`Cache.batch_repeat_interleave`) and hands it to `generate` as its prefilled cache, the
+documented way to continue from a cached prefix; `generate` then feeds only the last prompt token
+and the DocID tokens. The decoded beams are the same (up to floating-point summation order).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import LogitsProcessor
+from transformers.generation import utils as _generation_utils
 
 from graft.docids import DocidTrie
 from graft.prompts import encode_prompt
@@ -32,6 +41,9 @@ from graft.prompts import encode_prompt
 MAX_NEW_TOKENS = 13
 #: Longest prompt (tokens); a longer facet item is cut by `encode_prompt`.
 MAX_PROMPT_TOKENS = 256
+#: `generate`'s keyword for a prefilled cache: `cache` in transformers >= 5.2x (which deprecates the
+#: older `past_key_values`), `past_key_values` before.
+_CACHE_KWARG = "cache" if "cache" in getattr(_generation_utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
 #: Scores below this are transformers' filler hypotheses (it uses -1e9), not decoded DocIDs.
 _FILLER_SCORE = -1.0e8
 
@@ -104,9 +116,25 @@ def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
     return ids, att
 
 
+def _shared_prefix_cache(model: Any, ids: torch.Tensor, att: torch.Tensor, num_beams: int) -> Any:
+    """Key/value cache of the left-padded prompts minus their last token, repeated per beam.
+
+    Positions follow the attention mask (left padding), as `generate` computes them itself.
+    """
+    head, mask = ids[:, :-1], att[:, :-1]
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=head, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    cache = getattr(out, "cache", None)
+    if cache is None:
+        cache = out.past_key_values
+    cache.batch_repeat_interleave(num_beams)
+    return cache
+
+
 @torch.inference_mode()
 def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], items: Sequence[tuple[str, str]],
-                 num_beams: int, max_new_tokens: int = MAX_NEW_TOKENS, *, batch_size: int = 64) -> list[list[Beam]]:
+                 num_beams: int, max_new_tokens: int = MAX_NEW_TOKENS, *, batch_size: int = 64,
+                 share_prompt: bool = True) -> list[list[Beam]]:
     """Decode DocIDs for every (facet, text) item of a query, all facets in the same `generate` calls.
 
     Args:
@@ -118,6 +146,8 @@ def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], ite
             facet has fewer DocIDs).
         max_new_tokens: longest DocID plus the end marker.
         batch_size: items per `generate` call (one call when the query has fewer items).
+        share_prompt: encode each prompt once and share its cache across the beams (see the
+            module docstring); False = plain `generate`, which encodes it once per beam.
     Returns:
         per item, its beams best first (probability descending), at most `num_beams`.
     Raises:
@@ -137,12 +167,14 @@ def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], ite
     for start in range(0, len(items), batch_size):
         chunk = list(range(start, min(start + batch_size, len(items))))
         ids, att = _left_pad([prompts[i] for i in chunk], pad)
+        ids, att = ids.to(device), att.to(device)
         proc = TrieLogitsProcessor([tries[items[i][0]] for i in chunk], ids.shape[1], eos, num_beams)
+        extra = {_CACHE_KWARG: _shared_prefix_cache(model, ids, att, num_beams)} if share_prompt else {}
         gen = model.generate(
-            input_ids=ids.to(device), attention_mask=att.to(device), logits_processor=[proc],
+            input_ids=ids, attention_mask=att, logits_processor=[proc],
             num_beams=num_beams, num_return_sequences=num_beams, max_new_tokens=max_new_tokens,
             do_sample=False, length_penalty=0.0, early_stopping=True, eos_token_id=eos, pad_token_id=pad,
-            output_scores=True, return_dict_in_generate=True,
+            output_scores=True, return_dict_in_generate=True, **extra,
         )
         seqs = gen.sequences[:, ids.shape[1]:].tolist()
         scores = gen.sequences_scores.float().cpu().numpy()

@@ -80,3 +80,21 @@ def test_facet_scores_sum_beam_probabilities_over_items() -> None:
     papers = {("method", 0): ["p1", "p2"], ("method", 1): ["q"], ("problem", 3): ["p1", "q"]}
     out = facet_candidates(items, beams, lambda f, d: papers[(f, d)], exclude={"q"})
     assert out == {"method": {"p1": 0.625, "p2": 0.625}, "problem": {"p1": 0.5}}
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_shared_prompt_cache_decodes_the_same_beams_as_plain_generate(tokenizer, seed: int) -> None:
+    """Prompts of different lengths (left padding) across facets: sharing the prompt cache across
+    beams changes the cost, not the DocIDs or their probabilities."""
+    rng = np.random.default_rng(seed)
+    model = random_model(tiny_config(tokenizer), seed=seed)
+    pool = rng.permutation(np.arange(100, 40_000))
+    tries = {f: DocidTrie.build(_random_facet_docids(rng, pool[i * 40:(i + 1) * 40].tolist()))
+             for i, f in enumerate(FACETS)}
+    words = "graph neural citation retrieval sparse dense model survey attention benchmark".split()
+    items = [(FACETS[i % 4], " ".join(rng.choice(words, 1 + 3 * i))) for i in range(6)]
+    shared = decode_items(model, tokenizer, tries, items, num_beams=5)
+    plain = decode_items(model, tokenizer, tries, items, num_beams=5, share_prompt=False)
+    assert [[b.token_ids for b in x] for x in shared] == [[b.token_ids for b in x] for x in plain]
+    for xs, ys in zip(shared, plain):
+        np.testing.assert_allclose([b.prob for b in xs], [b.prob for b in ys], rtol=1e-4)
