@@ -13,8 +13,8 @@ citation neighbours in the corpus (references and citing papers). Systems, all o
 
     python -m eval.benchmarks.teacher_recall --index INDEX [--queries 300] [--seed 0]
 
-Writes eval/results/teacher_recall.{md,json}. A pipeline check, not the evaluation harness: the
-full protocol (splits, BM25, GRAFT) belongs to `graft eval`.
+Writes eval/results/teacher_recall.{md,json}. A pipeline check on the full graph, not the evaluation
+protocol: held-out splits, BM25 and GRAFT are `graft eval` (eval/runner.py).
 """
 
 from __future__ import annotations
@@ -32,10 +32,6 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 
 
-def recall_at(ranked: list[int], gold: set[int], k: int) -> float:
-    return len(set(ranked[:k]) & gold) / len(gold)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--index", required=True)
@@ -46,13 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from eval.metrics import recall_at
+    from eval.systems import facet_only_graphs
     from graft.facets import FACETS
     from graft.index import Index
     from graft.teacher import GraphTeacher, TeacherConfig
     from graphbuild.build import BuildConfig, facet_graphs
     from graphbuild.citations import citation_signals
     from graphbuild.embeddings import Encoder
-    from graphbuild.graph import GraphParams
 
     idx = Index.open(args.index)
     a = idx.citation_matrix
@@ -85,10 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     timed(f"teacher, citation rescale {other}", lambda: teacher_runs(
         facet_graphs(owner, facet_col, vectors, a, citation_signals(a, other), config.graph_params()),
         TeacherConfig()))
-    timed("facet-only graphs (beta = 0)", lambda: teacher_runs(
-        facet_graphs(owner, facet_col, vectors, a, citation_signals(a, config.citation_rescale),
-                     GraphParams(top_k=config.top_k, alpha=1.0, beta=0.0, n_candidates=config.n_candidates)),
-        TeacherConfig()))
+    timed("facet-only graphs (beta = 0)", lambda: teacher_runs(facet_only_graphs(idx), TeacherConfig()))
 
     def citation_only() -> dict[int, list[int]]:
         cite = idx.citation_score

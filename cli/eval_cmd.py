@@ -1,0 +1,124 @@
+"""`graft eval`: evaluation splits, suites and re-scoring (a sub-app registered by cli/app.py)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+
+eval_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                       help="Evaluation: prepare splits, run suites (TREC runs + tables), re-score runs.")
+
+
+def _command() -> str:
+    return "graft " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+@eval_app.command()
+def prepare(
+    corpus: str = typer.Argument(..., help="Corpus file (JSONL / JSONL.gz / Parquet), S2ORC folder or 'aclsum'."),
+    out: Path = typer.Option(..., "--out", help="Split directory to write."),
+    seed: int = typer.Option(0, help="Seed of tie-breaking, the survey draw and the dev/test split."),
+    ooc: int = typer.Option(500, "--ooc", help="Out-of-corpus hold-outs (newest citing papers first)."),
+    survey: int = typer.Option(30, "--survey", help="Review-like hold-outs for the survey suite."),
+    dev_share: float = typer.Option(0.5, "--dev-share", help="Share of in-corpus queries in dev."),
+    min_neighbours: int = typer.Option(5, "--min-neighbours", help="Citation neighbours of an in-corpus query."),
+    as_json: bool = typer.Option(False, "--json", help="Print split.json."),
+) -> None:
+    """Hold out out-of-corpus and survey papers, choose in-corpus queries, write SPLITDIR."""
+    from cli.app import _fail, console
+    from eval.splits import SplitConfig, prepare_split
+    from graft.errors import GraftError
+
+    try:
+        meta = prepare_split(corpus, out, SplitConfig(seed=seed, n_ooc=ooc, n_survey=survey, dev_share=dev_share,
+                                                      incorpus_min_neighbours=min_neighbours),
+                             command=_command())
+    except GraftError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(meta, indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"graft eval prepare → {out}", show_header=False)
+    t.add_column("")
+    t.add_column("", justify="right")
+    for k, v in meta["counts"].items():
+        t.add_row(k, f"{v:,}")
+    t.add_row("corpus hash", meta["corpus_hash"][:16])
+    console.print(t)
+    console.print(f"next: graft build {out / 'corpus.jsonl'} --out {out / 'index'}")
+
+
+@eval_app.command()
+def run(
+    split_dir: Path = typer.Argument(..., help="Split directory from `graft eval prepare`."),
+    systems: str = typer.Option("bm25,dense,teacher", help="Comma-separated: bm25, dense, citation, facet, "
+                                "teacher, graft, graft-rrf, graft-naive."),
+    suite: str = typer.Option("incorpus", help="incorpus, ooc, attribution, coverage or survey; several "
+                              "comma-separated suites share one loaded index."),
+    index: Path | None = typer.Option(None, "--index", help="Index directory (default SPLITDIR/index)."),
+    part: str = typer.Option("test", help="In-corpus queries: dev or test."),
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N queries (by qid) of each suite."),
+    force: bool = typer.Option(False, "--force", help="Recompute runs even where matching run files exist."),
+    naive_index: Path | None = typer.Option(None, "--naive-index",
+                                            help="Index with a model trained on naive pairs (graft-naive)."),
+    base_model: str = typer.Option("smollm2-135m", "--base-model", help="Tokenizer of the coverage suite."),
+    beams: int = typer.Option(20, help="Beams per facet item (generative systems)."),
+    device: str = typer.Option("cpu", help="Device of the generative models (cpu, cuda)."),
+    results: Path | None = typer.Option(None, "--results", help="Folder of the tables (default eval/results)."),
+    name: str | None = typer.Option(None, "--name", help="Corpus name in table file names."),
+    label: str | None = typer.Option(None, "--label", help="Label printed on the tables."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
+) -> None:
+    """Run systems on a split's queries, keep their TREC runs and write Markdown + JSON tables."""
+    from cli.app import _fail, console
+    from eval.runner import DEFAULT_RESULTS, RunOptions, markdown_table, run_suites
+    from graft.errors import GraftError
+    from graft.progress import Reporter
+
+    try:
+        options = RunOptions(systems=[s.strip() for s in systems.split(",") if s.strip()], index_dir=index,
+                             part=part, limit=limit, force=force, naive_index=naive_index, base_model=base_model,
+                             beams=beams, device=device, results_dir=results or DEFAULT_RESULTS, name=name,
+                             label=label)
+        tables = run_suites(split_dir, [s.strip() for s in suite.split(",") if s.strip()], options,
+                            reporter=Reporter(quiet=quiet or as_json), command=_command())
+    except GraftError as exc:
+        _fail(exc)
+    if as_json:
+        out = [{k: v for k, v in t.items() if k != "detail"} for t in tables]
+        typer.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2, default=str))
+        return
+    for table in tables:
+        console.print(f"\n{table['suite']}", style="bold")
+        console.print("\n".join(markdown_table(table["rows"])), highlight=False, markup=False)
+        for note in table["notes"]:
+            console.print(f"- {note}", highlight=False, markup=False)
+        console.print(f"tables: {', '.join(table['files'])}", highlight=False, markup=False)
+
+
+@eval_app.command()
+def score(
+    run_file: Path = typer.Argument(..., help="TREC run file."),
+    qrels: Path = typer.Argument(..., help="TREC qrels file (e.g. SPLITDIR/incorpus/qrels.txt)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Re-score a TREC run: Recall@20 and @50 over the qrels' queries."""
+    from cli.app import _fail
+    from eval.runner import score_run
+    from graft.errors import GraftError
+
+    try:
+        out = score_run(run_file, qrels)
+    except GraftError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    typer.echo(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items()))

@@ -1,0 +1,470 @@
+"""`graft eval run`: run systems on a split's queries, keep their TREC runs, score them, write tables.
+
+Suites:
+
+- `incorpus`: the split's in-corpus queries (`--part test` by default): Recall@20/@50 and the
+  non-obvious share of correct retrievals at 20 (`eval.metrics`).
+- `ooc`: the out-of-corpus queries (title + abstract of papers removed before the build), same metrics.
+- `attribution`: facet-attribution precision of the attributed systems' top-20 hits, in corpus and
+  out of corpus, per facet, overall and by evidence hops (a credit is supported when the facet graph
+  holds an edge between query and hit).
+- `coverage`: share of papers and DocIDs learnable under naive vs coverage-aware distillation pairs.
+- `survey`: delegated to `eval.survey_suite.survey_suite` (imported when asked for).
+
+Every system's answers are written as it finishes to `SPLITDIR/runs/{suite}.{system}.trec` (plus
+`.credits.jsonl` with the facet credits and `.json` with what produced it), and reused by later
+runs over the same queries and index unless `force`. Metrics are computed from the run files and
+the split's qrels, so any run can be re-scored (`score_run`, `graft eval score`).
+Tables go to `RESULTS/eval_{suite}_{name}.md` and `.json`, with the command, hashes, seed, date,
+versions and query counts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval.metrics import KS, OBVIOUS_M, attribution_precision, mean_recall, non_obvious_share
+from eval.splits import read_queries, read_split
+from eval.systems import ATTRIBUTED, SYSTEMS, EvalContext, EvalQuery, NotApplicable, SystemRun, run_system
+from eval.trec import read_qrels, read_run, write_run
+from graft.errors import GraftError
+from graft.facets import FACETS
+from graft.index import Index
+from graft.manifest import library_versions, now_iso
+from graft.progress import Reporter
+from graft.store import atomic_path, read_json, write_json
+
+SUITES = ("incorpus", "ooc", "attribution", "coverage", "survey")
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS = REPO / "eval" / "results"
+#: Cut-off of the attribution and non-obvious measures.
+ATTRIBUTION_K = 20
+
+
+@dataclass
+class RunOptions:
+    """Options of one `graft eval run`."""
+
+    systems: list[str] = field(default_factory=lambda: ["bm25", "dense", "teacher"])
+    index_dir: Path | None = None  # default SPLITDIR/index
+    part: str = "test"  # in-corpus queries: dev or test
+    limit: int | None = None  # first N queries of each suite (by qid), for quick checks
+    force: bool = False  # recompute runs even where a matching run file exists
+    naive_index: Path | None = None  # index holding a model trained on naive pairs (graft-naive)
+    base_model: str = "smollm2-135m"  # tokenizer of the coverage suite's DocIDs
+    beams: int = 20  # beams per facet item (generative systems)
+    device: str = "cpu"
+    results_dir: Path = DEFAULT_RESULTS
+    name: str | None = None  # corpus name in table file names (default: from the split's source)
+    label: str | None = None  # extra label printed on every table, e.g. "pipeline check"
+
+    def __post_init__(self) -> None:
+        if self.part not in ("dev", "test"):
+            raise GraftError(f"unknown in-corpus part {self.part!r}; allowed: dev, test")
+        if self.limit is not None and self.limit < 1:
+            raise GraftError(f"--limit {self.limit} must be >= 1")
+
+
+def corpus_name(meta: dict[str, Any]) -> str:
+    """A short name of the split's source corpus: `cs768` for `.../cs768/papers.jsonl.gz`."""
+    src = Path(str(meta.get("source", "corpus")))
+    stem = src.name.split(".")[0] or "corpus"
+    return src.parent.name if stem in ("papers", "corpus") and src.parent.name else stem
+
+
+def _versions() -> dict[str, str]:
+    out = library_versions()
+    try:
+        out["bm25s"] = importlib.metadata.version("bm25s")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+def _sha(items: list[str]) -> str:
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
+
+
+def _model_stamp(index: Index | None) -> dict[str, Any] | None:
+    """What identifies a trained model: base model and when training finished (None: no model)."""
+    from graft.retriever import has_model
+
+    if index is None or not has_model(index.path):
+        return None
+    train = index.manifest.get("stages", {}).get("train", {})
+    base = (train.get("config") or {}).get("base_model") or {}
+    return {"index": str(index.path), "base_model": base.get("name"), "sampling": (train.get("config") or {}).get("sampling"),
+            "finished_at": train.get("finished_at"), "steps": (train.get("counts") or {}).get("steps")}
+
+
+# ---- queries and runs ---------------------------------------------------------------------------
+def load_queries(split_dir: Path, suite: str, part: str, limit: int | None) -> list[EvalQuery]:
+    """The queries of the `incorpus` (one part) or `ooc` suite, the first `limit` by qid."""
+    if suite == "incorpus":
+        rows = read_queries(split_dir, "incorpus", part=part)
+        out = [EvalQuery(r["qid"], r["paper_id"], True) for r in rows]
+    else:
+        rows = read_queries(split_dir, "ooc")
+        out = [EvalQuery(r["qid"], r["paper_id"], False, r.get("title") or "", r.get("abstract") or "") for r in rows]
+    out.sort(key=lambda q: q.qid)
+    return out[:limit] if limit else out
+
+
+def run_paths(split_dir: Path, suite: str, system: str) -> tuple[Path, Path, Path]:
+    """(TREC run, facet credits JSONL, run metadata JSON) of one suite and system."""
+    runs = Path(split_dir) / "runs"
+    return runs / f"{suite}.{system}.trec", runs / f"{suite}.{system}.credits.jsonl", runs / f"{suite}.{system}.json"
+
+
+def _write_credits(path: Path, credits: dict[str, list[tuple[str, dict[str, int]]]]) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps({"qid": q, "hits": [[d, f] for d, f in credits[q]]}) + "\n"
+                               for q in sorted(credits)), encoding="utf-8")
+
+
+def read_credits(path: str | Path) -> dict[str, list[tuple[str, dict[str, int]]]]:
+    """qid -> [(paper_id, {facet: hops})] in rank order, from a `.credits.jsonl` file."""
+    out = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out[row["qid"]] = [(d, {f: int(h) for f, h in fac.items()}) for d, fac in row["hits"]]
+    return out
+
+
+def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queries: list[EvalQuery],
+               options: RunOptions, reporter: Reporter) -> tuple[SystemRun, dict[str, Any]]:
+    """A system's run over the queries: reused from `SPLITDIR/runs` when the same queries, index
+    and model produced it (and not `force`), else computed and written at once.
+
+    Raises:
+        NotApplicable: the system does not apply to these queries.
+    """
+    trec, credits_path, meta_path = run_paths(split_dir, suite, system)
+    index = ctx.naive_index if system == "graft-naive" else ctx.index
+    want = {"suite": suite, "system": system, "queries": len(queries), "qids_sha": _sha([q.qid for q in queries]),
+            "corpus_hash": ctx.index.manifest.get("corpus_hash"),
+            "model": _model_stamp(index) if system.startswith("graft") else None}
+    if not options.force and meta_path.is_file() and trec.is_file():
+        old = read_json(meta_path)
+        if all(old.get(k) == v for k, v in want.items()):
+            run = SystemRun(read_run(trec))
+            if credits_path.is_file():
+                run.credits = read_credits(credits_path)
+            return run, old
+    t0 = time.perf_counter()
+    run = run_system(system, ctx, queries, reporter)
+    seconds = time.perf_counter() - t0
+    write_run(trec, run.run, tag=system)
+    if run.credits is not None:
+        _write_credits(credits_path, run.credits)
+    meta = {**want, "seconds": round(seconds, 2), "created": now_iso()}
+    write_json(meta_path, meta)
+    return run, meta
+
+
+def obvious_sets(split_dir: Path, suite: str, ctx: EvalContext, queries: list[EvalQuery],
+                 reporter: Reporter) -> dict[str, set[str]]:
+    """Each query's `OBVIOUS_M` nearest papers by facet similarity (cached in `SPLITDIR/runs`)."""
+    path = Path(split_dir) / "runs" / f"{suite}.obvious.json"
+    key = {"qids_sha": _sha([q.qid for q in queries]), "corpus_hash": ctx.index.manifest.get("corpus_hash"),
+           "m": OBVIOUS_M}
+    if path.is_file():
+        cached = read_json(path)
+        if cached.get("key") == key:
+            return {q: set(v) for q, v in cached["near"].items()}
+    near = {}
+    with reporter.stage("obvious", total=len(queries), unit="queries") as advance:
+        for q in queries:
+            near[q.qid] = sorted(ctx.obvious(q, OBVIOUS_M))
+            advance(1)
+    write_json(path, {"key": key, "near": near})
+    return {q: set(v) for q, v in near.items()}
+
+
+# ---- suites ---------------------------------------------------------------------------------------
+def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: RunOptions,
+                     reporter: Reporter) -> dict[str, Any]:
+    queries = load_queries(split_dir, suite, options.part, options.limit)
+    if not queries:
+        raise GraftError(f"split '{split_dir}' has no {suite} queries" +
+                         (f" in part {options.part}" if suite == "incorpus" else ""))
+    qrels = read_qrels(Path(split_dir) / suite / "qrels.txt")
+    qids = [q.qid for q in queries]
+    missing = [q for q in qids if not qrels.get(q)]
+    if missing:
+        raise GraftError(f"{suite}/qrels.txt has no gold for {len(missing)} queries (e.g. {missing[0]}); "
+                         f"re-run `graft eval prepare`")
+    obvious = obvious_sets(split_dir, suite, ctx, queries, reporter)
+    rows, notes, runs = [], [], {}
+    for system in options.systems:
+        try:
+            run, meta = obtain_run(split_dir, suite, system, ctx, queries, options, reporter)
+        except NotApplicable as exc:
+            rows.append({"system": system, **{f"R@{k}": None for k in KS}, "non_obvious@20": None,
+                         "correct@20": None, "seconds": None})
+            notes.append(f"{system}: {exc}")
+            continue
+        sub = {q: run.run.get(q, []) for q in qids}
+        no = non_obvious_share(sub, qrels, {q: obvious[q] for q in qids}, k=ATTRIBUTION_K)
+        rows.append({"system": system, **{f"R@{k}": mean_recall(sub, qrels, k, qids) for k in KS},
+                     "non_obvious@20": no["share"], "correct@20": no["correct"], "seconds": meta.get("seconds")})
+        runs[system] = str(run_paths(split_dir, suite, system)[0])
+    return {"rows": rows, "notes": notes, "runs": runs, "queries": len(queries),
+            "qrels": sum(len(qrels[q]) for q in qids)}
+
+
+def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, reporter: Reporter) -> dict[str, Any]:
+    rows, notes, runs = [], [], {}
+    systems = [s for s in options.systems if s in ATTRIBUTED]
+    for s in options.systems:
+        if s not in ATTRIBUTED:
+            notes.append(f"{s}: no facet attribution (not an attributed system); skipped")
+    n_queries = {}
+    for suite in ("incorpus", "ooc"):
+        queries = load_queries(split_dir, suite, options.part, options.limit)
+        n_queries[suite] = len(queries)
+        for system in systems:
+            try:
+                run, _ = obtain_run(split_dir, suite, system, ctx, queries, options, reporter)
+            except NotApplicable as exc:
+                notes.append(f"{system} ({suite}): {exc}")
+                continue
+            credits, by_hops = [], {1: [], 2: []}
+            for q in queries:
+                for docid, facets in (run.credits or {}).get(q.qid, [])[:ATTRIBUTION_K]:
+                    for f, hops in facets.items():
+                        ok = ctx.supported(q, f, docid)
+                        credits.append((f, ok))
+                        by_hops.setdefault(hops, []).append(ok)
+            p = attribution_precision(credits)
+            row = {"system": system, "setting": suite, "precision": p["overall"], "credits": p["credited"]}
+            for f in FACETS:
+                row[f] = p["per_facet"][f]["precision"]
+            for h in (1, 2):
+                row[f"{h}-hop"] = sum(by_hops[h]) / len(by_hops[h]) if by_hops[h] else None
+                row[f"{h}-hop credits"] = len(by_hops[h])
+            rows.append(row)
+            runs[f"{suite}.{system}"] = str(run_paths(split_dir, suite, system)[0])
+    return {"rows": rows, "notes": notes, "runs": runs, "queries": n_queries}
+
+
+def _coverage_suite(ctx: EvalContext, options: RunOptions, reporter: Reporter) -> dict[str, Any]:
+    from training.base_models import load_tokenizer
+    from training.pairs import dry_run
+
+    with reporter.stage("coverage", total=None, unit="") as _:
+        report = dry_run(ctx.index.path, load_tokenizer(options.base_model))
+    rows = []
+    for label, key in (("naive", "naive"), ("coverage-aware", "coverage")):
+        r = report[key]
+        rows.append({"sampling": label, "papers (every facet)": r["papers_share"],
+                     "papers (any facet)": r["papers_any_share"], "DocIDs": r["docids_share"],
+                     "pairs": r["pairs"], "fewest targets per DocID": r["min_target_count"]})
+    notes = [f"tokenizer: {options.base_model}; {ctx.index.n} papers; "
+             f"{rows[0]['pairs']:,} naive vs {rows[1]['pairs']:,} coverage-aware pairs"]
+    return {"rows": rows, "notes": notes, "runs": {}, "queries": None, "detail": report}
+
+
+def _survey_suite(split_dir: Path, index_dir: Path, options: RunOptions, reporter: Reporter) -> dict[str, Any]:
+    try:
+        module = importlib.import_module("eval.survey_suite")
+    except ModuleNotFoundError as exc:
+        if exc.name != "eval.survey_suite":
+            raise
+        raise GraftError("--suite survey needs eval/survey_suite.py (the survey evaluation), which this "
+                         "installation lacks") from None
+    out = module.survey_suite(split_dir, index_dir, systems=list(options.systems), limit=options.limit,
+                              reporter=reporter)
+    return {"rows": out.get("rows", []), "notes": out.get("notes", []), "runs": out.get("runs", {}),
+            "queries": out.get("queries")}
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+def _cell(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
+    """A Markdown table over the union of the rows' keys (first row's order first)."""
+    if not rows:
+        return ["(no rows)"]
+    cols: list[str] = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
+    lines = ["| " + " | ".join(cols) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(cols))) + "|"]
+    lines += ["| " + " | ".join(_cell(r.get(c)) for c in cols) + " |" for r in rows]
+    return lines
+
+
+def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]) -> tuple[Path, Path]:
+    """Write `eval_{suite}_{name}.md` and `.json` (atomically) and return their paths."""
+    results_dir = Path(results_dir)
+    stem = f"eval_{suite}_{name}"
+    m = table["meta"]
+    lines = [f"# GRAFT evaluation — {suite} — {name}", ""]
+    if m.get("label"):
+        lines += [f"**{m['label']}**", ""]
+    lines += [
+        f"Command: `{m['command']}`  ",
+        f"Date: {m['date']} · split seed {m['seed']} · corpus hash `{str(m['corpus_hash'])[:16]}` "
+        f"(source `{str(m['source_hash'])[:16]}`) · index `{m['index']}`  ",
+        f"Queries: {m['queries']}" + (f" · gold pairs: {m['qrels']}" if m.get("qrels") is not None else "")
+        + (f" · part: {m['part']}" if suite == "incorpus" else "") + "  ",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items())),
+        "",
+    ]
+    lines += markdown_table(table["rows"])
+    lines += [""] + [f"- {n}" for n in table["notes"]]
+    md = results_dir / f"{stem}.md"
+    with atomic_path(md) as tmp:
+        tmp.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    js = results_dir / f"{stem}.json"
+    write_json(js, table)
+    return md, js
+
+
+_DEFINITIONS = {
+    "incorpus": ["R@k: share of the query's citation neighbours (references and citing papers) in the top k, "
+                 "averaged over queries",
+                 f"non_obvious@20: share of correct top-20 hits outside the query's {OBVIOUS_M} nearest papers by "
+                 "facet similarity (mean over facets of the max item-item cosine); correct@20 counts them"],
+    "ooc": ["query = title + abstract of a paper removed before the build (no references given to any "
+            "system); gold = its references into the corpus",
+            f"non_obvious@20 as in corpus ({OBVIOUS_M} nearest by facet similarity of the query's extracted items)"],
+    "attribution": ["precision: share of credited facets of top-20 hits whose facet graph holds an edge "
+                    "between query and hit (in corpus: max(W_f, W_f^T)[q, c] > 0; out of corpus: the "
+                    "query's text-only ExternalScorer row); 1-hop / 2-hop: credits by evidence hops"],
+}
+
+
+def run_suite(split_dir: str | Path, suite: str, options: RunOptions | None = None, *,
+              reporter: Reporter | None = None, command: str | None = None, encoder: Any = None) -> dict[str, Any]:
+    """Run one suite and write its tables (`run_suites` with one suite)."""
+    return run_suites(split_dir, [suite], options, reporter=reporter, command=command, encoder=encoder)[0]
+
+
+def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | None = None, *,
+               reporter: Reporter | None = None, command: str | None = None,
+               encoder: Any = None) -> list[dict[str, Any]]:
+    """Run suites over one split and index, sharing the loaded index, encoder and out-of-corpus
+    rows, and write each suite's tables.
+
+    Args:
+        split_dir: a split directory from `graft eval prepare`.
+        suites: names from `SUITES`, run in the given order.
+        options: systems, index, part, limit, ...
+        reporter: progress bars (quiet by default).
+        command: the command recorded in the tables (default: this process's argv).
+        encoder: a loaded `graphbuild.embeddings.Encoder` to share (tests).
+    Returns:
+        One table per suite: {"suite", "name", "rows", "notes", "runs", "meta", "files"}.
+    Raises:
+        GraftError: not a split, no index, an index of another corpus, unknown suite or system.
+    """
+    bad = [s for s in suites if s not in SUITES]
+    if bad or not suites:
+        raise GraftError(f"unknown suite {', '.join(bad) or '(none)'}; allowed: {', '.join(SUITES)}")
+    options = options or RunOptions()
+    unknown = [s for s in options.systems if s not in SYSTEMS]
+    if unknown and suites != ["survey"]:  # the survey suite names its own systems
+        raise GraftError(f"unknown system(s) {', '.join(unknown)}; allowed: {', '.join(SYSTEMS)}")
+    reporter = reporter or Reporter(quiet=True)
+    split_dir = Path(split_dir)
+    split = read_split(split_dir)
+    index_dir = Path(options.index_dir or split_dir / "index")
+    if not (index_dir / "manifest.json").is_file() and options.index_dir is None:
+        raise GraftError(f"no index at {index_dir}; build it with "
+                         f"`graft build {split_dir / 'corpus.jsonl'} --out {index_dir}` or pass --index")
+    index = Index.open(index_dir)
+    if index.manifest.get("corpus_hash") != split["corpus_hash"]:
+        raise GraftError(f"index '{index_dir}' was built from another corpus (hash "
+                         f"{str(index.manifest.get('corpus_hash'))[:12]}, split corpus {split['corpus_hash'][:12]}); "
+                         f"build it from {split_dir / 'corpus.jsonl'}")
+    naive = None
+    if options.naive_index is not None:
+        naive = Index.open(options.naive_index)
+        if naive.manifest.get("corpus_hash") != split["corpus_hash"]:
+            raise GraftError(f"--naive-index '{options.naive_index}' was built from another corpus; build and "
+                             f"train it from {split_dir / 'corpus.jsonl'} with --sampling naive")
+    ctx = EvalContext(index, encoder=encoder, naive_index=naive, beams=options.beams, device=options.device)
+    return [_one_suite(split_dir, split, suite, ctx, options, reporter, command) for suite in suites]
+
+
+def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalContext, options: RunOptions,
+               reporter: Reporter, command: str | None) -> dict[str, Any]:
+    index, naive, index_dir = ctx.index, ctx.naive_index, ctx.index.path
+    if suite in ("incorpus", "ooc"):
+        body = _retrieval_suite(split_dir, suite, ctx, options, reporter)
+    elif suite == "attribution":
+        body = _attribution_suite(split_dir, ctx, options, reporter)
+    elif suite == "coverage":
+        body = _coverage_suite(ctx, options, reporter)
+    else:
+        body = _survey_suite(split_dir, index_dir, options, reporter)
+    label = options.label
+    stamps = [s for s in (_model_stamp(index), _model_stamp(naive)) if s]
+    if any(s.get("base_model") == "tiny" for s in stamps) and any(
+            str(r.get("system", "")).startswith("graft") for r in body["rows"]):
+        tiny = "pipeline check: GRAFT rows come from a tiny random model trained on the CPU, not a result"
+        label = f"{label} · {tiny}" if label else tiny
+    notes = list(body["notes"]) + _DEFINITIONS.get(suite, [])
+    if stamps and any(str(r.get("system", "")).startswith("graft") for r in body["rows"]):
+        notes += [f"model: {s['index']} (base {s['base_model']}, {s['sampling']} pairs, {s['steps']} steps)"
+                  for s in stamps]
+    name = options.name or corpus_name(split)
+    meta = {
+        "command": command or " ".join(["graft", *sys.argv[1:]]),
+        "date": str(dt.date.today()),
+        "created": now_iso(),
+        "split": str(split_dir),
+        "index": str(index_dir),
+        "seed": split["seed"],
+        "source": split["source"],
+        "source_hash": split["source_hash"],
+        "corpus_hash": split["corpus_hash"],
+        "papers": index.n,
+        "queries": body.get("queries"),
+        "qrels": body.get("qrels"),
+        "part": options.part,
+        "limit": options.limit,
+        "systems": list(options.systems),
+        "label": label,
+        "versions": _versions(),
+    }
+    table = {"suite": suite, "name": name, "rows": body["rows"], "notes": notes, "runs": body["runs"], "meta": meta}
+    if "detail" in body:
+        table["detail"] = body["detail"]
+    md, js = write_tables(options.results_dir, suite, name, table)
+    table["files"] = [str(md), str(js)]
+    return table
+
+
+def score_run(run_path: str | Path, qrels_path: str | Path, ks: tuple[int, ...] = KS) -> dict[str, Any]:
+    """Re-score a TREC run against qrels: Recall@k over the qrels' queries.
+
+    Returns:
+        {"queries": n, "answered": queries with at least one result, "R@k": value per k}.
+    """
+    run, qrels = read_run(run_path), read_qrels(qrels_path)
+    qids = sorted(q for q in qrels if qrels[q])
+    return {"queries": len(qids), "answered": sum(1 for q in qids if run.get(q)),
+            **{f"R@{k}": mean_recall(run, qrels, k, qids) for k in ks}}

@@ -1,0 +1,266 @@
+"""Evaluation splits: in-corpus queries, out-of-corpus and survey hold-outs, written to a split directory.
+
+`prepare_split(corpus, out)` reads a corpus, removes the hold-outs *before* any graph is built and
+writes (the contract shared by `graft eval run` and the survey suite):
+
+    SPLITDIR/split.json            seed, source, source_hash, corpus_hash, counts, params, command,
+                                   created, versions
+    SPLITDIR/corpus.jsonl          the reduced corpus (id, title, abstract, year, venue, authors,
+                                   references restricted to ids still in it)
+    SPLITDIR/incorpus/queries.jsonl + qrels.txt   papers with >= 5 citation neighbours, dev/test
+    SPLITDIR/ooc/queries.jsonl + qrels.txt        newest citing papers with >= 3 references into the rest
+    SPLITDIR/survey/queries.jsonl + qrels.txt     review-like papers with >= 20 references
+
+Selection rules (all deterministic from the corpus and the seed):
+
+- **out of corpus**: citing papers newest first (year descending; the seed's permutation breaks ties
+  inside a year); a paper is held out when it keeps >= `ooc_min_refs` references into the papers
+  not held out and holding it out leaves every earlier hold-out with that many too. Gold = its
+  references into the reduced corpus.
+- **survey**: among the remaining papers with >= `survey_min_refs` references into the rest, not
+  cited by any out-of-corpus hold-out (so removing a survey never shrinks an out-of-corpus gold
+  list), `n_survey` are drawn with the seed, under the same "everyone keeps enough" rule.
+- **in corpus**: every paper of the reduced corpus with >= `incorpus_min_neighbours` direct
+  citation neighbours there (references and citing papers); gold = those neighbours; a seeded
+  shuffle assigns `dev_share` of them to dev, the rest to test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graft.errors import GraftError, InputValidationError
+from graft.manifest import library_versions, now_iso
+from graft.store import atomic_path, read_json, write_json
+from graphbuild.corpus import Corpus, load_corpus
+
+#: Suites with their own query/qrels folder in a split directory.
+SPLIT_SUITES = ("incorpus", "ooc", "survey")
+SPLIT_FORMAT = "graft-eval-split"
+SPLIT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    seed: int = 0  # seeds tie-breaking among equally new papers, the survey draw and dev/test
+    n_ooc: int = 500  # out-of-corpus hold-outs, newest citing papers first (the paper's ~500)
+    ooc_min_refs: int = 3  # references into the reduced corpus an out-of-corpus query must keep
+    n_survey: int = 30  # review-like hold-outs for the survey suite
+    survey_min_refs: int = 20  # references into the reduced corpus a survey query must keep
+    incorpus_min_neighbours: int = 5  # citation neighbours (refs + citing) of an in-corpus query
+    dev_share: float = 0.5  # share of in-corpus queries in dev; the rest is test
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.dev_share <= 1.0:
+            raise InputValidationError(f"dev share {self.dev_share} must lie in [0, 1]")
+        for name in ("n_ooc", "n_survey", "ooc_min_refs", "survey_min_refs", "incorpus_min_neighbours"):
+            if getattr(self, name) < 0:
+                raise InputValidationError(f"{name} = {getattr(self, name)} must be >= 0")
+
+
+@dataclass
+class Split:
+    """What `prepare_split` selected: paper ids per suite and the gold per query."""
+
+    ooc: list[str]
+    survey: list[str]
+    incorpus_dev: list[str]
+    incorpus_test: list[str]
+    gold: dict[str, dict[str, list[str]]]  # suite -> query paper id -> gold paper ids (sorted)
+    kept: list[str]  # ids of the reduced corpus, in corpus order
+
+
+def _greedy_holdout(order: list[str], refs: dict[str, set[str]], cited_by: dict[str, set[str]],
+                    removed: set[str], min_refs: int, limit: int, allowed: Any = None) -> list[str]:
+    """Hold out papers in `order` while each keeps >= min_refs references into the rest.
+
+    `removed` is updated in place. Holding out p also removes p from the reference lists of
+    hold-outs that cite it, so p is skipped when that would drop one of them below `min_refs`.
+    """
+    chosen: list[str] = []
+    kept_refs: dict[str, int] = {}
+    for pid in order:
+        if len(chosen) >= limit:
+            break
+        if pid in removed or (allowed is not None and not allowed(pid)):
+            continue
+        n_refs = len(refs[pid] - removed)
+        if n_refs < min_refs:
+            continue
+        citing_holdouts = [h for h in cited_by[pid] if h in kept_refs]
+        if any(kept_refs[h] - 1 < min_refs for h in citing_holdouts):
+            continue
+        for h in citing_holdouts:
+            kept_refs[h] -= 1
+        # references to p's own hold-out peers are already gone from n_refs
+        kept_refs[pid] = n_refs
+        removed.add(pid)
+        chosen.append(pid)
+    return chosen
+
+
+def select_split(corpus: Corpus, config: SplitConfig) -> Split:
+    """Choose the hold-outs and in-corpus queries of a corpus (pure: writes nothing)."""
+    papers = corpus.papers
+    ids: list[str] = papers["paper_id"].to_list()
+    years = papers["year"].to_list()
+    refs = {p: set(r or []) for p, r in zip(ids, papers["references"].to_list())}
+    cited_by: dict[str, set[str]] = defaultdict(set)
+    for p, rs in refs.items():
+        for r in rs:
+            cited_by[r].add(p)
+    rng = np.random.default_rng(config.seed)
+    tie = {p: int(t) for p, t in zip(ids, rng.permutation(len(ids)))}
+
+    removed: set[str] = set()
+    year_of = {p: y or 0 for p, y in zip(ids, years)}
+    newest = sorted((p for p in ids if refs[p]), key=lambda p: (-year_of[p], tie[p]))
+    ooc = _greedy_holdout(newest, refs, cited_by, removed, config.ooc_min_refs, config.n_ooc)
+    ooc_cited = set().union(*(refs[p] for p in ooc)) if ooc else set()
+
+    pool = [p for p in ids if p not in removed and p not in ooc_cited
+            and len(refs[p] - removed) >= config.survey_min_refs]
+    draw = [pool[i] for i in rng.permutation(len(pool))]
+    survey = _greedy_holdout(draw, refs, cited_by, removed, config.survey_min_refs, config.n_survey,
+                             allowed=lambda p: p not in ooc_cited)
+
+    kept = [p for p in ids if p not in removed]
+    kept_set = set(kept)
+    neighbours = {p: (refs[p] | cited_by[p]) & kept_set for p in kept}
+    eligible = [p for p in kept if len(neighbours[p]) >= config.incorpus_min_neighbours]
+    perm = [eligible[i] for i in rng.permutation(len(eligible))]
+    n_dev = int(round(config.dev_share * len(perm)))
+    dev, test = sorted(perm[:n_dev]), sorted(perm[n_dev:])
+
+    gold = {
+        "ooc": {p: sorted(refs[p] & kept_set) for p in ooc},
+        "survey": {p: sorted(refs[p] & kept_set) for p in survey},
+        "incorpus": {p: sorted(neighbours[p]) for p in eligible},
+    }
+    return Split(ooc=ooc, survey=survey, incorpus_dev=dev, incorpus_test=test, gold=gold, kept=kept)
+
+
+def _record(row: dict[str, Any], kept: set[str]) -> dict[str, Any]:
+    return {"id": row["paper_id"], "title": row["title"], "abstract": row["abstract"], "year": row["year"],
+            "venue": row["venue"], "authors": list(row["authors"] or []),
+            "references": [r for r in (row["references"] or []) if r in kept]}
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def write_qrels(path: str | Path, gold: dict[str, list[str]]) -> None:
+    """TREC qrels `qid 0 docid 1`, queries and documents in sorted order."""
+    _write_lines(Path(path), [f"{q} 0 {d} 1" for q in sorted(gold) for d in sorted(gold[q])])
+
+
+def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | None = None, *,
+                  command: str | None = None) -> dict[str, Any]:
+    """Select the splits of a corpus and write a split directory (module docstring).
+
+    Args:
+        corpus: a corpus path accepted by `graphbuild.corpus.load_corpus` (or "aclsum").
+        out: the split directory (created; files are replaced atomically).
+        config: selection parameters.
+        command: the command line recorded in split.json (default: this process's argv).
+    Returns:
+        The contents of split.json.
+    Raises:
+        InputValidationError: the corpus cannot be read or leaves no in-corpus query.
+    """
+    config = config or SplitConfig()
+    out = Path(out)
+    loaded = load_corpus(corpus)
+    split = select_split(loaded, config)
+    if not split.incorpus_dev and not split.incorpus_test:
+        raise InputValidationError(
+            f"{corpus}: no paper has >= {config.incorpus_min_neighbours} citation neighbours after the "
+            f"hold-outs; the corpus needs in-corpus references (or lower --min-neighbours)")
+    kept = set(split.kept)
+    by_id = {row["paper_id"]: row for row in loaded.papers.iter_rows(named=True)}
+    reduced = [_record(by_id[p], kept) for p in split.kept]
+    out.mkdir(parents=True, exist_ok=True)
+    _write_lines(out / "corpus.jsonl", [json.dumps(r, ensure_ascii=False) for r in reduced])
+    corpus_hash = load_corpus(out / "corpus.jsonl").content_hash()
+
+    inc = [{"qid": p, "paper_id": p, "split": "dev"} for p in split.incorpus_dev]
+    inc += [{"qid": p, "paper_id": p, "split": "test"} for p in split.incorpus_test]
+    inc.sort(key=lambda r: r["qid"])
+    ooc = [{"qid": p, "paper_id": p, "title": by_id[p]["title"], "abstract": by_id[p]["abstract"],
+            "year": by_id[p]["year"]} for p in split.ooc]
+    survey = [{"qid": p, "paper_id": p, "title": by_id[p]["title"], "abstract": by_id[p]["abstract"],
+               "year": by_id[p]["year"], "n_references": len(split.gold["survey"][p])} for p in split.survey]
+    for suite, rows in (("incorpus", inc), ("ooc", ooc), ("survey", survey)):
+        _write_lines(out / suite / "queries.jsonl", [json.dumps(r, ensure_ascii=False) for r in rows])
+        write_qrels(out / suite / "qrels.txt", split.gold[suite])
+
+    def qrel_count(suite: str) -> int:
+        return sum(len(v) for v in split.gold[suite].values())
+
+    meta = {
+        "format": SPLIT_FORMAT,
+        "format_version": SPLIT_VERSION,
+        "seed": config.seed,
+        "source": str(corpus),
+        "source_hash": loaded.content_hash(),
+        "corpus_hash": corpus_hash,
+        "counts": {
+            "source_papers": loaded.papers.height,
+            "corpus_papers": len(split.kept),
+            "incorpus_dev": len(split.incorpus_dev),
+            "incorpus_test": len(split.incorpus_test),
+            "incorpus_qrels": qrel_count("incorpus"),
+            "ooc": len(split.ooc),
+            "ooc_qrels": qrel_count("ooc"),
+            "survey": len(split.survey),
+            "survey_qrels": qrel_count("survey"),
+        },
+        "params": asdict(config),
+        "command": command or " ".join(["graft", *sys.argv[1:]]),
+        "created": now_iso(),
+        "versions": library_versions(),
+    }
+    write_json(out / "split.json", meta)
+    return meta
+
+
+# ---- reading a split directory -----------------------------------------------------------------
+def read_split(split_dir: str | Path) -> dict[str, Any]:
+    """split.json of a split directory.
+
+    Raises:
+        GraftError: not a split directory (names the command that makes one).
+    """
+    path = Path(split_dir) / "split.json"
+    if not path.is_file():
+        raise GraftError(f"'{split_dir}' is not an evaluation split (no split.json); make one with "
+                         f"`graft eval prepare CORPUS --out {split_dir}`")
+    meta = read_json(path)
+    if meta.get("format") != SPLIT_FORMAT or meta.get("format_version") != SPLIT_VERSION:
+        raise GraftError(f"{path}: split format {meta.get('format')!r} v{meta.get('format_version')} is not "
+                         f"{SPLIT_FORMAT!r} v{SPLIT_VERSION}; re-run `graft eval prepare`")
+    return meta
+
+
+def read_queries(split_dir: str | Path, suite: str, *, part: str | None = None) -> list[dict[str, Any]]:
+    """The query records of one suite (`incorpus` may be restricted to part "dev" or "test")."""
+    if suite not in SPLIT_SUITES:
+        raise GraftError(f"unknown split suite {suite!r}; allowed: {', '.join(SPLIT_SUITES)}")
+    path = Path(split_dir) / suite / "queries.jsonl"
+    if not path.is_file():
+        raise GraftError(f"{path} is missing; re-run `graft eval prepare CORPUS --out {split_dir}`")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if part is not None:
+        if part not in ("dev", "test"):
+            raise GraftError(f"unknown in-corpus part {part!r}; allowed: dev, test")
+        rows = [r for r in rows if r.get("split") == part]
+    return rows

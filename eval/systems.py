@@ -1,0 +1,327 @@
+"""The retrieval systems compared by `graft eval run`, all answering the same queries of one index.
+
+| name | in corpus (query = a corpus paper) | out of corpus (query = title + abstract) |
+|---|---|---|
+| bm25 | BM25 (bm25s, English stopwords, no stemming) over title + abstract | same, the query's text |
+| dense | MiniLM cosine of title + abstract embeddings | same, the query's text embedded |
+| citation | the coupling / co-citation score row of the query | n/a: a held-out paper has no citations to the corpus without its reference list, which is the gold |
+| facet | graph teacher over facet-only graphs (beta = 0, rebuilt from the index's items) | teacher walk over those graphs from the query's text-only edge rows |
+| teacher | the graph teacher over the index | teacher walk from `ExternalScorer` rows built from title + abstract only |
+| graft | the trained generative retriever, graph-RRF | the same from the query's extracted facets (mutual corroboration) |
+| graft-rrf | the same with plain RRF | the same with plain RRF |
+| graft-naive | graph-RRF with a model trained on naive pairs (`naive_index`) | likewise |
+
+Out-of-corpus queries never carry their references: `ExternalScorer.rows` adds a citation term only
+from a record's `references`, and the records built here have none, so every out-of-corpus system
+sees the query's text alone.
+
+A system returns a `SystemRun`: the ranked list per query and, for facet-attributed systems, the
+credited facets of each hit with the hops of the evidence (1 = direct edge, 2 = through a neighbour).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from graft.errors import GraftError
+from graft.index import Index
+from graft.progress import Reporter
+from graft.results import QueryResult
+
+#: Every system name `graft eval run --systems` accepts, in table order.
+SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "graft", "graft-rrf", "graft-naive")
+#: Systems whose hits carry facet credits (the attribution suite).
+ATTRIBUTED = ("facet", "teacher", "graft", "graft-rrf", "graft-naive")
+#: Ranked results kept per query (R@50 needs 50; the rest lets a run be re-scored deeper).
+DEPTH = 100
+
+
+class NotApplicable(GraftError):
+    """The system cannot answer this kind of query (the reason goes into the table's notes)."""
+
+
+@dataclass
+class EvalQuery:
+    """One query: a corpus paper (in corpus) or a held-out paper's text (out of corpus)."""
+
+    qid: str
+    paper_id: str
+    in_corpus: bool
+    title: str = ""
+    abstract: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.title}. {self.abstract}"
+
+    def record(self) -> dict[str, Any]:
+        """The query as a paper record with no references (no access to the gold)."""
+        return {"id": self.paper_id, "title": self.title, "abstract": self.abstract}
+
+
+@dataclass
+class SystemRun:
+    """A system's answers: qid -> [(paper_id, score)] best first; qid -> [(paper_id, {facet: hops})]."""
+
+    run: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    credits: dict[str, list[tuple[str, dict[str, int]]]] | None = None
+
+
+def _from_result(result: QueryResult) -> tuple[list[tuple[str, float]], list[tuple[str, dict[str, int]]]]:
+    ranked = [(h.paper_id, float(h.score)) for h in result.hits]
+    credits = [(h.paper_id, {f: (h.evidence[f].hops if f in h.evidence else 1) for f in h.facets})
+               for h in result.hits]
+    return ranked, credits
+
+
+def facet_only_graphs(index: Index) -> dict[str, sp.csr_matrix]:
+    """The four facet graphs of an index rebuilt from its items with beta = 0 (no citation term),
+    same top-K and candidate settings as its build."""
+    from graphbuild.build import BuildConfig, facet_graphs
+    from graphbuild.citations import citation_signals
+    from graphbuild.graph import GraphParams
+
+    config = BuildConfig.from_dict(index.manifest["stages"]["build"]["config"])
+    a = index.citation_matrix
+    params = GraphParams(top_k=config.top_k, alpha=1.0, beta=0.0, n_candidates=config.n_candidates)
+    return facet_graphs(index.item_rows, index.facets["facet"].to_numpy(),
+                        np.asarray(index.item_embeddings, dtype=np.float32), a,
+                        citation_signals(a, config.citation_rescale), params)
+
+
+class EvalContext:
+    """Shared, lazily built resources of one index: encoder, out-of-corpus rows, baselines' indexes.
+
+    Args:
+        index: the evaluated index (built from the split's reduced corpus).
+        encoder: a `graphbuild.embeddings.Encoder` (loaded on first use when None).
+        naive_index: an index of the same corpus holding a model trained on naive pairs.
+        beams: beams per facet item for the generative systems.
+        device: where generative models run.
+    """
+
+    def __init__(self, index: Index, *, encoder: Any = None, naive_index: Index | None = None,
+                 beams: int = 20, device: str = "cpu") -> None:
+        self.index = index
+        self._encoder = encoder
+        self.naive_index = naive_index
+        self.beams = beams
+        self.device = device
+        self._ooc_rows: dict[str, tuple[dict[str, sp.csr_matrix], dict[str, list[str]]]] = {}
+
+    @property
+    def encoder(self) -> Any:
+        if self._encoder is None:
+            from graphbuild.build import BuildConfig
+            from graphbuild.embeddings import Encoder
+
+            config = BuildConfig.from_dict(self.index.manifest["stages"]["build"]["config"])
+            self._encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size)
+        return self._encoder
+
+    @cached_property
+    def texts(self) -> list[str]:
+        p = self.index.papers
+        return [f"{t}. {a}" for t, a in zip(p["title"].to_list(), p["abstract"].to_list())]
+
+    @cached_property
+    def scorer(self) -> Any:
+        from graphbuild.external import ExternalScorer
+
+        return ExternalScorer(self.index, encoder=self.encoder)
+
+    def ooc_rows(self, q: EvalQuery) -> tuple[dict[str, sp.csr_matrix], dict[str, list[str]]]:
+        """Facet edge rows and extracted facets of an out-of-corpus query, from its text alone."""
+        if q.qid not in self._ooc_rows:
+            self._ooc_rows[q.qid] = self.scorer.rows(q.record())
+        return self._ooc_rows[q.qid]
+
+    @cached_property
+    def walk(self) -> dict[str, sp.csr_matrix]:
+        from graft.teacher import symmetrise
+
+        return symmetrise(self.index.graphs)
+
+    def supported(self, q: EvalQuery, facet: str, paper_id: str) -> bool:
+        """Does the facet graph hold an edge between the query and the paper (either direction)?"""
+        c = self.index.row_of[paper_id]
+        if q.in_corpus:
+            return bool(self.walk[facet][self.index.row_of[q.paper_id], c] > 0)
+        return bool(self.ooc_rows(q)[0][facet][0, c] > 0)
+
+    @cached_property
+    def facet_only_graphs(self) -> dict[str, sp.csr_matrix]:
+        return facet_only_graphs(self.index)
+
+    @cached_property
+    def facet_similarity(self) -> Any:
+        from eval.metrics import FacetSimilarity
+
+        idx = self.index
+        return FacetSimilarity(idx.item_rows, idx.facets["facet"].to_numpy(),
+                               np.asarray(idx.item_embeddings, dtype=np.float32), idx.n)
+
+    def obvious(self, q: EvalQuery, m: int) -> set[str]:
+        """The query's m nearest papers by facet similarity (eval.metrics), the query excluded."""
+        from graft.facets import FACETS
+
+        idx = self.index
+        if q.in_corpus:
+            node = idx.row_of[q.paper_id]
+            fcol = idx.facets["facet"].to_numpy()
+            mine = idx.item_rows == node
+            vecs = np.asarray(idx.item_embeddings, dtype=np.float32)
+            items = {f: vecs[mine & (fcol == f)] for f in FACETS}
+            near = self.facet_similarity.nearest(items, m, exclude=[node])
+        else:
+            facets = self.ooc_rows(q)[1]
+            items = {f: self.encoder.encode(list(facets.get(f, []))) for f in FACETS}
+            near = self.facet_similarity.nearest(items, m)
+        return {idx.paper_ids[i] for i in near}
+
+
+# ---- the systems ---------------------------------------------------------------------------------
+def _bm25(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
+    try:
+        import bm25s
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise GraftError("the bm25 system needs the `bm25s` package: pip install bm25s") from None
+    idx = ctx.index
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(ctx.texts, stopwords="en", show_progress=False), show_progress=False)
+    out = SystemRun()
+    texts = [ctx.texts[idx.row_of[q.paper_id]] if q.in_corpus else q.text for q in queries]
+    tokens = bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)
+    depth = min(DEPTH + 1, idx.n)
+    for q, toks in zip(queries, tokens):
+        if not toks:
+            out.run[q.qid] = []
+            advance(1)
+            continue
+        docs, scores = retriever.retrieve([toks], k=depth, show_progress=False, n_threads=1)
+        ranked = [(idx.paper_ids[int(d)], float(s)) for d, s in zip(docs[0], scores[0])
+                  if s > 0 and not (q.in_corpus and idx.paper_ids[int(d)] == q.paper_id)]
+        out.run[q.qid] = ranked[:DEPTH]
+        advance(1)
+    return out
+
+
+def _dense(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
+    idx = ctx.index
+    x = ctx.encoder.encode(ctx.texts)
+    ooc = [q for q in queries if not q.in_corpus]
+    qvec = dict(zip([q.qid for q in ooc], ctx.encoder.encode([q.text for q in ooc]))) if ooc else {}
+    out = SystemRun()
+    for q in queries:
+        node = idx.row_of[q.paper_id] if q.in_corpus else None
+        s = x @ (x[node] if node is not None else qvec[q.qid])
+        if node is not None:
+            s[node] = -np.inf
+        order = np.lexsort((np.arange(idx.n), -s))[:DEPTH]
+        out.run[q.qid] = [(idx.paper_ids[i], float(s[i])) for i in order if np.isfinite(s[i])]
+        advance(1)
+    return out
+
+
+def _citation(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
+    if any(not q.in_corpus for q in queries):
+        raise NotApplicable("citation-only is n/a out of corpus: a held-out paper's only citation links "
+                            "to the corpus are its references, which are the gold")
+    idx = ctx.index
+    cite = idx.citation_score
+    out = SystemRun()
+    for q in queries:
+        node = idx.row_of[q.paper_id]
+        row = cite[node]
+        keep = row.indices != node
+        cols, vals = row.indices[keep], row.data[keep]
+        order = np.lexsort((cols, -vals))[:DEPTH]
+        out.run[q.qid] = [(idx.paper_ids[int(cols[i])], float(vals[i])) for i in order if vals[i] > 0]
+        advance(1)
+    return out
+
+
+def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, queries: list[EvalQuery],
+                  advance: Callable[[int], None]) -> SystemRun:
+    from graft.teacher import GraphTeacher
+
+    idx = ctx.index
+    teacher = idx.teacher() if graphs is None else GraphTeacher(graphs)
+    out = SystemRun(credits={})
+    for q in queries:
+        if q.in_corpus:
+            node = idx.row_of[q.paper_id]
+            fused, per_facet = teacher.retrieve(teacher.node_rows(node), exclude={node}, k=DEPTH)
+        else:
+            fused, per_facet = teacher.retrieve(ctx.ooc_rows(q)[0], k=DEPTH)
+        out.run[q.qid] = [(idx.paper_ids[node], float(score)) for node, score, _ in fused]
+        out.credits[q.qid] = [(idx.paper_ids[node], {f: per_facet[f][node].hops for f in terms})
+                              for node, _, terms in fused]
+        advance(1)
+    return out
+
+
+def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQuery],
+                advance: Callable[[int], None]) -> SystemRun:
+    from graft.retriever import has_model
+
+    if not has_model(index.path):
+        raise NotApplicable(f"no trained model in {index.path / 'model'}; train one with "
+                            f"`graft train {index.path}`")
+    out = SystemRun(credits={})
+    for q in queries:
+        if q.in_corpus:
+            result = index.query(paper=q.paper_id, retriever="graft", fusion=fusion, k=DEPTH, beams=ctx.beams,
+                                 device=ctx.device)
+        else:
+            facets = ctx.ooc_rows(q)[1]
+            result = index.query(facets={f: list(v) for f, v in facets.items()}, retriever="graft", fusion=fusion,
+                                 k=DEPTH, beams=ctx.beams, query_id=q.qid, device=ctx.device)
+        out.run[q.qid], out.credits[q.qid] = _from_result(result)
+        advance(1)
+    return out
+
+
+def run_system(name: str, ctx: EvalContext, queries: list[EvalQuery], reporter: Reporter | None = None) -> SystemRun:
+    """Answer every query with one system.
+
+    Args:
+        name: one of `SYSTEMS`.
+        ctx: the evaluated index and its shared resources.
+        queries: all in corpus or all out of corpus.
+        reporter: progress (one stage per system).
+    Returns:
+        The system's run (and facet credits for attributed systems).
+    Raises:
+        NotApplicable: the system does not apply (citation out of corpus; graft without a model;
+            graft-naive without `naive_index`).
+        GraftError: unknown system name.
+    """
+    if name not in SYSTEMS:
+        raise GraftError(f"unknown system {name!r}; allowed: {', '.join(SYSTEMS)}")
+    if name == "graft-naive" and ctx.naive_index is None:
+        raise NotApplicable("graft-naive needs an index holding a model trained with --sampling naive "
+                            "(pass --naive-index DIR)")
+    reporter = reporter or Reporter(quiet=True)
+    with reporter.stage(name, total=len(queries), unit="queries") as advance:
+        if name == "bm25":
+            return _bm25(ctx, queries, advance)
+        if name == "dense":
+            return _dense(ctx, queries, advance)
+        if name == "citation":
+            return _citation(ctx, queries, advance)
+        if name == "facet":
+            return _teacher_over(ctx, ctx.facet_only_graphs, queries, advance)
+        if name == "teacher":
+            return _teacher_over(ctx, None, queries, advance)
+        if name == "graft":
+            return _generative(ctx, ctx.index, "graph-rrf", queries, advance)
+        if name == "graft-rrf":
+            return _generative(ctx, ctx.index, "rrf", queries, advance)
+        return _generative(ctx, ctx.naive_index, "graph-rrf", queries, advance)

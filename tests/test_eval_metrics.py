@@ -1,0 +1,94 @@
+"""Evaluation metrics and TREC I/O against hand-computed values (no corpus needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eval.metrics import FacetSimilarity, attribution_precision, mean_recall, non_obvious_share, recall_at
+from eval.runner import score_run
+from eval.trec import format_run, read_qrels, read_run, write_run
+from graft.errors import InputValidationError
+from graft.facets import FACETS
+
+
+def test_recall_by_hand() -> None:
+    ranked = ["a", "b", "c", "d", "e"]
+    assert recall_at(ranked, {"b", "e", "z"}, 2) == pytest.approx(1 / 3)
+    assert recall_at(ranked, {"b", "e", "z"}, 5) == pytest.approx(2 / 3)
+    assert recall_at(ranked, set(), 5) == 0.0
+    run = {"q1": [("a", 3.0), ("b", 2.0)], "q2": [("x", 1.0)]}
+    qrels = {"q1": {"a", "c"}, "q2": {"y"}, "q3": {"a"}}
+    # q1: 1/2, q2: 0, q3 (missing from the run): 0 -> mean 1/6
+    assert mean_recall(run, qrels, 20) == pytest.approx(1 / 6)
+    assert mean_recall(run, qrels, 1, qids=["q1"]) == pytest.approx(0.5)
+
+
+def test_attribution_precision_by_hand() -> None:
+    credits = [("method", True), ("method", False), ("problem", True), ("method", True), ("result", False)]
+    p = attribution_precision(credits)
+    assert p["overall"] == pytest.approx(3 / 5)
+    assert p["credited"] == 5 and p["supported"] == 3
+    assert p["per_facet"]["method"]["precision"] == pytest.approx(2 / 3)
+    assert p["per_facet"]["problem"]["precision"] == 1.0
+    assert p["per_facet"]["result"]["precision"] == 0.0
+    assert p["per_facet"]["contribution"]["precision"] is None
+    assert attribution_precision([])["overall"] is None
+
+
+def test_non_obvious_share_by_hand() -> None:
+    run = {"q": [("a", 4.0), ("b", 3.0), ("c", 2.0), ("d", 1.0)]}
+    qrels = {"q": {"a", "c", "d"}}
+    obvious = {"q": {"a", "b"}}
+    out = non_obvious_share(run, qrels, obvious, k=3)  # correct in top 3: a (obvious), c (not)
+    assert out == {"share": 0.5, "correct": 2, "non_obvious": 1}
+    assert non_obvious_share(run, {"q": {"zz"}}, obvious)["share"] is None
+
+
+def test_facet_similarity_matches_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    n, d = 7, 5
+    owner, facet_of, vecs = [], [], []
+    for p in range(n):
+        for f in FACETS:
+            for _ in range(int(rng.integers(1, 3)) if p != 2 or f != "result" else 0):  # paper 2: no result item
+                v = rng.normal(size=d)
+                owner.append(p)
+                facet_of.append(f)
+                vecs.append(v / np.linalg.norm(v))
+    owner, facet_of, vecs = np.array(owner), np.array(facet_of), np.array(vecs, dtype=np.float32)
+    query = {f: vecs[(owner == 0) & (facet_of == f)] for f in FACETS}
+    sim = FacetSimilarity(owner, facet_of, vecs, n)
+    got = sim.scores(query)
+    for c in range(n):
+        want = 0.0
+        for f in FACETS:
+            a, b = query[f], vecs[(owner == c) & (facet_of == f)]
+            want += float((a @ b.T).max()) if len(a) and len(b) else 0.0
+        assert got[c] == pytest.approx(want / len(FACETS), abs=1e-5)
+    near = sim.nearest(query, m=3, exclude=[0])
+    assert 0 not in near and len(near) == 3
+    assert near == [int(i) for i in np.argsort(-np.where(np.arange(n) == 0, -np.inf, got), kind="stable")[:3]]
+
+
+def test_trec_round_trip_and_rescoring(tmp_path) -> None:
+    run = {"q2": [("d2", 1.0), ("d1", 1.0), ("d3", 2.5)], "q1": [("x", 0.5)]}
+    lines = format_run(run, "sys")
+    # ties broken by docid, queries sorted, ranks from 1
+    assert lines == ["q1 Q0 x 1 0.500000 sys", "q2 Q0 d3 1 2.500000 sys", "q2 Q0 d1 2 1.000000 sys",
+                     "q2 Q0 d2 3 1.000000 sys"]
+    path = write_run(tmp_path / "r.trec", run, "sys")
+    assert read_run(path) == {"q1": [("x", 0.5)], "q2": [("d3", 2.5), ("d1", 1.0), ("d2", 1.0)]}
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 x 1\nq2 0 d2 1\nq2 0 d9 1\nq2 0 d1 0\nq3 0 x 1\n")
+    assert read_qrels(qrels) == {"q1": {"x"}, "q2": {"d2", "d9"}, "q3": {"x"}}
+    out = score_run(path, qrels)
+    # q1: 1, q2: 1/2 (d2 of d2, d9), q3: 0
+    assert out["queries"] == 3 and out["answered"] == 2
+    assert out["R@20"] == pytest.approx(0.5)
+    with pytest.raises(InputValidationError, match="line 1"):
+        bad = tmp_path / "bad.trec"
+        bad.write_text("q1 Q0 x one 0.5\n")
+        read_run(bad)
+    with pytest.raises(InputValidationError, match="tag"):
+        format_run(run, "two words")

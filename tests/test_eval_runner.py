@@ -1,0 +1,182 @@
+"""`graft eval` end to end on a citation-dense cs768 slice: split, build, runs, tables, re-scoring, CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from collections import Counter
+
+import pytest
+from conftest import cs768_path
+from typer.testing import CliRunner
+
+from eval.runner import RunOptions, read_credits, run_paths, run_suite, score_run
+from eval.splits import SplitConfig, prepare_split, read_queries
+from graft.errors import GraftError
+from graft.index import Index
+from graphbuild.build import BuildConfig, build_index
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+def write_dense_slice(path, tmp_path, n_core: int = 40, n: int = 120):
+    """The n_core most-cited cs768 papers plus the papers citing most of them (real records)."""
+    records = [json.loads(line) for line in gzip.open(path, "rt")]
+    cited = Counter(r for rec in records for r in rec["references"])
+    core = {p for p, _ in cited.most_common(n_core)}
+    citing = sorted((r for r in records if r["id"] not in core),
+                    key=lambda r: (-len(set(r["references"]) & core), r["id"]))[: n - n_core]
+    keep = core | {r["id"] for r in citing}
+    out = tmp_path / "dense.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in records if r["id"] in keep))
+    return out
+
+
+SPLIT = SplitConfig(seed=0, n_ooc=10, n_survey=0)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, encoder):
+    tmp = tmp_path_factory.mktemp("evalrun")
+    corpus = write_dense_slice(cs768_path(), tmp)
+    split = tmp / "split"
+    prepare_split(corpus, split, SPLIT)
+    build_index(split / "corpus.jsonl", split / "index", BuildConfig(), encoder=encoder)
+    return corpus, split
+
+
+def test_built_index_holds_no_out_of_corpus_query(built) -> None:
+    _, split = built
+    idx = Index.open(split / "index")
+    held = {q["paper_id"] for q in read_queries(split, "ooc")}
+    assert len(held) == 10
+    assert not held & set(idx.paper_ids)
+    assert not held & (set(idx.citations["citing"]) | set(idx.citations["cited"]))
+    assert idx.manifest["corpus_hash"] == json.loads((split / "split.json").read_text())["corpus_hash"]
+
+
+def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path) -> None:
+    _, split = built
+    systems = ["bm25", "dense", "citation", "facet", "teacher"]
+    opts = RunOptions(systems=systems, results_dir=tmp_path)
+    table = run_suite(split, "incorpus", opts, encoder=encoder, command="graft eval run SPLIT")
+    rows = {r["system"]: r for r in table["rows"]}
+    assert list(rows) == systems
+    n_test = len(read_queries(split, "incorpus", part="test"))
+    assert table["meta"]["queries"] == n_test > 20
+    for name, row in rows.items():
+        assert 0.0 <= row["R@20"] <= row["R@50"] <= 1.0, name
+        assert row["correct@20"] >= 0
+        # every number comes from the run file: re-scoring it gives the same recall
+        trec = run_paths(split, "incorpus", name)[0]
+        test_qrels = tmp_path / "test_qrels.txt"
+        ids = {q["qid"] for q in read_queries(split, "incorpus", part="test")}
+        test_qrels.write_text("".join(line + "\n" for line in (split / "incorpus" / "qrels.txt").read_text().splitlines()
+                                      if line.split()[0] in ids))
+        assert score_run(trec, test_qrels)["R@20"] == pytest.approx(row["R@20"])
+    assert rows["teacher"]["R@20"] > 0.1 and rows["citation"]["R@20"] > 0.1
+    md = next(tmp_path.glob("eval_incorpus_*.md"))
+    text = md.read_text()
+    assert "graft eval run SPLIT" in text and table["meta"]["corpus_hash"][:16] in text and "| teacher |" in text
+    saved = json.loads(next(tmp_path.glob("eval_incorpus_*.json")).read_text())
+    assert saved["rows"][4]["R@20"] == pytest.approx(rows["teacher"]["R@20"])
+    assert saved["meta"]["seed"] == 0 and "bm25s" in saved["meta"]["versions"]
+
+    # runs are reused unless forced
+    meta_path = run_paths(split, "incorpus", "teacher")[2]
+    created = json.loads(meta_path.read_text())["created"]
+    run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path), encoder=encoder)
+    assert json.loads(meta_path.read_text())["created"] == created
+    again = run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path, limit=5), encoder=encoder)
+    assert again["meta"]["queries"] == 5 and json.loads(meta_path.read_text())["queries"] == 5
+
+    ooc = run_suite(split, "ooc", RunOptions(systems=["bm25", "dense", "citation", "teacher"], results_dir=tmp_path),
+                    encoder=encoder)
+    orow = {r["system"]: r for r in ooc["rows"]}
+    assert orow["citation"]["R@20"] is None and any("citation" in n and "n/a" in n for n in ooc["notes"])
+    assert orow["bm25"]["R@20"] > 0 and orow["teacher"]["R@20"] > 0
+    assert ooc["meta"]["queries"] == 10
+
+
+def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path) -> None:
+    _, split = built
+    table = run_suite(split, "attribution", RunOptions(systems=["bm25", "teacher"], results_dir=tmp_path),
+                      encoder=encoder)
+    rows = {(r["system"], r["setting"]): r for r in table["rows"]}
+    assert set(rows) == {("teacher", "incorpus"), ("teacher", "ooc")}
+    for row in rows.values():
+        assert row["credits"] == row["1-hop credits"] + row["2-hop credits"] > 0
+        # a one-hop credit is a direct edge of the walked graph; a two-hop one has none by construction
+        assert row["1-hop"] == 1.0
+        assert row["2-hop credits"] == 0 or row["2-hop"] == 0.0
+        assert row["precision"] == pytest.approx(row["1-hop credits"] / row["credits"])
+    credits = read_credits(run_paths(split, "incorpus", "teacher")[1])
+    assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
+    assert any("bm25" in n for n in table["notes"])
+
+
+def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path) -> None:
+    from training.pipeline import train_index
+    from training.trainer import TrainConfig
+
+    _, split = built
+    index = tmp_path / "index"
+    shutil.copytree(split / "index", index)
+    train_index(index, TrainConfig(max_steps=4, lr=2e-3, save_every_steps=0, logging_steps=2), base_model="tiny")
+    opts = RunOptions(systems=["graft", "graft-rrf", "graft-naive"], index_dir=index, limit=2, beams=2,
+                      results_dir=tmp_path / "res")
+    table = run_suite(split, "incorpus", opts, encoder=encoder)
+    rows = {r["system"]: r for r in table["rows"]}
+    assert rows["graft"]["R@20"] is not None and rows["graft-rrf"]["R@20"] is not None
+    assert rows["graft-naive"]["R@20"] is None and any("--naive-index" in n for n in table["notes"])
+    assert "pipeline check" in table["meta"]["label"]
+    assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus_*.md")).read_text()
+    att = run_suite(split, "attribution", RunOptions(systems=["graft"], index_dir=index, limit=2, beams=2,
+                                                     results_dir=tmp_path / "res"), encoder=encoder)
+    arow = {r["setting"]: r for r in att["rows"]}
+    if arow["incorpus"]["credits"]:
+        # graph-RRF keeps an in-corpus facet term only where the query has an edge to the hit
+        assert arow["incorpus"]["precision"] == 1.0
+    cov = run_suite(split, "coverage", RunOptions(systems=[], index_dir=index, base_model="tiny",
+                                                  results_dir=tmp_path / "res"))
+    crow = {r["sampling"]: r for r in cov["rows"]}
+    assert crow["coverage-aware"]["papers (every facet)"] == 1.0
+    assert crow["coverage-aware"]["DocIDs"] == 1.0 >= crow["naive"]["DocIDs"]
+
+
+def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
+    import typer
+
+    from cli.eval_cmd import eval_app
+
+    corpus, split = built
+    app = typer.Typer()
+    app.add_typer(eval_app, name="eval")
+    runner = CliRunner()
+    out = tmp_path / "cli-split"
+    res = runner.invoke(app, ["eval", "prepare", str(corpus), "--out", str(out), "--ooc", "10", "--survey", "0"])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((out / "split.json").read_text())
+    assert meta["corpus_hash"] == json.loads((split / "split.json").read_text())["corpus_hash"]
+    assert meta["command"].startswith("graft ")
+    res = runner.invoke(app, ["eval", "run", str(out), "--suite", "ooc,attribution", "--systems", "bm25",
+                              "--index", str(split / "index"), "--results", str(tmp_path / "res"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "| bm25 |" in res.output and "bm25: no facet attribution" in res.output
+    assert (tmp_path / "res" / f"eval_attribution_{corpus.stem}.md").is_file()
+    res = runner.invoke(app, ["eval", "score", str(out / "runs" / "ooc.bm25.trec"), str(out / "ooc" / "qrels.txt"),
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    scored = json.loads(res.output)
+    table = json.loads(next((tmp_path / "res").glob("eval_ooc_*.json")).read_text())
+    assert scored["R@20"] == pytest.approx(table["rows"][0]["R@20"]) and scored["queries"] == 10
+    res = runner.invoke(app, ["eval", "run", str(out), "--systems", "bm25,nope", "--index", str(split / "index")])
+    assert res.exit_code == 2 and "nope" in res.output
+    res = runner.invoke(app, ["eval", "run", str(tmp_path), "--systems", "bm25"])
+    assert res.exit_code == 2 and "graft eval prepare" in res.output
+    # the survey suite is a separate module, imported only when asked for
+    monkeypatch.setitem(sys.modules, "eval.survey_suite", None)
+    with pytest.raises(GraftError, match="survey_suite"):
+        run_suite(out, "survey", RunOptions(systems=["bm25"], index_dir=split / "index", results_dir=tmp_path))

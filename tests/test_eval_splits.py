@@ -1,0 +1,94 @@
+"""Evaluation splits on the full cs768 corpus: determinism, selection rules and no leakage."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from conftest import cs768_path
+
+from eval.splits import SplitConfig, prepare_split, read_queries, read_split
+from eval.trec import read_qrels
+from graft.errors import GraftError
+from graphbuild.corpus import load_corpus
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    out = tmp_path_factory.mktemp("split") / "s"
+    meta = prepare_split(cs768_path(), out, SplitConfig(seed=0, n_ooc=200, n_survey=10))
+    return out, meta
+
+
+def test_split_is_deterministic_from_the_seed(split, tmp_path) -> None:
+    out, meta = split
+    again = tmp_path / "again"
+    meta2 = prepare_split(cs768_path(), again, SplitConfig(seed=0, n_ooc=200, n_survey=10))
+    for rel in ("corpus.jsonl", "incorpus/queries.jsonl", "incorpus/qrels.txt", "ooc/queries.jsonl",
+                "ooc/qrels.txt", "survey/queries.jsonl", "survey/qrels.txt"):
+        assert (out / rel).read_bytes() == (again / rel).read_bytes(), rel
+    assert meta2["corpus_hash"] == meta["corpus_hash"] and meta2["source_hash"] == meta["source_hash"]
+    other = prepare_split(cs768_path(), tmp_path / "seed1", SplitConfig(seed=1, n_ooc=200, n_survey=10))
+    dev0 = {r["qid"] for r in read_queries(out, "incorpus", part="dev")}
+    dev1 = {r["qid"] for r in read_queries(tmp_path / "seed1", "incorpus", part="dev")}
+    assert dev0 != dev1
+    assert other["source_hash"] == meta["source_hash"]
+
+
+def test_holdouts_never_reach_the_reduced_corpus(split) -> None:
+    out, meta = split
+    corpus = _jsonl(out / "corpus.jsonl")
+    kept = {r["id"] for r in corpus}
+    ooc = read_queries(out, "ooc")
+    survey = read_queries(out, "survey")
+    held = {r["paper_id"] for r in ooc} | {r["paper_id"] for r in survey}
+    assert len(ooc) == 200 and len(survey) == 10
+    assert not held & kept
+    assert not {r["paper_id"] for r in ooc} & {r["paper_id"] for r in survey}
+    assert all(set(r["references"]) <= kept for r in corpus)  # no edge to a held-out paper survives
+    assert meta["counts"]["corpus_papers"] == len(kept) == 6545 - 210
+    assert read_split(out)["corpus_hash"] == load_corpus(out / "corpus.jsonl").content_hash()
+    # the gold lists: references into the reduced corpus, with the minimum sizes
+    source = {r["id"]: r for r in map(json.loads, gzip.open(cs768_path(), "rt"))}
+    ooc_gold, survey_gold = read_qrels(out / "ooc" / "qrels.txt"), read_qrels(out / "survey" / "qrels.txt")
+    for r in ooc:
+        assert ooc_gold[r["qid"]] == set(source[r["paper_id"]]["references"]) & kept
+        assert len(ooc_gold[r["qid"]]) >= 3
+        assert r["title"] == source[r["paper_id"]]["title"]
+    for r in survey:
+        assert len(survey_gold[r["qid"]]) >= 20 and r["n_references"] == len(survey_gold[r["qid"]])
+    # newest first: no remaining citing paper with enough references is newer than the oldest hold-out
+    oldest = min(source[r["paper_id"]]["year"] for r in ooc)
+    years = sorted((source[p]["year"] for p in kept), reverse=True)
+    assert oldest >= years[len(years) // 4]
+
+
+def test_incorpus_gold_is_the_citation_neighbourhood(split) -> None:
+    out, _ = split
+    corpus = _jsonl(out / "corpus.jsonl")
+    nbrs: dict[str, set[str]] = {r["id"]: set() for r in corpus}
+    for r in corpus:
+        for c in r["references"]:
+            nbrs[r["id"]].add(c)
+            nbrs[c].add(r["id"])
+    gold = read_qrels(out / "incorpus" / "qrels.txt")
+    queries = read_queries(out, "incorpus")
+    assert {q["qid"] for q in queries} == {p for p, n in nbrs.items() if len(n) >= 5} == set(gold)
+    for q in queries:
+        assert gold[q["qid"]] == nbrs[q["paper_id"]]
+    dev = [q for q in queries if q["split"] == "dev"]
+    assert abs(len(dev) - len(queries) / 2) <= 1
+
+
+def test_bad_split_inputs_are_clear_errors(tmp_path) -> None:
+    with pytest.raises(GraftError, match="graft eval prepare"):
+        read_split(tmp_path)
+    with pytest.raises(GraftError, match="dev share"):
+        SplitConfig(dev_share=1.5)
+    with pytest.raises(GraftError, match="not found"):
+        prepare_split(tmp_path / "missing.jsonl", tmp_path / "out")
