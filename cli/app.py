@@ -236,7 +236,7 @@ def demo(
     limit: int | None = typer.Option(None, help="Use only the first N ACLSum papers (a quick look)."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
-    """Build the ACLSum demo graph and show a facet-labelled query."""
+    """Build the ACLSum demo graph, show a facet-labelled query and write a short survey."""
     import numpy as np
 
     from graft.index import Index
@@ -252,14 +252,24 @@ def demo(
             paper = idx.paper_ids[int(np.argmax(degree))]
         result = idx.query_paper(paper, k=10)
         print_hits(result, f"related to {paper}: {idx.papers['title'][idx.row(paper)]}")
+        survey_md = demo_survey(out, Reporter(quiet=quiet), console)
     except (GraftError, ValueError) as exc:
         _fail(exc)
     console.print(f"index: {out}  ·  try: graft query {out} --paper {paper} --json")
+    if survey_md is not None:
+        console.print(f"survey: {survey_md}  ·  try: graft survey {out} \"your topic\" --out my-survey")
 
 
 from cli.train_cmd import train  # noqa: E402  (the command module imports this one lazily)
 
 app.command("train")(train)
+
+from cli.eval_cmd import eval_app  # noqa: E402
+from cli.survey_cmd import demo_survey, survey  # noqa: E402
+
+app.command("survey")(survey)
+
+app.add_typer(eval_app, name="eval")
 
 
 def main() -> None:

@@ -1,0 +1,136 @@
+"""`graft survey`: write a survey of a topic from an index (registered by cli/app.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+#: Topic of the short survey `graft demo` writes over the ACLSum corpus.
+DEMO_TOPIC = "summarization of scientific documents"
+
+
+def survey_tools(index: Any, encoder: Any = None) -> Any:
+    """`QueryTools` for an index: its encoder, the out-of-corpus edge-row scorer and facet extractor."""
+    from graft.survey.retrieve import QueryTools
+    from graphbuild.external import ExternalScorer
+
+    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder))
+
+
+def resolve_local_model(model: str | None) -> str:
+    """`--llm local`: None / smollm2-135m -> the converted SmolLM2-135M-Instruct folder; a path as is."""
+    from training.base_models import SMOLLM2, ensure_smollm2
+
+    if model in (None, "", SMOLLM2):
+        return str(ensure_smollm2(quiet=True))
+    return model
+
+
+def run_survey(index_dir: str | Path, topic: str, out: str | Path, config: Any = None, reporter: Any = None,
+               *, encoder: Any = None) -> Any:
+    """Open the index, build the text-query tools and write the survey (`graft.survey.pipeline`).
+
+    `graft demo` calls `run_survey(out, DEMO_TOPIC, out / "survey", SurveyConfig(sections=2), reporter)`.
+    """
+    from dataclasses import replace
+
+    from graft.index import Index
+    from graft.survey.config import SurveyConfig
+    from graft.survey.pipeline import write_survey
+
+    config = config or SurveyConfig()
+    if config.llm == "local":
+        config = replace(config, model=resolve_local_model(config.model))
+    idx = Index.open(index_dir)
+    return write_survey(idx, topic, out, config, reporter, tools=survey_tools(idx, encoder))
+
+
+def demo_survey(index_dir: str | Path, reporter: Any = None, console: Any = None, *,
+                topic: str = DEMO_TOPIC, encoder: Any = None) -> Path | None:
+    """The short survey `graft demo` ends with: two sections on `topic`, offline backend, written to
+    INDEX/survey. A corpus that does not cover the topic (e.g. `graft demo --limit 20`) gets a
+    message instead of a survey.
+
+    Returns:
+        the survey.md path, or None when the topic is not covered.
+    """
+    from rich.console import Console
+
+    from graft.survey.config import SurveyConfig, SurveyError
+
+    console = console or Console()
+    try:
+        result = run_survey(index_dir, topic, Path(index_dir) / "survey",
+                            SurveyConfig(sections=2, subsections=2, pool=24, section_pool=8), reporter,
+                            encoder=encoder)
+    except SurveyError as exc:
+        console.print(f"survey skipped: {exc}", highlight=False)
+        return None
+    print_survey_summary(result, console)
+    return result.paths["markdown"]
+
+
+def print_survey_summary(result: Any, console: Any) -> None:
+    """The end-of-run table: outline size, sentences, citations by outcome, files."""
+    from rich.table import Table
+
+    v = result.verification
+    t = Table(title=f"graft survey → {result.out_dir}", show_header=False)
+    t.add_column("")
+    t.add_column("", justify="right")
+    t.add_row("descriptions", str(len(result.descriptions)))
+    t.add_row("sections", f"{len(result.sections)} ({sum(len(s.subsections) for s in result.sections)} subsections)")
+    t.add_row("sentences", f"{v['sentences'] - v['sentences_dropped']} kept · {v['sentences_dropped']} dropped · "
+                           f"{v['sentences_rewritten']} rewritten")
+    t.add_row("citations", " · ".join(f"{n} {k}" for k, n in v["citations"].items()))
+    t.add_row("references", str(len(result.cited)))
+    if result.backend_stats:
+        t.add_row("LLM", " · ".join(f"{k} {n}" for k, n in sorted(result.backend_stats.items())))
+    t.add_row("wall time", f"{result.timings.get('total', 0.0):.1f} s")
+    for name, path in result.paths.items():
+        t.add_row(name, str(path))
+    console.print(t)
+
+
+def survey(
+    index: Path = typer.Argument(..., help="Index directory (from `graft build`)."),
+    topic: str = typer.Argument(..., help="The survey topic, e.g. \"neural machine translation\"."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder: survey.md, references.bib, survey.json."),
+    llm: str = typer.Option("offline", "--llm", help="offline (extractive, no LLM), local (transformers) or openai."),
+    model: str | None = typer.Option(None, "--model",
+                                     help="local: model folder (default SmolLM2-135M-Instruct); openai: model name."),
+    base_url: str | None = typer.Option(None, "--base-url", help="openai: server URL up to /v1."),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable with the API key."),
+    sections: int = typer.Option(4, "--sections", help="Level-1 sections."),
+    subsections: int = typer.Option(2, "--subsections", help="Level-2 subsections per section (at most)."),
+    verify_rounds: int = typer.Option(3, "--verify-rounds", help="Evidence-and-rewrite rounds per failed citation."),
+    retriever: str = typer.Option("teacher", "--retriever", help="teacher (graph walks) or graft (trained model)."),
+    concurrency: int = typer.Option(4, "--concurrency", help="Subsections written / LLM requests at once."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Write a survey of TOPIC from the index's papers, every citation verified against the cited paper."""
+    from cli.app import _fail, console
+    from graft.errors import GraftError
+    from graft.progress import Reporter
+    from graft.survey.config import SurveyConfig
+
+    try:
+        config = SurveyConfig(llm=llm, model=model, base_url=base_url, api_key_env=api_key_env, sections=sections,
+                              subsections=subsections, verify_rounds=verify_rounds, retriever=retriever,
+                              max_concurrency=concurrency)
+        result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json))
+    except (GraftError, ValueError) as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps({"out": str(result.out_dir), "files": {k: str(p) for k, p in result.paths.items()},
+                               "title": result.title, "descriptions": result.descriptions,
+                               "outline": [{"title": s.title, "subsections": [x.title for x in s.subsections]}
+                                           for s in result.sections],
+                               "references": result.cited, "verification": result.verification,
+                               "timings_s": result.timings}, indent=2))
+    elif not quiet:
+        print_survey_summary(result, console)

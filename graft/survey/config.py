@@ -1,0 +1,72 @@
+"""`SurveyConfig`: the settings of one `graft survey` run (recorded in survey.json)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from graft.config import config_from_dict
+from graft.errors import GraftError
+
+BACKENDS = ("offline", "local", "openai")
+SURVEY_RETRIEVERS = ("teacher", "graft", "dense")
+
+
+class SurveyError(GraftError):
+    """The survey cannot be written as asked: no relevant paper, bad settings, missing model."""
+
+
+@dataclass
+class SurveyConfig:
+    """Settings of the survey writer; every default says its unit or source."""
+
+    llm: str = "offline"  # backend: offline (extractive, no LLM), local (transformers) or openai (HTTP)
+    model: str | None = None  # local: model folder (None = SmolLM2-135M-Instruct); openai: served name
+    base_url: str | None = None  # openai: URL up to /v1
+    api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable holding the key
+    max_concurrency: int = 4  # subsections written / LLM requests in flight at once
+    max_new_tokens: int = 512  # tokens per LLM answer (local and openai backends)
+    retriever: str = "teacher"  # teacher (graph walks), graft (trained model in INDEX/model) or dense
+    descriptions: int = 3  # topic descriptions from query expansion, the topic itself included
+    per_description: int = 60  # papers retrieved per description before fusion
+    pool: int = 40  # papers kept after the two-stage rerank for the level-1 outline
+    sections: int = 4  # level-1 sections
+    subsections: int = 2  # level-2 subsections per section (at most)
+    section_pool: int = 12  # papers kept per section after its own retrieval + rerank
+    papers_per_subsection: int = 4  # papers a subsection writes about
+    rerank: bool = True  # two-stage fusion rerank (off for the AutoSurvey-like baseline)
+    llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
+    verify: bool = True  # adaptive citation verification (off for the baseline)
+    verify_rounds: int = 3  # K: evidence-and-rewrite rounds per failed citation (reference method)
+    support_threshold: float = 0.65  # offline checker: cosine a claim needs with one item of its facet
+    min_relevance: float = 0.30  # cosine the best paper needs with the topic, else "off-topic"
+    relative_relevance: float = 0.6  # rerank drops papers whose topic cosine is < this share of the best
+    evidence_k: int = 5  # evidence items retrieved for a failed sentence
+    seed: int = 0  # clustering seed (outline)
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes recorded with the run
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.llm not in BACKENDS:
+            problems.append(f"llm={self.llm!r} (allowed: {', '.join(BACKENDS)})")
+        if self.retriever not in SURVEY_RETRIEVERS:
+            problems.append(f"retriever={self.retriever!r} (allowed: {', '.join(SURVEY_RETRIEVERS)})")
+        for name in ("descriptions", "per_description", "pool", "sections", "subsections", "section_pool",
+                     "papers_per_subsection", "max_concurrency", "evidence_k", "max_new_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                problems.append(f"{name}={value!r} (an integer >= 1)")
+        if not isinstance(self.verify_rounds, int) or not 1 <= self.verify_rounds <= 10:
+            problems.append(f"verify_rounds={self.verify_rounds!r} (an integer in 1..10; 3 in the reference method)")
+        if not 0 <= self.relative_relevance <= 1:
+            problems.append(f"relative_relevance={self.relative_relevance!r} (a share in [0, 1])")
+        if not 0 < self.llm_rerank_keep <= 1:
+            problems.append(f"llm_rerank_keep={self.llm_rerank_keep!r} (a share in (0, 1])")
+        if self.llm == "openai" and not (self.model and self.base_url):
+            problems.append("llm=openai needs model (--model NAME) and base_url (--base-url http://HOST:PORT/v1)")
+        if problems:
+            raise SurveyError("invalid survey settings: " + "; ".join(problems))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SurveyConfig:
+        return config_from_dict(cls, data)

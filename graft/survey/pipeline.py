@@ -1,0 +1,227 @@
+"""`write_survey`: the survey writer end to end (DESIGN.md, "Survey writer").
+
+topic -> query expansion -> facet-attributed retrieval (fused over descriptions) -> two-stage fusion
+rerank -> level-1 outline -> per section: retrieval + rerank -> level-2 outline -> subsections
+written in parallel -> adaptive citation verification -> survey.md, references.bib, survey.json.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graft.config import config_to_dict
+from graft.index import Index
+from graft.progress import Reporter
+from graft.survey.backends import SurveyContext, make_backend
+from graft.survey.config import SurveyConfig, SurveyError
+from graft.survey.expand import expand_topic
+from graft.survey.outline import assign, level_one, level_two
+from graft.survey.output import numbering, write_outputs
+from graft.survey.rerank import relevant, two_stage_rerank
+from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever
+from graft.survey.types import Candidate, Section, Subsection
+from graft.survey.verify import drop_duplicates, mark_unverified, summarize, verify_all
+from graft.survey.write import write_parts
+
+#: Longest topic accepted, in characters (a topic is a phrase or a title, not a document).
+MAX_TOPIC_CHARS = 500
+
+
+@dataclass
+class SurveyResult:
+    """What `write_survey` produced."""
+
+    out_dir: Path
+    paths: dict[str, Path]
+    title: str
+    descriptions: list[str]
+    sections: list[Section]
+    cited: list[str]  # cited paper ids in reference-list order
+    verification: dict[str, Any]
+    backend_stats: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def clean_topic(topic: str) -> str:
+    """The topic as one line of plain text.
+
+    Raises:
+        SurveyError: empty, or longer than MAX_TOPIC_CHARS.
+    """
+    text = " ".join(str(topic or "").split())
+    if not text:
+        raise SurveyError('the topic is empty; pass a phrase such as "neural machine translation"')
+    if len(text) > MAX_TOPIC_CHARS:
+        raise SurveyError(f"the topic is {len(text)} characters long; give a phrase or a title of at most "
+                          f"{MAX_TOPIC_CHARS} characters")
+    return text
+
+
+def _locked(encode: Any) -> Any:
+    lock = threading.Lock()
+
+    def run(texts: list[str]) -> np.ndarray:
+        with lock:
+            return np.asarray(encode(list(texts)), dtype=np.float32)
+
+    return run
+
+
+def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyConfig | None = None,
+                 reporter: Reporter | None = None, *, tools: QueryTools, dense: DenseIndex | None = None,
+                 device: str = "cpu") -> SurveyResult:
+    """Write a survey of `topic` from the papers of `index` into `out_dir`.
+
+    Args:
+        index: the opened index.
+        topic: the survey topic (treated as data: escaped in the outputs, quoted in LLM prompts).
+        out_dir: where survey.md, references.bib and survey.json go (created).
+        config: survey settings (backend, retriever, outline sizes, verification rounds).
+        reporter: per-stage progress and timings; quiet by default.
+        tools: the encoder, edge-row scorer and facet extractor for text queries
+            (`QueryTools.from_scorer(graphbuild.external.ExternalScorer(index))`).
+        dense: title + abstract vectors for the dense retriever (reused across calls).
+        device: where the generative retriever runs.
+    Returns:
+        the `SurveyResult` (paths, outline, cited ids, verification counts, timings).
+    Raises:
+        SurveyError: empty or off-topic retrieval, bad settings, no trained model for --retriever graft.
+    """
+    config = config or SurveyConfig()
+    reporter = reporter or Reporter(quiet=True)
+    topic = clean_topic(topic)
+    out_dir = Path(out_dir)
+    tools = QueryTools(encoder=tools.encoder, rows=tools.rows, facets_of=tools.facets_of)
+    encode = _locked(tools.encoder.encode)
+    tools.encoder = type("LockedEncoder", (), {"encode": staticmethod(encode)})()
+    retriever = TopicRetriever(index, tools, config.retriever, dense=dense, device=device)
+    vectors = retriever.vectors
+    ctx = SurveyContext(index=index, vectors=vectors, encode=encode, config=config)
+    backend = make_backend(ctx)
+    row_of = index.row_of
+    t0 = time.perf_counter()
+
+    with reporter.stage("expand", total=config.descriptions, unit="descriptions") as adv:
+        descriptions, pseudo = expand_topic(topic, retriever, backend, config.descriptions, k=config.per_description)
+        adv(len(descriptions))
+    topic_vec = ctx.vec(topic)
+    best = max((float(vectors.papers[row_of[c.paper_id]] @ topic_vec) for c in pseudo), default=0.0)
+    if not pseudo or best < config.min_relevance:
+        raise SurveyError(
+            f"no paper of index '{index.path}' ({index.n} papers) is about the topic {topic!r}: the closest "
+            f"has cosine {best:.2f} < min_relevance {config.min_relevance:.2f}. Try a topic the corpus covers "
+            "(see `graft query INDEX --text ...`), or lower min_relevance"
+        )
+
+    attribution: dict[str, dict[str, float]] = {}
+
+    def remember(cands: list[Candidate]) -> None:
+        for c in cands:
+            acc = attribution.setdefault(c.paper_id, {})
+            for f, v in c.facets.items():
+                acc[f] = round(max(acc.get(f, 0.0), v), 6)
+
+    # papers less similar to the topic than this are dropped before the rerank
+    floor = max(config.min_relevance, config.relative_relevance * best)
+
+    def rank(cands: list[Candidate], description: str, keep: int) -> list[Candidate]:
+        remember(cands)
+        if not config.rerank:
+            return cands[:keep]
+        cands = relevant(cands, topic_vec, vectors.papers, row_of, floor)
+        if not cands:
+            return []
+        return two_stage_rerank(cands, description, ctx.vec(description), vectors.papers, row_of, backend,
+                                keep=keep, llm_keep=config.llm_rerank_keep)
+
+    with reporter.stage("retrieve", total=len(descriptions), unit="descriptions") as adv:
+        candidates = retriever.search(descriptions, config.per_description)
+        adv(len(descriptions))
+    with reporter.stage("rerank", total=1, unit="lists") as adv:
+        pool = rank(candidates, topic, config.pool)
+        adv(1)
+    with reporter.stage("outline", total=1, unit="outlines") as adv:
+        heads = level_one(topic, pool, backend, config.sections)
+        adv(1)
+
+    sections: list[Section] = []
+    jobs = []
+    taken: set[str] = set()
+    used_heads = {h for h, _ in heads}
+    with reporter.stage("sections", total=len(heads), unit="sections") as adv:
+        for title, description in heads:
+            found = retriever.search([description], config.per_description)
+            sec_pool = rank(found, description, config.section_pool)
+            subs = level_two(topic, title, sec_pool, backend, config.subsections, used_heads)
+            used_heads.update(h for h, _ in subs)
+            parts = assign(sec_pool, [d for _, d in subs], encode, vectors.papers, row_of,
+                           config.papers_per_subsection, taken)
+            section = Section(title=title, description=description, papers=[c.paper_id for c in sec_pool])
+            for (sub_title, sub_desc), papers in zip(subs, parts):
+                if not papers:
+                    continue
+                taken.update(c.paper_id for c in papers)
+                sub = Subsection(title=sub_title, papers=[c.paper_id for c in papers])
+                section.subsections.append(sub)
+                jobs.append((sub, title, sub_title, sub_desc, papers))
+            if section.subsections:
+                sections.append(section)
+            adv(1)
+
+    with reporter.stage("write", total=len(jobs), unit="subsections") as adv:
+        written = write_parts([(t, st, d, p) for _, t, st, d, p in jobs], backend, topic=topic,
+                              max_concurrency=config.max_concurrency, attribution=attribution, progress=adv)
+    for (sub, *_), sentences in zip(jobs, written):
+        sub.sentences = sentences
+    all_sentences = [s for sec in sections for sub in sec.subsections for s in sub.sentences]
+    if not all_sentences:
+        raise SurveyError(f"the retrieved papers gave no sentence to write about {topic!r}; try a broader topic")
+
+    corpus_ids = set(index.paper_ids)
+    pool_ids = list(dict.fromkeys([c.paper_id for c in pool] + [p for sec in sections for p in sec.papers]))
+    with reporter.stage("verify", total=len(all_sentences), unit="sentences") as adv:
+        if config.verify:
+            verification = verify_all(all_sentences, backend, rounds=config.verify_rounds, pool=pool_ids,
+                                      attribution=attribution, corpus_ids=corpus_ids,
+                                      max_concurrency=config.max_concurrency, progress=adv)
+        else:
+            verification = mark_unverified(all_sentences, corpus_ids)
+            adv(len(all_sentences))
+        if drop_duplicates(all_sentences):
+            verification = summarize(all_sentences)
+    kept = [s for s in all_sentences if not s.dropped]
+    if not kept:
+        raise SurveyError(f"no sentence about {topic!r} could be verified against its cited papers; "
+                          "try a broader topic or a corpus that covers it")
+
+    title = f"{topic}: a survey"
+    backend_stats = dict(getattr(backend, "stats", {}))
+    with reporter.stage("output", total=3, unit="files") as adv:
+        note = (f"Generated by GRAFT from the {index.n} papers of index {index.path.name} "
+                f"({backend.name} writer, {config.retriever} retrieval); "
+                + (f"every citation checked against the cited paper, up to {config.verify_rounds} rounds."
+                   if config.verify else "citations NOT verified."))
+        meta = {
+            "config": config_to_dict(config),
+            "index": {"path": str(index.path), "papers": index.n, "corpus_hash": index.manifest.get("corpus_hash")},
+            "backend": backend.name,
+            "descriptions": descriptions,
+            "relevance_floor": round(floor, 4),
+            "pool": [c.to_json() for c in pool],
+            "verification": verification,
+            "backend_stats": backend_stats,
+        }
+        paths = write_outputs(out_dir, topic=topic, title=title, sections=sections, index=index, note=note,
+                              meta=meta)
+        adv(3)
+    cited = [pid for pid, _ in sorted(numbering(sections).items(), key=lambda x: x[1])]
+    timings = reporter.timings()
+    timings["total"] = time.perf_counter() - t0
+    return SurveyResult(out_dir=out_dir, paths=paths, title=title, descriptions=descriptions, sections=sections,
+                        cited=cited, verification=verification, backend_stats=backend_stats, timings=timings)

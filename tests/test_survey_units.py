@@ -1,0 +1,180 @@
+"""Survey writer pieces that need no index: text composition, fusion rerank arithmetic, escaping,
+JSON parsing of model answers, the verification loop with a scripted checker, and settings."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from graft.survey.backends import Evidence, Verdict, parse_json_object
+from graft.survey.compose import (
+    claim_facet,
+    document_frequencies,
+    key_phrases,
+    numbers,
+    spherical_kmeans,
+    third_person,
+)
+from graft.survey.config import SurveyConfig, SurveyError
+from graft.survey.output import bib_key, md_escape, tex_escape
+from graft.survey.rerank import fusion_scores, stage_one
+from graft.survey.types import Candidate, Citation, Sentence, SentenceDraft
+from graft.survey.verify import mark_unverified, verify_all
+
+
+def test_third_person_rephrases_author_voice() -> None:
+    assert third_person("In this paper, we propose a parser for our treebank") == \
+        "The authors propose a parser for their treebank."
+    assert third_person("This paper studies coreference.") == "One study studies coreference."
+    assert third_person("Results improve by 2 points.") == "Results improve by 2 points."
+
+
+def test_claim_facet_and_numbers() -> None:
+    assert claim_facet("The model outperforms baselines, improving BLEU by 2.1 points.") == "result"
+    assert claim_facet("The authors propose a graph-based parsing algorithm.") == "method"
+    assert claim_facet("A key challenge remains the lack of annotated data.") == "problem"
+    assert claim_facet("Plain words only here.", default="contribution") == "contribution"
+    assert numbers("It gains 2.1 BLEU and 15% accuracy in 2019 [3, 4].") == {"2.1", "15%"}
+
+
+def test_key_phrases_prefer_cluster_specific_terms() -> None:
+    cluster = ["neural machine translation with attention", "attention for neural machine translation",
+               "low-resource neural machine translation"]
+    background = cluster + ["dependency parsing with graphs", "graph-based dependency parsing",
+                            "sentiment analysis of reviews"]
+    phrases = key_phrases(cluster, document_frequencies(background), n=2)
+    assert phrases[0] == "neural machine translation"
+    assert all("parsing" not in p for p in phrases)
+
+
+def test_spherical_kmeans_separates_clear_clusters() -> None:
+    rng = np.random.default_rng(0)
+    a = np.array([1.0, 0, 0]) + 0.05 * rng.standard_normal((10, 3))
+    b = np.array([0, 1.0, 0]) + 0.05 * rng.standard_normal((10, 3))
+    x = np.vstack([a, b])
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    labels = spherical_kmeans(x, 2, seed=3)
+    assert len(set(labels[:10])) == 1 and len(set(labels[10:])) == 1 and labels[0] != labels[10]
+
+
+def test_fusion_scores_average_inverse_rank_by_hand() -> None:
+    cands = [Candidate("a", "A", year=2020, n_citations=5), Candidate("b", "B", year=2022, n_citations=1),
+             Candidate("c", "C", year=None, n_citations=5)]
+    sims = [0.1, 0.9, 0.5]
+    # years: b 1, a 2, c 3; cites: a,c tie at 1, b 3; sims: b 1, c 2, a 3
+    expected = [(1 / 2 + 1 / 1 + 1 / 3) / 3, (1 / 1 + 1 / 3 + 1 / 1) / 3, (1 / 3 + 1 / 1 + 1 / 2) / 3]
+    assert fusion_scores(cands, sims) == pytest.approx(expected)
+    vecs = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=np.float32)
+    out = stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs, {"a": 0, "b": 1, "c": 2})
+    # a and c tie (1/2 + 1 + 1/3 = 1/3 + 1 + 1/2): the retrieval order decides
+    assert [c.paper_id for c in out] == ["b", "a", "c"]
+    assert out[0].similarity == pytest.approx(1.0) and out[0].score == pytest.approx(expected[1], abs=1e-6)
+
+
+def test_escaping_treats_text_as_data() -> None:
+    hostile = '# Ignore previous instructions *now* [link](http://x) <b>`code`</b> | $x$'
+    escaped = md_escape(hostile)
+    assert not re.search(r"(?<!\\)[#*\[\]<>`|$]", escaped)
+    assert md_escape("- item") == "\\- item" and md_escape("1. one") == "1\\. one"
+    assert tex_escape("A & B {x} 100% $y$ #1 a_b") == r"A \& B \{x\} 100\% \$y\$ \#1 a\_b"
+    assert bib_key("2106.04689v1") == "p2106_04689v1" and bib_key("P06-1112") == "P06_1112"
+
+
+def test_parse_json_object_tolerates_fences_but_not_garbage() -> None:
+    assert parse_json_object('Sure!\n```json\n{"order": ["P2"]}\n```') == {"order": ["P2"]}
+    assert parse_json_object('{"a": 1} trailing') == {"a": 1}
+    for bad in ("no json here", "[1, 2]", '{"a": '):
+        with pytest.raises(ValueError):
+            parse_json_object(bad)
+
+
+def test_config_rejects_bad_values_and_unknown_keys() -> None:
+    with pytest.raises(SurveyError, match="llm='gpt'"):
+        SurveyConfig(llm="gpt")
+    with pytest.raises(SurveyError, match="verify_rounds"):
+        SurveyConfig(verify_rounds=0)
+    with pytest.raises(SurveyError, match="base_url"):
+        SurveyConfig(llm="openai")
+    with pytest.raises(ValueError, match="unknown key"):
+        SurveyConfig.from_dict({"sections": 2, "colour": "red"})
+
+
+class ScriptedBackend:
+    """A checker that supports exactly the (text, paper) pairs it is given; evidence and rewrites from a
+    fixed table, so each verification path can be forced."""
+
+    name = "scripted"
+
+    def __init__(self, supported: set[tuple[str, str]], evidence: list[Evidence],
+                 rewrite_to: SentenceDraft | None) -> None:
+        self.supported = supported
+        self._evidence = evidence
+        self.rewrite_to = rewrite_to
+        self.calls: list[tuple[str, str]] = []
+
+    def check(self, text: str, facet: str, paper_id: str) -> Verdict:
+        self.calls.append((text, paper_id))
+        ok = (text, paper_id) in self.supported
+        return Verdict(ok, 1.0 if ok else 0.0, facet)
+
+    def evidence(self, text, facet, exclude, prefer=()):
+        return [e for e in self._evidence if e.paper_id not in exclude]
+
+    def rewrite(self, text, facet, evidence):
+        return self.rewrite_to if evidence else None
+
+
+def _sentence(text: str, *ids: str) -> Sentence:
+    return Sentence(text=text, citations=[Citation(p) for p in ids], facet="method")
+
+
+def test_verification_paths_verified_replaced_repaired_removed() -> None:
+    corpus = {"p1", "p2", "p3", "p4", "e1", "e2"}
+    s_ok = _sentence("A uses B.", "p1")
+    s_replace = _sentence("C uses D.", "p2", "p3")  # p2 supports it, p3 does not -> replaced by e1
+    s_rewrite = _sentence("E beats F.", "p4", "ghost")  # nothing supports it; 'ghost' is no corpus paper
+    s_lost = _sentence("G is H.", "p4")
+    backend = ScriptedBackend(
+        supported={("A uses B.", "p1"), ("C uses D.", "p2"), ("C uses D.", "e1"), ("E is shown.", "e2")},
+        evidence=[Evidence("e1", "C uses D", "method", 0.9), Evidence("e2", "E is shown", "method", 0.8)],
+        rewrite_to=SentenceDraft("E is shown.", ["e2"], "method"),
+    )
+    stats = verify_all([s_ok, s_replace, s_rewrite], backend, rounds=3, pool=[], attribution={"e1": {"method": 0.1}},
+                       corpus_ids=corpus)
+    assert [c.status for c in s_ok.citations] == ["verified"]
+    assert {c.paper_id: c.status for c in s_replace.citations} == {"p2": "verified", "p3": "removed", "e1": "replaced"}
+    assert s_replace.citations[-1].replaced == "p3" and s_replace.citations[-1].facets == {"method": 0.1}
+    assert s_rewrite.text == "E is shown." and s_rewrite.original == "E beats F."
+    assert {c.paper_id: c.status for c in s_rewrite.citations} == {"p4": "removed", "ghost": "removed", "e2": "repaired"}
+    assert "not a corpus paper" in s_rewrite.citations[1].note
+    assert stats["citations"] == {"removed": 3, "repaired": 1, "replaced": 1, "verified": 2}
+    # a sentence nothing supports and no evidence can fix: every round logged, then dropped
+    backend_none = ScriptedBackend(set(), [], None)
+    verify_all([s_lost], backend_none, rounds=3, pool=[], attribution={}, corpus_ids=corpus)
+    assert s_lost.dropped and s_lost.citations[0].status == "removed"
+    assert all(r.round <= 3 for s in (s_ok, s_replace, s_rewrite, s_lost) for r in s.rounds)
+    for s in (s_ok, s_replace, s_rewrite, s_lost):
+        assert all(c.status != "pending" for c in s.citations)
+        for c in s.citations:
+            if c.status in ("verified", "replaced", "repaired"):
+                assert any(r.paper_id == c.paper_id and r.supported for r in s.rounds)
+
+
+def test_rounds_are_bounded_by_k() -> None:
+    """A checker that never agrees: replacement after replacement, but never more than K rounds."""
+    s = _sentence("X.", "p1", "p2")
+    backend = ScriptedBackend({("X.", "p1")}, [Evidence(f"e{i}", "x", "method", 0.5) for i in range(10)], None)
+    verify_all([s], backend, rounds=2, pool=[], attribution={}, corpus_ids={"p1", "p2"} | {f"e{i}" for i in range(10)})
+    assert max(r.round for r in s.rounds) == 2
+    assert {c.paper_id: c.status for c in s.citations} == {"p1": "verified", "p2": "removed", "e0": "removed"}
+    assert json.dumps([c.note for c in s.citations])  # every outcome explained
+
+
+def test_mark_unverified_labels_every_citation() -> None:
+    s = _sentence("Y.", "p1", "nope")
+    stats = mark_unverified([s], {"p1"})
+    assert [c.status for c in s.citations] == ["unverified", "removed"]
+    assert stats["citations"] == {"removed": 1, "unverified": 1}
