@@ -38,7 +38,7 @@ import numpy as np
 
 from graft.errors import GraftError, InputValidationError
 from graft.manifest import library_versions, now_iso
-from graft.store import atomic_path, read_json, write_json
+from graft.store import read_json, write_json, write_lines
 from graphbuild.corpus import Corpus, load_corpus
 
 #: Suites with their own query/qrels folder in a split directory.
@@ -153,14 +153,9 @@ def _record(row: dict[str, Any], kept: set[str]) -> dict[str, Any]:
             "references": [r for r in (row["references"] or []) if r in kept]}
 
 
-def _write_lines(path: Path, lines: list[str]) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-
-
 def write_qrels(path: str | Path, gold: dict[str, list[str]]) -> None:
     """TREC qrels `qid 0 docid 1`, queries and documents in sorted order."""
-    _write_lines(Path(path), [f"{q} 0 {d} 1" for q in sorted(gold) for d in sorted(gold[q])])
+    write_lines(Path(path), [f"{q} 0 {d} 1" for q in sorted(gold) for d in sorted(gold[q])])
 
 
 def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | None = None, *,
@@ -189,7 +184,7 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
     by_id = {row["paper_id"]: row for row in loaded.papers.iter_rows(named=True)}
     reduced = [_record(by_id[p], kept) for p in split.kept]
     out.mkdir(parents=True, exist_ok=True)
-    _write_lines(out / "corpus.jsonl", [json.dumps(r, ensure_ascii=False) for r in reduced])
+    write_lines(out / "corpus.jsonl", [json.dumps(r, ensure_ascii=False) for r in reduced])
     corpus_hash = load_corpus(out / "corpus.jsonl").content_hash()
 
     inc = [{"qid": p, "paper_id": p, "split": "dev"} for p in split.incorpus_dev]
@@ -200,7 +195,7 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
     survey = [{"qid": p, "paper_id": p, "title": by_id[p]["title"], "abstract": by_id[p]["abstract"],
                "year": by_id[p]["year"], "n_references": len(split.gold["survey"][p])} for p in split.survey]
     for suite, rows in (("incorpus", inc), ("ooc", ooc), ("survey", survey)):
-        _write_lines(out / suite / "queries.jsonl", [json.dumps(r, ensure_ascii=False) for r in rows])
+        write_lines(out / suite / "queries.jsonl", [json.dumps(r, ensure_ascii=False) for r in rows])
         write_qrels(out / suite / "qrels.txt", split.gold[suite])
 
     def qrel_count(suite: str) -> int:

@@ -23,9 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from eval.splits import write_qrels
+from eval.trec import read_qrels, write_run
 from graft.errors import InputValidationError
 from graft.progress import Reporter
-from graft.store import atomic_path, write_json
+from graft.store import atomic_path, write_json, write_lines
 
 SYSTEMS = ("graft-survey", "baseline-survey")
 
@@ -39,11 +41,6 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
-
-
-def _write_lines(path: Path, lines: list[str]) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def prepare_survey_split(
@@ -102,9 +99,10 @@ def prepare_survey_split(
         r["references"] = [x for x in r.get("references") or []
                            if x in ids and x not in held and (allowed is None or x in allowed)]
         kept.append(r)
-    _write_lines(out / "corpus.jsonl", [json.dumps(r, ensure_ascii=False) for r in kept])
+    write_lines(out / "corpus.jsonl", [json.dumps(r, ensure_ascii=False) for r in kept])
     kept_ids = {str(r["id"]) for r in kept}
-    queries, qrels = [], []
+    queries: list[str] = []
+    qrels: dict[str, list[str]] = {}
     for r in records:
         pid = str(r["id"])
         if pid not in held:
@@ -113,9 +111,9 @@ def prepare_survey_split(
         queries.append(json.dumps({"qid": f"s{len(queries):03d}", "paper_id": pid, "title": r.get("title", ""),
                                    "abstract": r.get("abstract", ""), "year": r.get("year"),
                                    "n_references": len(gold)}, ensure_ascii=False))
-        qrels += [f"s{len(queries) - 1:03d} 0 {g} 1" for g in gold]
-    _write_lines(out / "survey" / "queries.jsonl", queries)
-    _write_lines(out / "survey" / "qrels.txt", qrels)
+        qrels[f"s{len(queries) - 1:03d}"] = gold
+    write_lines(out / "survey" / "queries.jsonl", queries)
+    write_qrels(out / "survey" / "qrels.txt", qrels)
     split = {
         "seed": seed,
         "source": str(corpus),
@@ -147,14 +145,7 @@ def read_survey_split(split_dir: str | Path) -> tuple[list[dict[str, Any]], dict
             f"`graft eval prepare CORPUS --out {split_dir}`")
     queries = [json.loads(line) for line in qpath.read_text(encoding="utf-8").splitlines() if line.strip()]
     gold: dict[str, set[str]] = {q["qid"]: set() for q in queries}
-    for n, line in enumerate(rpath.read_text(encoding="utf-8").splitlines(), 1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 4:
-            raise InputValidationError(f"{rpath} line {n}: expected 'qid 0 docid rel', got {line!r}")
-        if int(parts[3]) > 0:
-            gold.setdefault(parts[0], set()).add(parts[2])
+    gold.update(read_qrels(rpath))
     return queries, gold
 
 
@@ -263,7 +254,8 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
     rows, runs, per_query = [], {}, {}
     for system in systems:
         cfg = system_config(system, base)
-        lines, results = [], []
+        run: dict[str, list[tuple[str, float]]] = {}
+        results: list[dict[str, Any]] = []
         with reporter.stage(system, total=len(queries), unit="surveys") as adv:
             for q in queries:
                 t0 = time.perf_counter()
@@ -292,11 +284,10 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
                     "claim_precision": pairs_ok / pairs if pairs else 0.0,
                     "cited_papers": len(cited), "gold": len(g), "sentences": sents, "seconds": seconds,
                 })
-                for rank, pid in enumerate(cited, 1):
-                    lines.append(f"{q['qid']} Q0 {pid} {rank} {1.0 / rank:.6f} {system}")
+                run[q["qid"]] = [(pid, 1.0 / rank) for rank, pid in enumerate(cited, 1)]
                 adv(1)
         run_path = out_dir / f"{system}.run"
-        _write_lines(run_path, lines)
+        write_run(run_path, run, system)
         runs[system] = str(run_path)
         per_query[system] = results
         row: dict[str, Any] = {"system": system, "queries": len(results),

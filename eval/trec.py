@@ -7,11 +7,12 @@ column says (as trec_eval does).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from graft.errors import InputValidationError
-from graft.store import atomic_path
+from graft.results import trec_lines
+from graft.store import write_lines
 
 Run = dict[str, list[tuple[str, float]]]  # qid -> [(docid, score)], best first
 Qrels = dict[str, set[str]]  # qid -> relevant docids
@@ -21,19 +22,37 @@ def format_run(run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> list
     """TREC run lines of a run, queries in sorted order, ties broken by docid."""
     if not tag or any(c.isspace() for c in tag):
         raise InputValidationError(f"run tag {tag!r} must be a non-empty word without spaces")
-    lines = []
-    for qid in sorted(run):
-        ranked = sorted(run[qid], key=lambda x: (-x[1], x[0]))
-        lines += [f"{qid} Q0 {d} {r} {s:.6f} {tag}" for r, (d, s) in enumerate(ranked, 1)]
-    return lines
+    return [line for qid in sorted(run) for line in trec_lines(qid, run[qid], tag)]
 
 
 def write_run(path: str | Path, run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> Path:
     """Write a run file atomically (a query with no documents writes no line)."""
     path = Path(path)
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(line + "\n" for line in format_run(run, tag)), encoding="utf-8")
+    write_lines(path, format_run(run, tag))
     return path
+
+
+def _parsed_lines(path: str | Path, kind: str, form: str, n_fields: int,
+                  parse: Callable[[list[str]], tuple]) -> Iterator[tuple]:
+    """`parse(fields)` of every non-blank line of a TREC `kind` file with `n_fields` fields.
+
+    Raises:
+        InputValidationError: a missing file, or a line with another field count or that `parse`
+            rejects (ValueError), named by file and line number.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputValidationError(f"{kind} file not found: {path}")
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != n_fields:
+                raise ValueError
+            yield parse(parts)
+        except ValueError:
+            raise InputValidationError(f"{path.name} line {lineno}: not a TREC {kind} line ({form!r}): {line!r}") from None
 
 
 def read_run(path: str | Path) -> Run:
@@ -42,22 +61,9 @@ def read_run(path: str | Path) -> Run:
     Raises:
         InputValidationError: a line without the six fields or with a non-numeric score.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputValidationError(f"run file not found: {path}")
     out: dict[str, list[tuple[str, float]]] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split()
-        try:
-            if len(parts) != 6:
-                raise ValueError
-            qid, _, docid, _, score = parts[0], parts[1], parts[2], parts[3], float(parts[4])
-        except ValueError:
-            raise InputValidationError(
-                f"{path.name} line {lineno}: not a TREC run line ('qid Q0 docid rank score tag'): {line!r}"
-            ) from None
+    for qid, docid, score in _parsed_lines(path, "run", "qid Q0 docid rank score tag", 6,
+                                           lambda p: (p[0], p[2], float(p[4]))):
         out.setdefault(qid, []).append((docid, score))
     for docs in out.values():
         docs.sort(key=lambda x: (-x[1], x[0]))
@@ -70,22 +76,8 @@ def read_qrels(path: str | Path) -> Qrels:
     Raises:
         InputValidationError: a line without the four fields or with a non-integer relevance.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputValidationError(f"qrels file not found: {path}")
     out: Qrels = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split()
-        try:
-            if len(parts) != 4:
-                raise ValueError
-            rel = int(parts[3])
-        except ValueError:
-            raise InputValidationError(
-                f"{path.name} line {lineno}: not a TREC qrels line ('qid 0 docid rel'): {line!r}"
-            ) from None
+    for qid, docid, rel in _parsed_lines(path, "qrels", "qid 0 docid rel", 4, lambda p: (p[0], p[2], int(p[3]))):
         if rel > 0:
-            out.setdefault(parts[0], set()).add(parts[2])
+            out.setdefault(qid, set()).add(docid)
     return out

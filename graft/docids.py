@@ -475,11 +475,21 @@ def load_docids(index_dir: str | Path, tokenizer: Any = None) -> DocidTable:
         raise IndexFormatError(f"DocIDs in '{index_dir}' belong to another build of the corpus; "
                                f"rebuild them with `graft train {index_dir}`")
     if tokenizer is not None:
-        want, have = tokenizer_info(tokenizer), table.meta.get("tokenizer", {})
-        if (want["fingerprint"], want["vocab_size"]) != (have.get("fingerprint"), have.get("vocab_size")):
-            raise IndexFormatError(f"DocIDs in '{index_dir}' were made with tokenizer {have.get('name')!r}, "
-                                   f"not {want['name']!r}; rebuild them with `graft train {index_dir}`")
+        check_tokenizer(index_dir, table.meta, tokenizer)
     return table
+
+
+def check_tokenizer(index_dir: str | Path, meta: dict[str, Any], tokenizer: Any) -> None:
+    """Refuse a tokenizer other than the one an index's DocIDs were made with (`meta` = the
+    DocIDs' meta.json).
+
+    Raises:
+        IndexFormatError: another vocabulary; the message says which command rebuilds the DocIDs.
+    """
+    want, have = tokenizer_info(tokenizer), meta.get("tokenizer", {})
+    if (want["fingerprint"], want["vocab_size"]) != (have.get("fingerprint"), have.get("vocab_size")):
+        raise IndexFormatError(f"DocIDs in '{index_dir}' were made with tokenizer {have.get('name')!r}, "
+                               f"not {want['name']!r}; rebuild them with `graft train {index_dir}`")
 
 
 def load_or_build_docids(index_dir: str | Path, tokenizer: Any, *, max_tokens: int = MAX_TOKENS,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,7 +55,12 @@ class QueryResult:
         return [asdict(h) for h in self.hits]
 
     def trec_lines(self, tag: str | None = None) -> list[str]:
-        """TREC run lines `{qid} Q0 {docid} {rank} {score:.6f} {tag}` (ties broken by docid)."""
-        tag = tag or self.retriever
-        hits = sorted(self.hits, key=lambda h: (-h.score, h.paper_id))
-        return [f"{self.query_id} Q0 {h.paper_id} {r} {h.score:.6f} {tag}" for r, h in enumerate(hits, 1)]
+        """TREC run lines of this result (see `trec_lines`); the tag defaults to the retriever."""
+        return trec_lines(self.query_id, [(h.paper_id, h.score) for h in self.hits], tag or self.retriever)
+
+
+def trec_lines(query_id: str, ranked: Sequence[tuple[str, float]], tag: str) -> list[str]:
+    """TREC run lines `{qid} Q0 {docid} {rank} {score:.6f} {tag}` of one query's (docid, score)
+    pairs, ranked by score with ties broken by docid, so a ranking always serialises the same way."""
+    order = sorted(ranked, key=lambda x: (-x[1], x[0]))
+    return [f"{query_id} Q0 {d} {r} {s:.6f} {tag}" for r, (d, s) in enumerate(order, 1)]

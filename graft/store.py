@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,12 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+
+
+def write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
+    """Write text lines (UTF-8, each ended by a newline) atomically: JSONL, TREC runs and qrels."""
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

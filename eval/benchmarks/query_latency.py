@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from graft.decoding import decode_items
-    from graft.docids import load_tries, tokenizer_info
+    from graft.docids import check_tokenizer, load_tries
     from graft.facets import FACETS
 
     if args.threads:
@@ -203,10 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     model = model.to(args.device, dtype=dtype).eval()
     tries = load_tries(args.index)
-    have = json.loads((Path(args.index) / "docids" / "meta.json").read_text()).get("tokenizer", {})
-    want = tokenizer_info(tokenizer)
-    if (want["fingerprint"], want["vocab_size"]) != (have.get("fingerprint"), have.get("vocab_size")):
-        raise SystemExit(f"the index's DocIDs were made with tokenizer {have.get('name')!r}, not {want['name']!r}")
+    check_tokenizer(args.index, json.loads((Path(args.index) / "docids" / "meta.json").read_text()), tokenizer)
 
     decoders = {"graft": lambda items: decode_items(model, tokenizer, tries, items, args.beams)}
     if args.unshared:
