@@ -28,6 +28,7 @@ import importlib.metadata
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,17 @@ class RunOptions:
     results_dir: Path = DEFAULT_RESULTS
     name: str | None = None  # corpus name in table file names (default: from the split's source)
     label: str | None = None  # extra label printed on every table, e.g. "pipeline check"
+    decode_batch: int = 64  # facet items per generate call of the generative systems (across queries)
+    # seconds from the start of `run_suites` after which generative systems stop (their row n/a, with a note)
+    time_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.part not in ("dev", "test"):
             raise GraftError(f"unknown in-corpus part {self.part!r}; allowed: dev, test")
         if self.limit is not None and self.limit < 1:
             raise GraftError(f"--limit {self.limit} must be >= 1")
+        if self.decode_batch < 1:
+            raise GraftError(f"decode_batch {self.decode_batch} must be >= 1")
 
 
 def corpus_name(meta: dict[str, Any]) -> str:
@@ -174,14 +180,18 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
 
 def obvious_sets(split_dir: Path, suite: str, ctx: EvalContext, queries: list[EvalQuery],
                  reporter: Reporter) -> dict[str, set[str]]:
-    """Each query's `OBVIOUS_M` nearest papers by facet similarity (cached in `SPLITDIR/runs`)."""
+    """Each query's `OBVIOUS_M` nearest papers by facet similarity (cached in `SPLITDIR/runs`; a
+    cache made for more queries of the same index serves any subset of them, e.g. `--limit`)."""
     path = Path(split_dir) / "runs" / f"{suite}.obvious.json"
     key = {"qids_sha": _sha([q.qid for q in queries]), "corpus_hash": ctx.index.manifest.get("corpus_hash"),
            "m": OBVIOUS_M}
     if path.is_file():
         cached = read_json(path)
-        if cached.get("key") == key:
-            return {q: set(v) for q, v in cached["near"].items()}
+        old = cached.get("key") or {}
+        near_cached = cached.get("near") or {}
+        if (old.get("corpus_hash"), old.get("m")) == (key["corpus_hash"], key["m"]) and \
+                all(q.qid in near_cached for q in queries):
+            return {q.qid: set(near_cached[q.qid]) for q in queries}
     near = {}
     with reporter.stage("obvious", total=len(queries), unit="queries") as advance:
         for q in queries:
@@ -204,6 +214,8 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
     if missing:
         raise GraftError(f"{suite}/qrels.txt has no gold for {len(missing)} queries (e.g. {missing[0]}); "
                          f"re-run `graft eval prepare`")
+    if suite == "ooc":
+        ctx.prepare_ooc(queries, reporter)
     obvious = obvious_sets(split_dir, suite, ctx, queries, reporter)
     rows, notes, runs = [], [], {}
     for system in options.systems:
@@ -219,6 +231,9 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
         rows.append({"system": system, **{f"R@{k}": mean_recall(sub, qrels, k, qids) for k in KS},
                      "non_obvious@20": no["share"], "correct@20": no["correct"], "seconds": meta.get("seconds")})
         runs[system] = str(run_paths(split_dir, suite, system)[0])
+    if {"graft", "graft-rrf"} <= set(runs):
+        notes.append("graft and graft-rrf decode each query once (one model, two fusions): the one computed "
+                     "first carries the decoding time")
     return {"rows": rows, "notes": notes, "runs": runs, "queries": len(queries),
             "qrels": sum(len(qrels[q]) for q in qids)}
 
@@ -233,6 +248,8 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
     for suite in ("incorpus", "ooc"):
         queries = load_queries(split_dir, suite, options.part, options.limit)
         n_queries[suite] = len(queries)
+        if suite == "ooc" and systems:
+            ctx.prepare_ooc(queries, reporter)
         for system in systems:
             try:
                 run, _ = obtain_run(split_dir, suite, system, ctx, queries, options, reporter)
@@ -348,7 +365,8 @@ _DEFINITIONS = {
                  f"non_obvious@20: share of correct top-20 hits outside the query's {OBVIOUS_M} nearest papers by "
                  "facet similarity (mean over facets of the max item-item cosine); correct@20 counts them"],
     "ooc": ["query = title + abstract of a paper removed before the build (no references given to any "
-            "system); gold = its references into the corpus",
+            "system); gold = its references into the corpus; its facet items and text-only edge rows are "
+            "extracted once (heuristic extractor, the index's encoder) into SPLITDIR/ooc/facets.jsonl",
             f"non_obvious@20 as in corpus ({OBVIOUS_M} nearest by facet similarity of the query's extracted items)"],
     "attribution": ["precision: share of credited facets of top-20 hits whose facet graph holds an edge "
                     "between query and hit (in corpus: max(W_f, W_f^T)[q, c] > 0; out of corpus: the "
@@ -364,7 +382,8 @@ def run_suite(split_dir: str | Path, suite: str, options: RunOptions | None = No
 
 def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | None = None, *,
                reporter: Reporter | None = None, command: str | None = None,
-               encoder: Any = None) -> list[dict[str, Any]]:
+               encoder: Any = None, on_table: Callable[[dict[str, Any]], None] | None = None,
+               ) -> list[dict[str, Any]]:
     """Run suites over one split and index, sharing the loaded index, encoder and out-of-corpus
     rows, and write each suite's tables.
 
@@ -375,11 +394,14 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
         reporter: progress bars (quiet by default).
         command: the command recorded in the tables (default: this process's argv).
         encoder: a loaded `graphbuild.embeddings.Encoder` to share (tests).
+        on_table: called with each suite's table as soon as its files are written (a caller that
+            copies them elsewhere keeps what finished if a later suite is cut short).
     Returns:
         One table per suite: {"suite", "name", "rows", "notes", "runs", "meta", "files"}.
     Raises:
         GraftError: not a split, no index, an index of another corpus, unknown suite or system.
     """
+    started = time.monotonic()
     bad = [s for s in suites if s not in SUITES]
     if bad or not suites:
         raise GraftError(f"unknown suite {', '.join(bad) or '(none)'}; allowed: {', '.join(SUITES)}")
@@ -405,8 +427,15 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
         if naive.manifest.get("corpus_hash") != split["corpus_hash"]:
             raise GraftError(f"--naive-index '{options.naive_index}' was built from another corpus; build and "
                              f"train it from {split_dir / 'corpus.jsonl'} with --sampling naive")
-    ctx = EvalContext(index, encoder=encoder, naive_index=naive, beams=options.beams, device=options.device)
-    return [_one_suite(split_dir, split, suite, ctx, options, reporter, command) for suite in suites]
+    deadline = started + options.time_budget_s if options.time_budget_s is not None else None
+    ctx = EvalContext(index, encoder=encoder, naive_index=naive, beams=options.beams, device=options.device,
+                      split_dir=split_dir, decode_batch=options.decode_batch, deadline=deadline)
+    tables = []
+    for suite in suites:
+        tables.append(_one_suite(split_dir, split, suite, ctx, options, reporter, command))
+        if on_table is not None:
+            on_table(tables[-1])
+    return tables
 
 
 def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalContext, options: RunOptions,

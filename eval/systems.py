@@ -13,7 +13,12 @@
 
 Out-of-corpus queries never carry their references: `ExternalScorer.rows` adds a citation term only
 from a record's `references`, and the records built here have none, so every out-of-corpus system
-sees the query's text alone.
+sees the query's text alone. Their facet items and edge rows are extracted once, in batches, and kept
+in `SPLITDIR/ooc/facets.jsonl` (`eval.ooc_facets`), so the generative systems, the teacher walks and
+the attribution checks of later runs read them without the sentence encoder.
+
+The generative systems decode the facet items of several queries in shared `generate` calls, and
+`graft` and `graft-rrf` (one model, two fusions) decode each query once.
 
 A system returns a `SystemRun`: the ranked list per query and, for facet-attributed systems, the
 credited facets of each hit with the hops of the evidence (1 = direct edge, 2 = through a neighbour).
@@ -21,10 +26,12 @@ credited facets of each hit with the hops of the evidence (1 = direct edge, 2 = 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,6 +40,9 @@ from graft.errors import GraftError
 from graft.index import Index
 from graft.progress import Reporter
 from graft.results import QueryResult
+
+if TYPE_CHECKING:
+    from eval.ooc_facets import OocEntry
 
 #: Every system name `graft eval run --systems` accepts, in table order.
 SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "graft", "graft-rrf", "graft-naive")
@@ -104,16 +114,28 @@ class EvalContext:
         naive_index: an index of the same corpus holding a model trained on naive pairs.
         beams: beams per facet item for the generative systems.
         device: where generative models run.
+        split_dir: the split; out-of-corpus facets and rows are then kept in
+            `SPLITDIR/ooc/facets.jsonl` (`eval.ooc_facets`) and read from there by later runs.
+        decode_batch: facet items per `generate` call of the generative systems (items of
+            several queries share a call).
+        deadline: a `time.monotonic()` value after which the generative systems stop and report
+            themselves not applicable (a time budget; no partial run is written).
     """
 
     def __init__(self, index: Index, *, encoder: Any = None, naive_index: Index | None = None,
-                 beams: int = 20, device: str = "cpu") -> None:
+                 beams: int = 20, device: str = "cpu", split_dir: str | Path | None = None,
+                 decode_batch: int = 64, deadline: float | None = None) -> None:
         self.index = index
         self._encoder = encoder
         self.naive_index = naive_index
         self.beams = beams
         self.device = device
-        self._ooc_rows: dict[str, tuple[dict[str, sp.csr_matrix], dict[str, list[str]]]] = {}
+        self.split_dir = Path(split_dir) if split_dir is not None else None
+        self.decode_batch = max(1, decode_batch)
+        self.deadline = deadline
+        self._ooc: dict[str, OocEntry] = {}
+        # (index path, qid) -> decoded facet lists, kept for the other fusion of the same model
+        self._lists: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
 
     @property
     def encoder(self) -> Any:
@@ -136,11 +158,66 @@ class EvalContext:
 
         return ExternalScorer(self.index, encoder=self.encoder)
 
+    @cached_property
+    def ooc_key(self) -> dict[str, Any]:
+        """What cached out-of-corpus entries must have been made with (`eval.ooc_facets.default_key`)."""
+        from eval.ooc_facets import default_key
+
+        return default_key(self.index.manifest, getattr(self._encoder, "name", None))
+
+    def prepare_ooc(self, queries: list[EvalQuery], reporter: Reporter | None = None) -> None:
+        """Facet items and edge rows of out-of-corpus queries: read from `SPLITDIR/ooc/facets.jsonl`
+        where it holds them (same key and query text), else extracted in batches and written there.
+
+        Args:
+            queries: any queries (in-corpus ones are skipped).
+            reporter: progress of the extraction.
+        Raises:
+            GraftError: an unreadable cache file; the encoder cannot be loaded when entries are missing.
+        """
+        from eval.ooc_facets import OocEntry, cache_path, read_cache, text_sha, write_cache
+
+        todo = [q for q in queries if not q.in_corpus and q.qid not in self._ooc]
+        if not todo:
+            return
+        path = cache_path(self.split_dir) if self.split_dir is not None else None
+        cached = (read_cache(path, self.ooc_key, self.index.n) if path is not None else None) or {}
+        found = {q.qid: cached[q.qid] for q in todo
+                 if q.qid in cached and cached[q.qid].text_sha == text_sha(q.title, q.abstract)}
+        missing = [q for q in todo if q.qid not in found]
+        if missing:
+            reporter = reporter or Reporter(quiet=True)
+            with reporter.stage("ooc facets", total=len(missing), unit="queries") as advance:
+                built = self.scorer.rows_many([q.record() for q in missing], progress=advance)
+            new = {q.qid: OocEntry(dict(facets), rows, text_sha(q.title, q.abstract))
+                   for q, (rows, facets) in zip(missing, built)}
+            if path is not None:
+                write_cache(path, self.ooc_key, {**cached, **new})
+            found.update(new)
+        self._ooc.update(found)
+
     def ooc_rows(self, q: EvalQuery) -> tuple[dict[str, sp.csr_matrix], dict[str, list[str]]]:
-        """Facet edge rows and extracted facets of an out-of-corpus query, from its text alone."""
-        if q.qid not in self._ooc_rows:
-            self._ooc_rows[q.qid] = self.scorer.rows(q.record())
-        return self._ooc_rows[q.qid]
+        """Facet edge rows and extracted facets of an out-of-corpus query, from its text alone
+        (`prepare_ooc` fetches many at once)."""
+        if q.qid not in self._ooc:
+            self.prepare_ooc([q])
+        entry = self._ooc[q.qid]
+        return entry.rows, entry.facets
+
+    def facet_lists(self, index: Index, queries: list[EvalQuery]) -> list[dict[str, dict[str, float]]]:
+        """Decoded facet lists of queries under an index's model, decoded together; each query's
+        lists are kept until the other fusion of the same model asks for them (graft and
+        graft-rrf decode once)."""
+        gen = index.generative(device=self.device)
+        keys = [(str(index.path), q.qid) for q in queries]
+        have = {k: self._lists.pop(k) for k in keys if k in self._lists}
+        todo = [(k, q) for k, q in zip(keys, queries) if k not in have]
+        if todo:
+            specs = [(index.paper_facets(q.paper_id), {q.paper_id}) if q.in_corpus else (self.ooc_rows(q)[1], set())
+                     for _, q in todo]
+            for (k, _), lists in zip(todo, gen.facet_lists(specs, self.beams, batch_size=self.decode_batch)):
+                have[k] = self._lists[k] = lists
+        return [have[k] for k in keys]
 
     @cached_property
     def walk(self) -> dict[str, sp.csr_matrix]:
@@ -274,17 +351,21 @@ def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQ
     if not has_model(index.path):
         raise NotApplicable(f"no trained model in {index.path / 'model'}; train one with "
                             f"`graft train {index.path}`")
+    gen = index.generative(device=ctx.device)
     out = SystemRun(credits={})
-    for q in queries:
-        if q.in_corpus:
-            result = index.query(paper=q.paper_id, retriever="graft", fusion=fusion, k=DEPTH, beams=ctx.beams,
-                                 device=ctx.device)
-        else:
-            facets = ctx.ooc_rows(q)[1]
-            result = index.query(facets={f: list(v) for f, v in facets.items()}, retriever="graft", fusion=fusion,
-                                 k=DEPTH, beams=ctx.beams, query_id=q.qid, device=ctx.device)
-        out.run[q.qid], out.credits[q.qid] = _from_result(result)
-        advance(1)
+    step = max(1, ctx.decode_batch // 2)  # queries per decoding round: a few generate calls of items
+    for start in range(0, len(queries), step):
+        if ctx.deadline is not None and time.monotonic() > ctx.deadline:
+            raise NotApplicable(f"stopped by the time budget after {start} of {len(queries)} queries "
+                                f"(no run written)")
+        chunk = queries[start : start + step]
+        for q, lists in zip(chunk, ctx.facet_lists(index, chunk)):
+            if q.in_corpus:
+                result = gen.fuse_paper(q.paper_id, lists, k=DEPTH, fusion=fusion)
+            else:
+                result = gen.fuse_items(q.qid, lists, k=DEPTH, fusion=fusion)
+            out.run[q.qid], out.credits[q.qid] = _from_result(result)
+        advance(len(chunk))
     return out
 
 

@@ -98,16 +98,9 @@ class GenerativeRetriever:
         Raises:
             GraftError: unknown paper id or fusion.
         """
-        q = self.index.row(paper_id)
-        facets = self.index.paper_facets(paper_id)
-        lists = self._facet_lists(facets, beams, exclude={paper_id})
-
-        def support(facet: str, cands: list[str]) -> dict[str, float]:
-            row = self.walk[facet][q]
-            weights = dict(zip(row.indices.tolist(), row.data.tolist()))
-            return {c: float(weights.get(self.index.row_of[c], 0.0)) for c in cands}
-
-        return self._fuse(paper_id, lists, support, k, fusion, rrf_k)
+        self.index.row(paper_id)
+        lists = self.facet_lists([(self.index.paper_facets(paper_id), {paper_id})], beams)[0]
+        return self.fuse_paper(paper_id, lists, k=k, fusion=fusion, rrf_k=rrf_k)
 
     def query_items(self, facets: dict[str, list[str]], k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
                     *, query_id: str = "query", rrf_k: int = RRF_K) -> QueryResult:
@@ -116,8 +109,57 @@ class GenerativeRetriever:
         Support is estimated by mutual corroboration among the retrieved candidates (module
         docstring). Args and Returns as `query_paper`.
         """
-        lists = self._facet_lists(facets, beams, exclude=set())
+        lists = self.facet_lists([(facets, set())], beams)[0]
+        return self.fuse_items(query_id, lists, k=k, fusion=fusion, rrf_k=rrf_k)
 
+    def facet_lists(self, queries: list[tuple[dict[str, list[str]], set[str]]], beams: int, *,
+                    batch_size: int = 64) -> list[dict[str, dict[str, float]]]:
+        """Per query, facet -> candidate paper -> summed beam probability, with the facet items of
+        all the queries decoded together in `generate` calls of `batch_size` items.
+
+        Args:
+            queries: per query, its facet items and the paper ids it must not return (the query
+                paper itself in corpus).
+            beams: beams per facet item.
+            batch_size: items per `generate` call (a query's items may share a call with another's).
+        Returns:
+            one facet -> {paper id: score} mapping per query, in order (`fuse_paper` / `fuse_items`
+            rank and fuse it).
+        """
+        per_query = [[(f, t) for f in FACETS for t in facets.get(f, []) if f in self.tries and t.strip()]
+                     for facets, _ in queries]
+        flat = [item for items in per_query for item in items]
+        decoded = decode_items(self.model, self.tokenizer, self.tries, flat, beams, batch_size=batch_size)
+        out, at = [], 0
+        for items, (_, exclude) in zip(per_query, queries):
+            out.append(facet_candidates(items, decoded[at : at + len(items)], self.papers_of, exclude))
+            at += len(items)
+        return out
+
+    def fuse_paper(self, paper_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
+                   fusion: str = "graph-rrf", rrf_k: int = RRF_K) -> QueryResult:
+        """Fuse a corpus paper's facet lists (`facet_lists`); graph-RRF support = the query's edges.
+
+        Raises:
+            GraftError: unknown paper id or fusion.
+        """
+        q = self.index.row(paper_id)
+
+        def support(facet: str, cands: list[str]) -> dict[str, float]:
+            row = self.walk[facet][q]
+            weights = dict(zip(row.indices.tolist(), row.data.tolist()))
+            return {c: float(weights.get(self.index.row_of[c], 0.0)) for c in cands}
+
+        return self._fuse(paper_id, lists, support, k, fusion, rrf_k)
+
+    def fuse_items(self, query_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
+                   fusion: str = "graph-rrf", rrf_k: int = RRF_K) -> QueryResult:
+        """Fuse the facet lists of a paper outside the corpus; graph-RRF support by mutual
+        corroboration among the candidates (module docstring).
+
+        Raises:
+            GraftError: unknown fusion.
+        """
         def support(facet: str, cands: list[str]) -> dict[str, float]:
             rows = np.array([self.index.row_of[c] for c in cands], dtype=np.int64)
             sub = self.walk[facet][rows][:, rows].toarray()
@@ -128,11 +170,6 @@ class GenerativeRetriever:
         return self._fuse(query_id, lists, support, k, fusion, rrf_k)
 
     # ---- internals -------------------------------------------------------------------------
-    def _facet_lists(self, facets: dict[str, list[str]], beams: int, exclude: set[str]) -> dict[str, dict[str, float]]:
-        items = [(f, t) for f in FACETS for t in facets.get(f, []) if f in self.tries and t.strip()]
-        decoded = decode_items(self.model, self.tokenizer, self.tries, items, beams)
-        return facet_candidates(items, decoded, self.papers_of, exclude)
-
     def _fuse(self, query_id: str, lists: dict[str, dict[str, float]], support: Any, k: int, fusion: str,
               rrf_k: int) -> QueryResult:
         if fusion not in FUSIONS:

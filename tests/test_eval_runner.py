@@ -117,7 +117,7 @@ def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path
     assert any("bm25" in n for n in table["notes"])
 
 
-def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path) -> None:
+def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkeypatch) -> None:
     from training.pipeline import train_index
     from training.trainer import TrainConfig
 
@@ -133,6 +133,41 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path) -> Non
     assert rows["graft-naive"]["R@20"] is None and any("--naive-index" in n for n in table["notes"])
     assert "pipeline check" in table["meta"]["label"]
     assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus_*.md")).read_text()
+    # graft and graft-rrf decode each query once, the items of several queries in shared calls, and
+    # the runs equal one query at a time through Index.query
+    from eval.runner import load_queries
+    from eval.systems import DEPTH, EvalContext, run_system
+    from graft.retriever import GenerativeRetriever
+
+    decoded = []
+    real = GenerativeRetriever.facet_lists
+
+    def counting(self, queries, beams, **kw):
+        decoded.extend(queries)
+        return real(self, queries, beams, **kw)
+
+    monkeypatch.setattr(GenerativeRetriever, "facet_lists", counting)
+    idx = Index.open(index)
+    ctx = EvalContext(idx, encoder=encoder, beams=2, split_dir=split, decode_batch=4)
+    for suite in ("incorpus", "ooc"):
+        queries = load_queries(split, suite, "test", 3)
+        decoded.clear()
+        runs = {f: run_system(s, ctx, queries) for f, s in (("graph-rrf", "graft"), ("rrf", "graft-rrf"))}
+        assert len(decoded) == len(queries)
+        for fusion, run in runs.items():
+            for q in queries:
+                if q.in_corpus:
+                    one = idx.query(paper=q.paper_id, retriever="graft", fusion=fusion, k=DEPTH, beams=2)
+                else:
+                    one = idx.query(facets=ctx.ooc_rows(q)[1], retriever="graft", fusion=fusion, k=DEPTH, beams=2,
+                                    query_id=q.qid)
+                assert [d for d, _ in run.run[q.qid]] == [h.paper_id for h in one.hits]
+                assert [s for _, s in run.run[q.qid]] == pytest.approx([h.score for h in one.hits])
+    # a spent time budget stops the generative systems: n/a with a note, no run file
+    spent = run_suite(split, "incorpus", RunOptions(systems=["graft"], index_dir=index, limit=2, beams=2, force=True,
+                                                    time_budget_s=0.0, results_dir=tmp_path / "spent"),
+                      encoder=encoder)
+    assert spent["rows"][0]["R@20"] is None and any("time budget" in n for n in spent["notes"])
     att = run_suite(split, "attribution", RunOptions(systems=["graft"], index_dir=index, limit=2, beams=2,
                                                      results_dir=tmp_path / "res"), encoder=encoder)
     arow = {r["setting"]: r for r in att["rows"]}
@@ -144,6 +179,116 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path) -> Non
     crow = {r["sampling"]: r for r in cov["rows"]}
     assert crow["coverage-aware"]["papers (every facet)"] == 1.0
     assert crow["coverage-aware"]["DocIDs"] == 1.0 >= crow["naive"]["DocIDs"]
+
+
+def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_stale(built, encoder,
+                                                                                        tmp_path) -> None:
+    import numpy as np
+
+    from eval.ooc_facets import cache_path, read_cache
+    from eval.runner import load_queries
+    from eval.systems import DEPTH, EvalContext
+    from graft.facets import FACETS
+    from graphbuild.external import ExternalScorer
+
+    _, built_split = built
+    split = tmp_path / "split"
+    shutil.copytree(built_split, split, ignore=shutil.ignore_patterns("runs", "index", "facets.jsonl"))
+    idx = Index.open(built_split / "index")
+    queries = load_queries(split, "ooc", "test", None)
+    # the uncached path: one query at a time, as `ExternalScorer.rows` does for `graft query --text`
+    plain = ExternalScorer(idx, encoder=encoder)
+    expected = {q.qid: plain.rows(q.record()) for q in queries}
+
+    ctx = EvalContext(idx, encoder=encoder, split_dir=split)
+    ctx.prepare_ooc(queries)
+    path = cache_path(split)
+    assert path.is_file() and len(path.read_text().splitlines()) == len(queries) + 1
+    teacher = idx.teacher()
+    for q in queries:
+        rows, facets = ctx.ooc_rows(q)
+        want_rows, want_facets = expected[q.qid]
+        assert facets == want_facets
+        for f in FACETS:
+            assert rows[f].indices.tolist() == want_rows[f].indices.tolist()
+            np.testing.assert_allclose(rows[f].data, want_rows[f].data, atol=1e-6)
+        got, _ = teacher.retrieve(rows, k=DEPTH)
+        want, _ = teacher.retrieve(want_rows, k=DEPTH)
+        assert [n for n, _, _ in got] == [n for n, _, _ in want]
+        assert [s for _, s, _ in got] == pytest.approx([s for _, s, _ in want])
+
+    class NoEncoder:
+        """Fails if anything embeds: a reused cache needs no encoder."""
+
+        name = encoder.name
+
+        def encode(self, texts):
+            raise AssertionError("the encoder was used although the cache holds every query")
+
+    stamp = path.stat().st_mtime_ns
+    reused = EvalContext(idx, encoder=NoEncoder(), split_dir=split)
+    reused.prepare_ooc(queries)
+    assert path.stat().st_mtime_ns == stamp
+    for q in queries:
+        for f in FACETS:  # bit for bit: float32 weights survive the JSON round trip
+            a, b = reused.ooc_rows(q)[0][f], ctx.ooc_rows(q)[0][f]
+            assert a.indices.tolist() == b.indices.tolist() and a.data.tobytes() == b.data.tobytes()
+
+    # stale: a file made for another corpus (or extractor, encoder, graph settings) is rebuilt whole
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["key"]["corpus_hash"] = "another-corpus"
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    assert read_cache(path, ctx.ooc_key, idx.n) is None
+    with pytest.raises(AssertionError, match="encoder was used"):
+        EvalContext(idx, encoder=NoEncoder(), split_dir=split).prepare_ooc(queries)
+    EvalContext(idx, encoder=encoder, split_dir=split).prepare_ooc(queries)
+    assert json.loads(path.read_text().splitlines()[0])["key"] == ctx.ooc_key
+    # an entry whose query text changed is recomputed, the others are kept
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[1])
+    first["text_sha"] = "0" * 16
+    first["facets"] = {f: ["stale item"] for f in FACETS}
+    path.write_text("\n".join([lines[0], json.dumps(first), *lines[2:]]) + "\n")
+    again = EvalContext(idx, encoder=encoder, split_dir=split)
+    again.prepare_ooc(queries)
+    q0 = next(q for q in queries if q.qid == first["qid"])
+    assert again.ooc_rows(q0)[1] == expected[q0.qid][1]
+    assert read_cache(path, ctx.ooc_key, idx.n)[q0.qid].facets == expected[q0.qid][1]
+
+
+def test_gpu_eval_script_stages_a_split_and_rehearses_the_run_on_the_cpu(built, tmp_path) -> None:
+    """eval/benchmarks/gpu_eval.py: `prepare` stages the split in carry-sized folders; `run --smoke`
+    joins the GGUF, trains the tiny model on coverage-aware and naive pairs for the same calibrated
+    steps, calibrates the query limit and writes the three tables, the report and the runs."""
+    import tarfile
+
+    from eval.benchmarks.gpu_common import CARRY_LIMIT, CARRY_MARGIN, folder_bytes
+    from eval.benchmarks.gpu_eval import main
+
+    _, split = built
+    stage = tmp_path / "stage"
+    assert main(["prepare", "--split", str(split), "--work", str(tmp_path / "prep"), "--stage", str(stage),
+                 "--skip-wheels", "--quiet"]) == 0
+    folders = sorted(stage.iterdir())
+    assert folders and all(folder_bytes(f) <= CARRY_LIMIT - CARRY_MARGIN for f in folders)
+    assert (folders[-1] / "stage.json").is_file() and (folders[-1] / "data.tar.gz").is_file()
+    out = tmp_path / "out"
+    assert main(["run", "--smoke", "--quiet", "--stage", ",".join(map(str, folders)), "--out", str(out),
+                 "--work", str(tmp_path / "work")]) == 0
+    report = json.loads((out / "gpu_eval.json").read_text())
+    assert report["error"] is None
+    steps = {s: t["result"]["steps"] for s, t in report["train"].items()}
+    assert set(steps) == {"coverage", "naive"} and steps["coverage"] == steps["naive"] > 0
+    assert report["calibration"]["decoding"]["seconds_per_query"] > 0 and report["limit"]["per_suite"] == 3
+    for suite in ("incorpus", "ooc", "attribution"):
+        assert "pipeline check" in (out / f"eval_{suite}_cs768_graft.md").read_text()
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = set(tar.getnames())
+        table = json.load(tar.extractfile("tables/eval_incorpus_cs768_graft.json"))
+    assert {"runs/incorpus.graft.trec", "runs/ooc.graft-naive.trec", "index-naive/manifest.json"} <= names
+    rows = {r["system"]: r for r in table["rows"]}
+    assert all(rows[s]["R@20"] is not None for s in ("graft", "graft-rrf", "graft-naive", "teacher"))
 
 
 def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:

@@ -16,12 +16,9 @@ The GPU image has no polars; training never needs it (pairs and DocIDs are read 
 from __future__ import annotations
 
 import argparse
-import gc
-import importlib.util
 import json
 import math
 import os
-import platform
 import shutil
 import sys
 import time
@@ -30,37 +27,28 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # run as a file: python3 eval/benchmarks/gpu_train.py
+    sys.path.insert(0, str(REPO))
+
+from eval.benchmarks.gpu_common import (  # noqa: E402
+    CARRY_LIMIT,
+    CARRY_MARGIN,
+    bootstrap,
+    env_info,
+    free,
+    sha256_file,
+    split_file,
+    sync,
+)
+
 CS768 = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
-CARRY_LIMIT = 64 * 2**20  # the device tool's working-tree limit per call
 # Llama-3.2-1B's architecture (its config.json), randomly initialised: speed only.
 LLAMA_1B = {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
             "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": True, "head_dim": 64,
             "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0}
 
 
-def _bootstrap() -> None:
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
 # ---- (b) speed -----------------------------------------------------------------------------------
-def _sync() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _free() -> None:
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def synthetic_pairs(n: int, length: int, target: int, vocab: int, eos: int, seed: int = 0):
     """n examples of exactly `length` tokens, the last `target` of them (EOS last) the target."""
     import numpy as np
@@ -93,14 +81,14 @@ def bare_loop(model: Any, data: Any, batch: int, warmup: int, steps: int, pad_id
     t0 = time.perf_counter()
     for s, b in enumerate(batches):
         if s == warmup:
-            _sync()
+            sync()
             t0 = time.perf_counter()
         with autocast:
             loss = model(**b).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    _sync()
+    sync()
     seconds = time.perf_counter() - t0
     tokens = sum(int(b["attention_mask"].sum()) for b in batches[warmup:])
     del opt, batches
@@ -116,7 +104,7 @@ def trainer_loop(model: Any, tokenizer: Any, data: Any, batch: int, warmup: int,
 
     def on_step(step: int, info: dict[str, Any]) -> None:
         if step in (warmup, warmup + steps):
-            _sync()
+            sync()
             marks[f"t{step}"], marks[f"n{step}"] = time.perf_counter(), info["tokens"]
 
     config = TrainConfig(batch_size=batch, per_device_batch_size=batch, max_steps=warmup + steps,
@@ -138,17 +126,17 @@ def speed(name: str, make_model: Any, tokenizer: Any, vocab: int, batch: int, le
     row["params"] = sum(p.numel() for p in m.parameters())
     bare = [bare_loop(m, data, batch, warmup, steps, pad)]
     del m
-    _free()
+    free()
     row["trainer_tokens_per_s"] = trainer_loop(make_model(), tokenizer, data, batch, warmup, steps, quiet)
-    _free()
+    free()
     row["trainer_no_clip_tokens_per_s"] = trainer_loop(make_model(), tokenizer, data, batch, warmup, steps, quiet,
                                                        max_grad_norm=0.0)
-    _free()
+    free()
     bare.append(bare_loop(make_model(), data, batch, warmup, steps, pad))
-    _free()
+    free()
     row["bare_full_logits_tokens_per_s"] = bare_loop(make_model(), data, batch, warmup, steps, pad,
                                                      target_logits_only=False)
-    _free()
+    free()
     row["bare_runs_tokens_per_s"] = bare
     row["bare_tokens_per_s"] = max(bare)
     row["ratio"] = row["trainer_tokens_per_s"] / row["bare_tokens_per_s"]
@@ -194,7 +182,7 @@ def greedy_check(model_dir: Path, tokenizer: Any, table: dict[str, list], docid_
             hit += seq in targets[(f, s)]
             valid += seq in by_facet[f]
     del model
-    _free()
+    free()
     return {"queries": len(keys), "target_hit_share": hit / max(1, len(keys)),
             "valid_docid_share": valid / max(1, len(keys))}
 
@@ -226,7 +214,7 @@ def train_cs768(index: Path, tokenizer: Any, base: str, args: argparse.Namespace
     result = fit(model, tokenizer, data, model_dir, config, resume=False, quiet=args.quiet,
                  record={"base_model": base, "sampling": "coverage", "pairs": table.num_rows})
     del model, result.model
-    _free()
+    free()
     t1 = time.perf_counter()
     check = greedy_check(model_dir, tokenizer, cols, docid_tokens, args.eval_queries)
     departures = []
@@ -248,18 +236,6 @@ def train_cs768(index: Path, tokenizer: Any, base: str, args: argparse.Namespace
 
 
 # ---- report ---------------------------------------------------------------------------------------
-def env_info() -> dict[str, Any]:
-    import accelerate
-    import torch
-    import transformers
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "accelerate": accelerate.__version__, "gpu": gpu,
-            "bf16": bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported()),
-            "polars": importlib.util.find_spec("polars") is not None}
-
-
 def write_report(out: Path, report: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_train.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -379,18 +355,13 @@ def prepare(args: argparse.Namespace) -> int:
     gguf = smollm2_gguf_path()
     size = gguf.stat().st_size
     staged = sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
-    margin = 4 * 2**20  # the repository itself and the gguf wheel travel too
-    part1 = max(size // 2, size - (CARRY_LIMIT - margin))
-    if part1 + staged > CARRY_LIMIT - margin:
+    # the repository itself and the gguf wheel travel too (CARRY_MARGIN)
+    part1 = max(size // 2, size - (CARRY_LIMIT - CARRY_MARGIN))
+    if part1 + staged > CARRY_LIMIT - CARRY_MARGIN:
         raise SystemExit(f"staged pairs ({staged / 2**20:.1f} MiB) + half the GGUF exceed one carry; "
                          f"trim the pairs columns")
-    with open(gguf, "rb") as src, open(a / "smollm2.gguf.part0", "wb") as p0, open(b / "smollm2.gguf.part1", "wb") as p1:
-        p0.write(src.read(size - part1))
-        p1.write(src.read())
-    import hashlib
-
-    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
-    (b / "SHA256SUMS").write_text(f"{digest}  {gguf.name}\n")
+    split_file(gguf, [(a / "smollm2.gguf.part0", size - part1), (b / "smollm2.gguf.part1", part1)])
+    (b / "SHA256SUMS").write_text(f"{sha256_file(gguf)}  {gguf.name}\n")
     for d in (a, b):
         total = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
         print(f"{d}: {total / 2**20:.1f} MiB")
@@ -399,7 +370,7 @@ def prepare(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _bootstrap()
+    bootstrap()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("prepare", help="CPU: build index + pairs, stage .gpu/a and .gpu/b")
