@@ -70,6 +70,12 @@ def run(
     base_model: str = typer.Option("smollm2-135m", "--base-model", help="Tokenizer of the coverage suite."),
     beams: int = typer.Option(20, help="Beams per facet item (generative systems)."),
     device: str = typer.Option("cpu", help="Device of the generative models (cpu, cuda)."),
+    judge_model: str | None = typer.Option(None, "--judge-model",
+                                           help="Survey suite: claim judge served by an OpenAI-compatible server "
+                                                "(default: the offline facet-aware checker, a proxy)."),
+    judge_base_url: str | None = typer.Option(None, "--judge-base-url", help="The judge server's URL up to /v1."),
+    judge_api_key_env: str = typer.Option("OPENAI_API_KEY", "--judge-api-key-env",
+                                          help="Environment variable with the judge server's key."),
     results: Path | None = typer.Option(None, "--results", help="Folder of the tables (default eval/results)."),
     name: str | None = typer.Option(None, "--name", help="Corpus name in table file names."),
     label: str | None = typer.Option(None, "--label", help="Label printed on the tables."),
@@ -83,10 +89,17 @@ def run(
     from graft.progress import Reporter
 
     try:
+        judge = None
+        if judge_model or judge_base_url:
+            from graft.llm import LLMConfig
+
+            if not (judge_model and judge_base_url):
+                raise GraftError("an LLM judge needs both --judge-model and --judge-base-url")
+            judge = LLMConfig(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env)
         options = RunOptions(systems=[s.strip() for s in systems.split(",") if s.strip()], index_dir=index,
                              part=part, limit=limit, force=force, naive_index=naive_index, base_model=base_model,
                              beams=beams, device=device, results_dir=results or DEFAULT_RESULTS, name=name,
-                             label=label)
+                             label=label, judge=judge)
         tables = run_suites(split_dir, [s.strip() for s in suite.split(",") if s.strip()], options,
                             reporter=Reporter(quiet=quiet or as_json), command=_command())
     except GraftError as exc:

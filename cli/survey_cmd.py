@@ -108,6 +108,10 @@ def survey(
     subsections: int = typer.Option(2, "--subsections", help="Level-2 subsections per section (at most)."),
     verify_rounds: int = typer.Option(3, "--verify-rounds", help="Evidence-and-rewrite rounds per failed citation."),
     retriever: str = typer.Option("teacher", "--retriever", help="teacher (graph walks) or graft (trained model)."),
+    graph_seeds: int = typer.Option(20, "--graph-seeds",
+                                    help="Widen graph retrievals through the citation ties of their best N papers "
+                                         "(0 = off)."),
+    until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
     concurrency: int = typer.Option(4, "--concurrency", help="Subsections written / LLM requests at once."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -121,7 +125,7 @@ def survey(
     try:
         config = SurveyConfig(llm=llm, model=model, base_url=base_url, api_key_env=api_key_env, sections=sections,
                               subsections=subsections, verify_rounds=verify_rounds, retriever=retriever,
-                              max_concurrency=concurrency)
+                              graph_seeds=graph_seeds, until_year=until_year, max_concurrency=concurrency)
         result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json))
     except (GraftError, ValueError) as exc:
         _fail(exc)

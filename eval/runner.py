@@ -70,6 +70,7 @@ class RunOptions:
     decode_batch: int = 64  # facet items per generate call of the generative systems (across queries)
     # seconds from the start of `run_suites` after which generative systems stop (their row n/a, with a note)
     time_budget_s: float | None = None
+    judge: Any = None  # survey suite: an LLMConfig for the claim judge (None = the offline proxy checker)
 
     def __post_init__(self) -> None:
         if self.part not in ("dev", "test"):
@@ -301,7 +302,7 @@ def _survey_suite(split_dir: Path, index_dir: Path, options: RunOptions, reporte
         raise GraftError("--suite survey needs eval/survey_suite.py (the survey evaluation), which this "
                          "installation lacks") from None
     out = module.survey_suite(split_dir, index_dir, systems=list(options.systems), limit=options.limit,
-                              reporter=reporter)
+                              reporter=reporter, judge_llm=options.judge)
     return {"rows": out.get("rows", []), "notes": out.get("notes", []), "runs": out.get("runs", {}),
             "queries": out.get("queries")}
 

@@ -8,126 +8,26 @@ Two systems are compared on the same index and hold-outs:
 - `baseline-survey`: an AutoSurvey-like writer — dense MiniLM retrieval over title + abstract, no
   rerank and no verification, the same writer and outline otherwise.
 
-The split directory follows the evaluation contract (`SPLITDIR/split.json`, `corpus.jsonl`,
-`survey/queries.jsonl`, `survey/qrels.txt`); `prepare_survey_split` writes the survey part of it
-from a corpus for runs made before `graft eval prepare` exists.
+The split directory is `graft eval prepare`'s (`eval.splits.prepare_split`): `split.json`,
+`corpus.jsonl`, `survey/queries.jsonl`, `survey/qrels.txt`; the suite runs as
+`graft eval run SPLITDIR --suite survey --systems graft-survey,baseline-survey`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import gzip
 import json
-import random
-import sys
 from pathlib import Path
 from typing import Any
 
-from eval.splits import write_qrels
 from eval.trec import read_qrels, write_run
 from graft.errors import InputValidationError
 from graft.progress import Reporter
-from graft.store import atomic_path, write_json, write_lines
 
 SYSTEMS = ("graft-survey", "baseline-survey")
 
 #: Metric names of one row of the suite's table, in display order.
 METRICS = ("reference_recall", "reference_precision", "fabricated_references", "claim_recall",
            "claim_precision", "cited_papers", "sentences", "seconds")
-
-
-# ---- split (until `graft eval prepare` writes it) ---------------------------------------------
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def prepare_survey_split(
-    corpus: str | Path, out: str | Path, *, n_survey: int = 25, min_references: int = 20, seed: int = 0,
-    limit: int | None = None, max_papers: int | None = None,
-) -> dict[str, Any]:
-    """Hold out review-like papers (>= `min_references` references) of a corpus for survey evaluation.
-
-    Writes the survey part of the evaluation split layout: `split.json`, `corpus.jsonl` (the corpus
-    without the hold-outs, references restricted to the remaining ids), `survey/queries.jsonl` and
-    `survey/qrels.txt` (gold = each hold-out's references into the reduced corpus). Build the index
-    afterwards with `graft build SPLITDIR/corpus.jsonl --out SPLITDIR/index`.
-
-    Args:
-        corpus: a JSONL / JSONL.gz file in the cs768 schema (id, title, abstract, year, references).
-        out: the split directory.
-        n_survey: hold-outs drawn (seeded) among the papers with enough references.
-        min_references: references a paper needs to count as review-like.
-        seed: sampling seed.
-        limit: use only the first N records of the corpus (a smaller, faster split).
-        max_papers: keep at most this many papers in the reduced corpus: every reference of the
-            hold-outs, then a seeded sample of the rest (a smaller index on a small machine; the
-            bibliographies stay complete, with fewer distractors than the full corpus).
-    Returns:
-        the `split.json` content.
-    Raises:
-        InputValidationError: the corpus has fewer eligible papers than requested.
-    """
-    from graphbuild.corpus import load_corpus
-
-    corpus = Path(corpus)
-    records = _read_records(corpus)
-    if limit is not None:
-        records = records[:limit]
-    ids = {str(r["id"]) for r in records}
-    eligible = sorted(str(r["id"]) for r in records
-                      if len([x for x in r.get("references") or [] if x in ids]) >= min_references)
-    if len(eligible) < n_survey:
-        raise InputValidationError(
-            f"{corpus}: only {len(eligible)} papers have >= {min_references} references into the corpus; "
-            f"ask for fewer hold-outs (n_survey={n_survey}) or lower min_references"
-        )
-    rng = random.Random(seed)
-    held = set(rng.sample(eligible, n_survey))
-    allowed = None
-    if max_papers is not None:
-        allowed = {x for r in records if str(r["id"]) in held for x in r.get("references") or [] if x in ids}
-        rest = sorted(ids - allowed - held)
-        allowed |= set(rng.sample(rest, max(0, min(len(rest), max_papers - len(allowed)))))
-    out = Path(out)
-    kept = []
-    for r in records:
-        if str(r["id"]) in held or (allowed is not None and str(r["id"]) not in allowed):
-            continue
-        r = dict(r)
-        r["references"] = [x for x in r.get("references") or []
-                           if x in ids and x not in held and (allowed is None or x in allowed)]
-        kept.append(r)
-    write_lines(out / "corpus.jsonl", [json.dumps(r, ensure_ascii=False) for r in kept])
-    kept_ids = {str(r["id"]) for r in kept}
-    queries: list[str] = []
-    qrels: dict[str, list[str]] = {}
-    for r in records:
-        pid = str(r["id"])
-        if pid not in held:
-            continue
-        gold = sorted({x for x in r.get("references") or [] if x in kept_ids})
-        queries.append(json.dumps({"qid": f"s{len(queries):03d}", "paper_id": pid, "title": r.get("title", ""),
-                                   "abstract": r.get("abstract", ""), "year": r.get("year"),
-                                   "n_references": len(gold)}, ensure_ascii=False))
-        qrels[f"s{len(queries) - 1:03d}"] = gold
-    write_lines(out / "survey" / "queries.jsonl", queries)
-    write_qrels(out / "survey" / "qrels.txt", qrels)
-    split = {
-        "seed": seed,
-        "source": str(corpus),
-        "source_hash": load_corpus(corpus).content_hash(),
-        "corpus_hash": load_corpus(out / "corpus.jsonl").content_hash(),
-        "counts": {"source": len(records), "corpus": len(kept), "survey": len(queries), "ooc": 0, "incorpus": 0},
-        "params": {"n_survey": n_survey, "min_references": min_references, "limit": limit,
-                   "max_papers": max_papers},
-        "command": "eval.survey_suite.prepare_survey_split",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "versions": {"python": sys.version.split()[0]},
-    }
-    write_json(out / "split.json", split)
-    return split
 
 
 # ---- the suite -------------------------------------------------------------------------------
@@ -188,7 +88,7 @@ def judge_claims(survey: dict[str, Any], judge: Any) -> tuple[int, int, int, int
 
 def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit: int | None,
                  reporter: Any = None, config: Any = None, out_dir: Path | None = None,
-                 judge_llm: Any = None, encoder: Any = None) -> dict[str, Any]:
+                 judge_llm: Any = None, encoder: Any = None, as_of_year: bool = True) -> dict[str, Any]:
     """Generate a survey on each held-out review-like paper's title with each system and score it.
 
     Args:
@@ -201,6 +101,8 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         out_dir: where the surveys and run files go (default `split_dir/runs/survey`).
         judge_llm: an `LLMConfig` for an LLM claim judge; None = the offline facet-aware checker (a proxy).
         encoder: a loaded sentence encoder to reuse.
+        as_of_year: write each survey as of its hold-out's year (`until_year`), for both systems:
+            a paper cannot cite later work, so later papers are never fair candidates.
     Returns:
         {"rows": [{"system", metric: value}], "notes": [...], "runs": {system: TREC run file},
          "per_query": {system: [...]}}.
@@ -208,6 +110,7 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         InputValidationError: missing split files, an unknown system, or an index of another corpus.
     """
     import time
+    from dataclasses import replace
 
     import numpy as np
 
@@ -260,8 +163,9 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
             for q in queries:
                 t0 = time.perf_counter()
                 target = out_dir / system / q["qid"]
+                qcfg = replace(cfg, until_year=int(q["year"])) if as_of_year and q.get("year") else cfg
                 try:
-                    res = write_survey(idx, q["title"], target, cfg, tools=tools, dense=dense)
+                    res = write_survey(idx, q["title"], target, qcfg, tools=tools, dense=dense)
                     survey = json.loads(res.paths["json"].read_text(encoding="utf-8"))
                     error = None
                 except SurveyError as exc:
@@ -300,13 +204,52 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         f"claim recall / precision judge: {judge_label}",
         "reference recall / precision: cited papers against the hold-out's references into the reduced corpus, "
         "macro-averaged over hold-outs; fabricated_references: citations (summed) that are not corpus papers",
-        f"writer backend: {base.llm}; graft-survey retriever: {base.retriever}; baseline-survey: dense MiniLM "
-        "over title + abstract, no rerank, no verification",
+        f"writer backend: {base.llm}; graft-survey retriever: {base.retriever} with graph expansion from "
+        f"{base.graph_seeds} seeds; baseline-survey: dense MiniLM over title + abstract, no rerank, no verification",
+        "both systems write as of the hold-out's year (no paper published after it is cited)" if as_of_year
+        else "no year cut-off: papers published after a hold-out may be cited",
     ]
+    comparison = None
+    if {"graft-survey", "baseline-survey"} <= set(per_query):
+        comparison = recall_ratio([r["reference_recall"] for r in per_query["graft-survey"]],
+                                  [r["reference_recall"] for r in per_query["baseline-survey"]])
+        notes.append(
+            f"reference recall graft-survey / baseline-survey = {comparison['ratio']:.2f} (95% paired bootstrap "
+            f"interval {comparison['low']:.2f}-{comparison['high']:.2f}, {comparison['resamples']} resamples of the "
+            f"hold-outs); per hold-out {comparison['wins']} higher, {comparison['ties']} equal, "
+            f"{comparison['losses']} lower")
     if judge_llm is None:
         notes.append("the offline judge is the same facet-aware checker graft-survey verifies with, so "
                      "graft-survey's claim scores are high by construction; the baseline's are the informative ones")
-    return {"rows": rows, "notes": notes, "runs": runs, "per_query": per_query}
+    return {"rows": rows, "notes": notes, "runs": runs, "per_query": per_query, "comparison": comparison}
+
+
+def recall_ratio(system: list[float], baseline: list[float], *, resamples: int = 2000,
+                 seed: int = 0) -> dict[str, Any]:
+    """Ratio of mean reference recalls of two systems on the same hold-outs, with a paired
+    bootstrap interval (hold-outs resampled with replacement, the ratio of means recomputed).
+
+    Args:
+        system, baseline: per hold-out recalls, aligned.
+        resamples: bootstrap resamples; seed: their seed.
+    Returns:
+        {"ratio", "low", "high" (2.5th / 97.5th percentiles), "resamples", "wins", "ties", "losses"}.
+    Raises:
+        ValueError: lists of different lengths, or empty.
+    """
+    import numpy as np
+
+    a, b = np.asarray(system, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"recall_ratio needs two aligned, non-empty lists (got {a.size} and {b.size})")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, a.size, size=(resamples, a.size))
+    num, den = a[picks].mean(axis=1), b[picks].mean(axis=1)
+    ratios = num[den > 0] / den[den > 0]
+    ratio = float(a.mean() / b.mean()) if b.mean() > 0 else float("inf")
+    low, high = (np.percentile(ratios, [2.5, 97.5]).tolist() if ratios.size else [float("nan")] * 2)
+    return {"ratio": ratio, "low": float(low), "high": float(high), "resamples": resamples,
+            "wins": int((a > b).sum()), "ties": int((a == b).sum()), "losses": int((a < b).sum())}
 
 
 def markdown_table(result: dict[str, Any]) -> str:
@@ -322,44 +265,3 @@ def markdown_table(result: dict[str, Any]) -> str:
                          else f"{v:.1f}" if isinstance(v, float) else str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in result["notes"]) + "\n"
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m eval.survey_suite`: prepare a survey split (if asked), build its index (if absent),
-    run both systems and write the tables to eval/results/."""
-    import argparse
-
-    from graft.survey.config import SurveyConfig
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", type=Path, required=True, help="split directory")
-    ap.add_argument("--prepare", type=Path, help="corpus to hold review-like papers out of (writes --split)")
-    ap.add_argument("--n-survey", type=int, default=25)
-    ap.add_argument("--max-papers", type=int, help="reduced corpus size (all hold-out references kept)")
-    ap.add_argument("--index", type=Path, help="index of the reduced corpus (default SPLIT/index; built if absent)")
-    ap.add_argument("--limit", type=int)
-    ap.add_argument("--sections", type=int, default=4)
-    ap.add_argument("--out", type=Path, default=Path("eval/results"))
-    ap.add_argument("--tag", default="survey_cs768")
-    args = ap.parse_args(argv)
-    reporter = Reporter()
-    if args.prepare:
-        prepare_survey_split(args.prepare, args.split, n_survey=args.n_survey, max_papers=args.max_papers)
-    index = args.index or args.split / "index"
-    if not (index / "manifest.json").is_file():
-        from graphbuild.build import build_index
-
-        build_index(args.split / "corpus.jsonl", index, reporter=reporter)
-    result = survey_suite(args.split, index, systems=list(SYSTEMS), limit=args.limit, reporter=reporter,
-                          config=SurveyConfig(sections=args.sections))
-    split = json.loads((args.split / "split.json").read_text())
-    header = (f"# Survey evaluation ({args.tag})\n\n`python -m eval.survey_suite {' '.join(argv or sys.argv[1:])}`"
-              f" — corpus hash {split.get('corpus_hash')}, {split['counts']}\n\n")
-    with atomic_path(args.out / f"{args.tag}.md") as tmp:
-        tmp.write_text(header + markdown_table(result), encoding="utf-8")
-    write_json(args.out / f"{args.tag}.json", {"split": split, **result})
-    print(markdown_table(result))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

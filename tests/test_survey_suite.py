@@ -28,12 +28,12 @@ def write_dense_slice(tmp_path, n_reviews: int = 2, n_other: int = 30):
 
 @pytest.fixture(scope="module")
 def split(tmp_path_factory, encoder):
-    from eval.survey_suite import prepare_survey_split
+    from eval.splits import SplitConfig, prepare_split
     from graphbuild.build import BuildConfig, build_index
 
     tmp = tmp_path_factory.mktemp("survey-suite")
     corpus, reviews = write_dense_slice(tmp)
-    info = prepare_survey_split(corpus, tmp / "split", n_survey=2, min_references=20)
+    info = prepare_split(corpus, tmp / "split", SplitConfig(n_ooc=0, n_survey=2, survey_min_refs=20))
     build_index(tmp / "split" / "corpus.jsonl", tmp / "split" / "index", BuildConfig(), encoder=encoder)
     return tmp / "split", info, reviews
 
@@ -85,6 +85,20 @@ def test_suite_scores_both_systems(split, encoder, tmp_path) -> None:
         assert q["reference_recall"] == pytest.approx(len(set(cited) & gold) / len(gold))
         assert q["reference_precision"] == pytest.approx(len(set(cited) & gold) / len(cited))
     assert any("proxy: offline facet-aware checker" in n for n in result["notes"])
+    # each survey is written as of its hold-out's year, and the graph retrieval widens through citations
+    from graft.index import Index
+
+    queries = {json.loads(line)["qid"]: json.loads(line)
+               for line in (split_dir / "survey" / "queries.jsonl").read_text().splitlines()}
+    papers = Index.open(split_dir / "index").papers
+    year_of = dict(zip(papers["paper_id"].to_list(), papers["year"].to_list()))
+    for system in SYSTEMS:
+        for q in result["per_query"][system]:
+            survey = json.loads((tmp_path / "runs" / system / q["qid"] / "survey.json").read_text())
+            assert survey["config"]["until_year"] == queries[q["qid"]]["year"]
+            assert all(year_of[r["paper_id"]] <= queries[q["qid"]]["year"] for r in survey["references"])
+            via_citations = [c for c in survey["pool"] if "citation" in c["facets"]]
+            assert bool(via_citations) == (system == "graft-survey")
     assert set(result["runs"]) == set(SYSTEMS)
     table = markdown_table(result)
     assert "| graft-survey |" in table and "| baseline-survey |" in table
@@ -108,14 +122,34 @@ def test_suite_refuses_other_index_and_systems(split, tmp_path) -> None:
         survey_suite(tmp_path, split_dir / "index", systems=["graft-survey"], limit=1)
 
 
-def test_split_max_papers_keeps_bibliographies(tmp_path) -> None:
-    from eval.survey_suite import prepare_survey_split, read_survey_split
+def test_cli_survey_suite_with_an_llm_judge(split, tmp_path) -> None:
+    """`graft eval run --suite survey --judge-model M --judge-base-url URL`: claims are judged by the
+    served model (here one that never finds support), and the table says which judge it was."""
+    from test_llm_client import FakeLLMServer, Reply
+    from typer.testing import CliRunner
 
-    corpus, reviews = write_dense_slice(tmp_path, n_other=80)
-    info = prepare_survey_split(corpus, tmp_path / "small", n_survey=2, min_references=20, max_papers=60)
-    queries, gold = read_survey_split(tmp_path / "small")
-    kept = {json.loads(line)["id"] for line in (tmp_path / "small" / "corpus.jsonl").read_text().splitlines()}
-    originals = {json.loads(line)["id"]: json.loads(line) for line in corpus.read_text().splitlines()}
-    assert info["counts"]["corpus"] == len(kept) == 60 and not kept & set(reviews)
-    for q in queries:  # the whole bibliography survives the reduction
-        assert gold[q["qid"]] == set(originals[q["paper_id"]]["references"]) - set(reviews)
+    from cli.app import app
+
+    split_dir, _, _ = split
+    server = FakeLLMServer()
+    asked: list[str] = []
+
+    def never(hit: int, body: dict) -> Reply:
+        asked.append(body["messages"][-1]["content"])
+        return Reply(content=json.dumps({"supported": False}))
+
+    server.behave = never
+    try:
+        res = CliRunner().invoke(app, ["eval", "run", str(split_dir), "--suite", "survey", "--systems",
+                                       "baseline-survey", "--judge-model", "never", "--judge-base-url", server.url,
+                                       "--results", str(tmp_path), "--name", "slice", "--quiet", "--json"])
+    finally:
+        server.close()
+    assert res.exit_code == 0, res.output
+    table = json.loads(res.output)
+    row = table["rows"][0]
+    assert row["system"] == "baseline-survey" and row["claim_precision"] == 0.0 and row["claim_recall"] == 0.0
+    assert asked and all(a.startswith("Does the paper support") for a in asked)
+    assert any("LLM judge (never)" in n for n in table["notes"])
+    bad = CliRunner().invoke(app, ["eval", "run", str(split_dir), "--suite", "survey", "--judge-model", "x"])
+    assert bad.exit_code != 0 and "--judge-base-url" in bad.output

@@ -22,6 +22,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from graft.survey.compose import (
     third_person,
 )
 from graft.survey.config import SurveyConfig, SurveyError
-from graft.survey.retrieve import PaperVectors
+from graft.survey.retrieve import PaperVectors, papers_until
 from graft.survey.types import Candidate, SentenceDraft
 
 
@@ -70,6 +71,11 @@ class SurveyContext:
 
     def vec(self, text: str) -> np.ndarray:
         return np.asarray(self.encode([text])[0], dtype=np.float32)
+
+    @cached_property
+    def allowed(self) -> np.ndarray | None:
+        """Papers the survey may cite (config.until_year), None = all."""
+        return papers_until(self.index, self.config.until_year)
 
 
 #: Phrase document frequencies over an index's facet items, per (index path, corpus hash): headings
@@ -230,7 +236,8 @@ class OfflineBackend:
         survey's pool (`prefer`) first when they are about as close."""
         kind = claim_facet(text, default=facet)
         v = self.ctx.vec(text)
-        hits = self.ctx.vectors.search_items(v, kind, self.ctx.config.evidence_k * 4, exclude)
+        hits = self.ctx.vectors.search_items(v, kind, self.ctx.config.evidence_k * 4, exclude,
+                                             allowed=self.ctx.allowed)
         pool = set(prefer)
         hits.sort(key=lambda h: (-(h[2] + (0.05 if h[0] in pool else 0.0)), h[0]))
         return [Evidence(pid, self.ctx.vectors.item_text[row], kind, round(s, 4))

@@ -29,10 +29,12 @@ class SurveyConfig:
     retriever: str = "teacher"  # teacher (graph walks), graft (trained model in INDEX/model) or dense
     descriptions: int = 3  # topic descriptions from query expansion, the topic itself included
     per_description: int = 60  # papers retrieved per description before fusion
+    graph_seeds: int = 20  # best papers of a graph retrieval whose citation ties widen it (0 = off)
+    until_year: int | None = None  # write "as of" this year: cite no paper published after it
     pool: int = 40  # papers kept after the two-stage rerank for the level-1 outline
     sections: int = 4  # level-1 sections
     subsections: int = 2  # level-2 subsections per section (at most)
-    section_pool: int = 12  # papers kept per section after its own retrieval + rerank
+    section_pool: int = 12  # a section's own retrieval joining its share of the pool; papers kept after its rerank
     papers_per_subsection: int = 4  # papers a subsection writes about
     rerank: bool = True  # two-stage fusion rerank (off for the AutoSurvey-like baseline)
     llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
@@ -56,6 +58,10 @@ class SurveyConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 problems.append(f"{name}={value!r} (an integer >= 1)")
+        if not isinstance(self.graph_seeds, int) or self.graph_seeds < 0:
+            problems.append(f"graph_seeds={self.graph_seeds!r} (an integer >= 0; 0 turns the expansion off)")
+        if self.until_year is not None and not isinstance(self.until_year, int):
+            problems.append(f"until_year={self.until_year!r} (a year such as 2021, or None)")
         if not isinstance(self.verify_rounds, int) or not 1 <= self.verify_rounds <= 10:
             problems.append(f"verify_rounds={self.verify_rounds!r} (an integer in 1..10; 3 in the reference method)")
         if not 0 <= self.relative_relevance <= 1:

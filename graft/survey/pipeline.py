@@ -24,7 +24,7 @@ from graft.survey.expand import expand_topic
 from graft.survey.outline import assign, level_one, level_two
 from graft.survey.output import numbering, write_outputs
 from graft.survey.rerank import relevant, two_stage_rerank
-from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever
+from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever, fuse_with_pool
 from graft.survey.types import Candidate, Section, Subsection
 from graft.survey.verify import drop_duplicates, mark_unverified, summarize, verify_all
 from graft.survey.write import write_parts
@@ -100,7 +100,8 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     tools = QueryTools(encoder=tools.encoder, rows=tools.rows, facets_of=tools.facets_of)
     encode = _locked(tools.encoder.encode)
     tools.encoder = type("LockedEncoder", (), {"encode": staticmethod(encode)})()
-    retriever = TopicRetriever(index, tools, config.retriever, dense=dense, device=device)
+    retriever = TopicRetriever(index, tools, config.retriever, dense=dense, device=device, seeds=config.graph_seeds,
+                               until_year=config.until_year)
     vectors = retriever.vectors
     ctx = SurveyContext(index=index, vectors=vectors, encode=encode, config=config)
     backend = make_backend(ctx)
@@ -154,9 +155,13 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     jobs = []
     taken: set[str] = set()
     used_heads = {h for h, _ in heads}
+    # every pool paper belongs to the section whose description it is closest to; a section ranks its
+    # share of the pool together with the best `section_pool` papers of its own fresh retrieval
+    shares = assign(pool, [d for _, d in heads], encode, vectors.papers, row_of, len(pool))
     with reporter.stage("sections", total=len(heads), unit="sections") as adv:
-        for title, description in heads:
-            found = retriever.search([description], config.per_description)
+        for (title, description), share in zip(heads, shares):
+            own = retriever.search([description], config.per_description)[: config.section_pool]
+            found = fuse_with_pool(own, share, ctx.vec(description), vectors.papers, row_of)
             sec_pool = rank(found, description, config.section_pool)
             subs = level_two(topic, title, sec_pool, backend, config.subsections, used_heads)
             used_heads.update(h for h, _ in subs)
