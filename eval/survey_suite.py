@@ -221,7 +221,8 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
     if judge_llm is None:
         notes.append("the offline judge is the same facet-aware checker graft-survey verifies with, so "
                      "graft-survey's claim scores are high by construction; the baseline's are the informative ones")
-    return {"rows": rows, "notes": notes, "runs": runs, "per_query": per_query, "comparison": comparison}
+    return {"rows": rows, "notes": notes, "runs": runs, "per_query": per_query, "comparison": comparison,
+            "queries": len(queries)}
 
 
 def recall_ratio(system: list[float], baseline: list[float], *, resamples: int = 2000,
