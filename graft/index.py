@@ -100,6 +100,12 @@ class Index:
         cols = np.array([self.row_of[p] for p in c["cited"].to_list()], dtype=np.int64)
         return sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(self.n, self.n))
 
+    @cached_property
+    def citation_links(self) -> sp.csr_matrix:
+        """Symmetric binary citation links: L[i, j] = 1 where i cites j or j cites i."""
+        a = self.citation_matrix
+        return ((a + a.T) > 0).astype(np.float32).tocsr()
+
     def row(self, paper_id: str) -> int:
         """Node index of a paper id.
 

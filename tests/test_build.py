@@ -86,6 +86,17 @@ def test_cited_papers_get_citation_weight(cs768_index) -> None:
     assert max(weights) >= 0.25 * cite.data[strongest]
 
 
+def test_citation_links_are_the_citations_either_way(cs768_index) -> None:
+    idx = Index.open(cs768_index[0])
+    links = idx.citation_links.toarray()
+    expected = [(idx.row(c), idx.row(d)) for c, d in zip(idx.citations["citing"].to_list(),
+                                                          idx.citations["cited"].to_list())]
+    assert expected, "the slice has citations"
+    assert {(int(i), int(j)) for i, j in zip(*np.nonzero(links))} == \
+        {e for c, d in expected for e in ((c, d), (d, c))}
+    assert set(np.unique(links).tolist()) <= {0.0, 1.0}
+
+
 def test_teacher_query_returns_attributed_corpus_papers(cs768_index) -> None:
     idx = Index.open(cs768_index[0])
     pid = idx.citations["citing"][0]

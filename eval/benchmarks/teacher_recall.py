@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     idx = Index.open(args.index)
     a = idx.citation_matrix
-    sym = (a + a.T).tocsr()
+    sym = idx.citation_links
     neighbours = {i: set(sym[i].indices.tolist()) for i in range(idx.n)}
     pool = [i for i in range(idx.n) if len(neighbours[i]) >= args.min_neighbours]
     rng = np.random.default_rng(args.seed)

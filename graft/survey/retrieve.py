@@ -21,7 +21,7 @@ from 0.109 to 0.181.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -263,12 +263,6 @@ class TopicRetriever:
     def allowed(self) -> np.ndarray | None:
         return papers_until(self.index, self.until_year)
 
-    @cached_property
-    def links(self) -> sp.csr_matrix:
-        """Symmetric binary citation links: 1 where either paper cites the other."""
-        a = self.index.citation_matrix
-        return ((a + a.T) > 0).astype(np.float32).tocsr()
-
     @property
     def dense(self) -> DenseIndex:
         if self._dense is None:
@@ -309,7 +303,7 @@ class TopicRetriever:
         """`graph_expansion` from the first hits, then the first hits it did not reach, k in all;
         a paper in both lists keeps the facet terms of both."""
         sim = self.vectors.papers @ self.encode([text])[0]
-        grown = graph_expansion([node for node, _, _ in hits], self.links, self.index.citation_score,
+        grown = graph_expansion([node for node, _, _ in hits], self.index.citation_links, self.index.citation_score,
                                 self.index.teacher().walk, sim, seeds=self.seeds, k=k, allowed=self.allowed)
         first = {node: terms for node, _, terms in hits}
         out = [(node, score, {**terms, **first.get(node, {})}) for node, score, terms in grown]
@@ -366,8 +360,6 @@ def fuse_with_pool(found: Sequence[Candidate], pool: Sequence[Candidate], vector
     Returns:
         candidates best first (copies; `score` = the RRF score).
     """
-    from dataclasses import replace
-
     ranked = sorted(pool, key=lambda c: (-float(paper_vectors[row_of[c.paper_id]] @ vector), c.paper_id))
     fused = rrf({"section": [c.paper_id for c in found], "pool": [c.paper_id for c in ranked]})
     first = {c.paper_id: c for c in found}
