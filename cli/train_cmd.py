@@ -41,6 +41,8 @@ def train(
                                    help="smollm2-135m (default, offline), tiny (random, for tests) or a local "
                                         "Hugging Face folder such as Llama-3.2-1B-Instruct."),
     sampling: str = typer.Option("coverage", help="Distillation pairs: coverage (GRAFT) or naive."),
+    max_edges: int = typer.Option(10, "--max-edges", help="Coverage-aware pairs: out-edges sampled per source "
+                                  "paper and facet (N; GRAFT: 10; K = 20 takes every edge)."),
     epochs: float = typer.Option(2.0, help="Passes over the pairs."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Optimizer steps (overrides --epochs)."),
     batch_size: int = typer.Option(16, "--batch-size", help="Effective batch (per device x accumulation x GPUs)."),
@@ -67,8 +69,11 @@ def train(
         config = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size,
                              per_device_batch_size=per_device_batch_size, lr=lr,
                              save_every_steps=save_every_steps)
+        from training.pairs import DistillConfig
+
         summary = train_index(index, config, base_model=base_model, sampling=sampling, resume=resume,
-                              dry_run=dry_run, reporter=Reporter(quiet=quiet or as_json))
+                              dry_run=dry_run, reporter=Reporter(quiet=quiet or as_json),
+                              distill=DistillConfig(sampling=sampling, max_edges_per_source=max_edges))
     except (GraftError, ValueError) as exc:
         _fail(exc)
     if as_json:

@@ -345,7 +345,8 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
         f"Command: `{m['command']}`  ",
         f"Date: {m['date']} · split seed {m['seed']} · corpus hash `{str(m['corpus_hash'])[:16]}` "
         f"(source `{str(m['source_hash'])[:16]}`) · index `{m['index']}`  ",
-        f"Queries: {m['queries']}" + (f" · gold pairs: {m['qrels']}" if m.get("qrels") is not None else "")
+        (f"Queries: {m['queries']}" if m.get("queries") is not None else "Queries: none (counts over the corpus)")
+        + (f" · gold pairs: {m['qrels']}" if m.get("qrels") is not None else "")
         + (f" · part: {m['part']}" if suite == "incorpus" else "") + "  ",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items())),
         "",

@@ -227,9 +227,10 @@ class Index:
 
     def query_rows(
         self, rows: dict[str, sp.csr_matrix], *, query_id: str = "query", k: int = 20,
-        config: TeacherConfig | None = None,
+        config: TeacherConfig | None = None, exclude: set[int] | None = None,
     ) -> QueryResult:
-        """Related papers of a paper outside the corpus, given its facet edge rows (1 x n each)."""
+        """Related papers of a paper outside the corpus, given its facet edge rows (1 x n each);
+        `exclude` = corpus rows never returned (left out of every facet list before fusion)."""
         teacher = self.teacher(config)
-        fused, per_facet = teacher.retrieve(rows, k=k)
+        fused, per_facet = teacher.retrieve(rows, k=k, exclude=exclude)
         return QueryResult(query_id, "teacher", "rrf", self._hits(fused, per_facet))

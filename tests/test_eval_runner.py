@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections import Counter
 
+import numpy as np
 import pytest
 from conftest import cs768_path
 from typer.testing import CliRunner
@@ -325,3 +326,48 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "eval.survey_suite", None)
     with pytest.raises(GraftError, match="survey_suite"):
         run_suite(out, "survey", RunOptions(systems=["bm25"], index_dir=split / "index", results_dir=tmp_path))
+
+
+def test_distill_ceiling_lists_by_hand() -> None:
+    """A perfect memoriser's facet lists: the papers of the taught DocIDs (a shared DocID gives all
+    its papers), ranked by pair count, then edge weight to the query; the query itself left out;
+    graph-RRF then drops a candidate without an edge to the query."""
+    import polars as pl
+    import scipy.sparse as sp
+
+    from eval.benchmarks.distill_ceiling import facet_lists_from_pairs, fused_rows
+
+    class Docids:
+        facet_names = ["method"]
+
+        def facet(self, facet):
+            return pl.DataFrame({"paper_ids": [["a"], ["b"], ["c", "d"], ["q"]]})
+
+    row_of = {"q": 0, "a": 1, "b": 2, "c": 3, "d": 4}
+    w = sp.csr_matrix(np.array([[0, .2, .5, .3, 0], [.2, 0, 0, 0, 0], [.5, 0, 0, 0, 0],
+                                [.3, 0, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=np.float32))
+    pairs = pl.DataFrame({"facet": ["method"] * 6, "source_paper": ["q", "q", "q", "q", "q", "a"],
+                          "target_docid_id": [0, 0, 1, 2, 3, 1]})
+    lists = facet_lists_from_pairs(pairs, Docids(), row_of, {"method": w}, {"q"})
+    # a twice; then b (0.5) before c (0.3) before d (no edge); q (self) and a's own pair are absent.
+    assert lists == {"q": {"method": [1, 2, 3, 4]}}
+    assert fused_rows(lists["q"], 0, {"method": w}, graph=False) == [1, 2, 3, 4]
+    # graph-RRF: 0.2/61, 0.5/62, 0.3/63, d dropped.
+    assert fused_rows(lists["q"], 0, {"method": w}, graph=True) == [2, 3, 1]
+
+
+def test_distill_ceiling_benchmark_on_the_slice(built, tmp_path) -> None:
+    from eval.benchmarks.distill_ceiling import main
+
+    _, split = built
+    assert main(["--split", str(split), "--limit", "10", "--max-edges", "2,20", "--name", "slice",
+                 "--results", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "distill_ceiling_slice.json").read_text())["rows"]
+    by = {(r["system"], r["fusion"]): r for r in rows}
+    assert by[("teacher", "rrf (teacher)")]["R@20 / teacher"] == 1.0
+    few, many = by[("pairs: coverage-aware N=2", "graph-rrf")], by[("pairs: coverage-aware N=20", "graph-rrf")]
+    assert few["pairs"] < many["pairs"] < by[("pairs: naive (every edge)", "graph-rrf")]["pairs"]
+    assert few["R@50"] <= many["R@50"]  # two taught neighbours per facet cannot reach more of the gold
+    assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in rows)
+    assert "| every symmetric edge | graph-rrf |" in (tmp_path / "distill_ceiling_slice.md").read_text()
+

@@ -79,6 +79,31 @@ def test_steps_alone(acl) -> None:
     assert len(flat) == len(set(flat))
 
 
+def test_until_year_is_applied_inside_the_searches(acl) -> None:
+    """With a cut-off that leaves a minority of the corpus, the teacher and dense lists still come
+    out full (the later papers are left out of the searches, not filtered from a short list), and
+    equal the unrestricted search over the allowed papers."""
+    import numpy as np
+
+    from graft.survey.retrieve import TopicRetriever
+
+    idx, tools = acl
+    years = sorted(y for y in idx.papers["year"].to_list() if y is not None)
+    cut = years[len(years) // 4]  # about a quarter of the papers are allowed
+    for name in ("teacher", "dense"):
+        cutoff = TopicRetriever(idx, tools, name, until_year=cut)
+        allowed = cutoff.allowed
+        assert 0 < allowed.sum() < 0.5 * idx.n
+        hits = cutoff._retrieve(TOPIC, 5, "q")
+        assert len(hits) == min(5, int(allowed.sum()))
+        assert all(allowed[idx.row(pid)] for pid, _, _ in hits)
+    vec = tools.encoder.encode([TOPIC])[0]
+    dense = TopicRetriever(idx, tools, "dense").dense
+    mask = np.zeros(idx.n, dtype=bool)
+    mask[::3] = True
+    assert dense.search(vec, 4, mask) == [h for h in dense.search(vec, idx.n) if mask[h[0]]][:4]
+
+
 def test_offline_survey_outputs_and_invariants(acl, offline_survey) -> None:
     from graft.survey.output import md_escape
 

@@ -147,6 +147,7 @@ def prepare(args: argparse.Namespace) -> int:
     from eval.runner import load_queries, obvious_sets
     from eval.splits import read_split
     from eval.systems import EvalContext
+    from graft.config import config_to_dict
     from graft.index import Index
     from graft.progress import Reporter
     from training.base_models import SMOLLM2, load_tokenizer, smollm2_gguf_path
@@ -175,7 +176,8 @@ def prepare(args: argparse.Namespace) -> int:
     copy = work / "index"
     shutil.copytree(index_dir, copy, ignore=shutil.ignore_patterns("docids", "train", "model", "cache"))
     tokenizer = load_tokenizer(SMOLLM2)
-    docids, pairs, report = build_pairs(copy, tokenizer, DistillConfig())
+    distill = DistillConfig(max_edges_per_source=args.max_edges)
+    docids, pairs, report = build_pairs(copy, tokenizer, distill)
     n_naive = naive_pairs(Index.open(copy), docids).height
     print(f"pairs: {pairs.height:,} coverage-aware (papers as target {report['papers_share']:.2%}); "
           f"{n_naive:,} naive, built on the GPU from the same DocIDs", flush=True)
@@ -213,6 +215,7 @@ def prepare(args: argparse.Namespace) -> int:
         "split": {"path": str(split), "corpus_hash": meta["corpus_hash"], "seed": meta["seed"],
                   "source": meta["source"], "counts": meta["counts"]},
         "queries": {"incorpus_test": len(incorpus), "ooc": len(ooc)},
+        "distill": config_to_dict(distill),
         "pairs": {"coverage": pairs.height, "naive": n_naive, "coverage_report": {
             k: v for k, v in report.items() if k != "per_facet"}},
         "wheels": pins,
@@ -362,16 +365,20 @@ def _calibrate_training(cov: Path, tokenizer: Any, base: str, batch: int, warmup
             "seconds_per_step": batch * mean_len / tokens_per_s, "batch": batch, "steps_timed": steps}
 
 
-def _train(index: Path, sampling: str, base: str, steps: int, args: argparse.Namespace, run: Run) -> dict[str, Any]:
-    """`train_index` for a fixed number of steps; the report entry of that training."""
+def _train(index: Path, sampling: str, base: str, steps: int, args: argparse.Namespace, run: Run,
+           distill: dict[str, Any]) -> dict[str, Any]:
+    """`train_index` for a fixed number of steps on the staged distillation settings (`distill`, the
+    coverage-aware sampler's; the naive pairs take every edge); the report entry of that training."""
     from graft.progress import Reporter
+    from training.pairs import DistillConfig
     from training.pipeline import train_index
     from training.trainer import TrainConfig
 
     config = TrainConfig(max_steps=steps, batch_size=args.batch_size, lr=args.lr, save_every_steps=0,
                          logging_steps=max(1, min(25, steps // 4)))
     summary = train_index(index, config, base_model=base, sampling=sampling, resume=False,
-                          reporter=Reporter(quiet=args.quiet))
+                          reporter=Reporter(quiet=args.quiet),
+                          distill=DistillConfig.from_dict({**distill, "sampling": sampling}))
     out = summary.to_dict()
     out.update(epochs=steps * args.batch_size / max(1, summary.pairs), batch_size=args.batch_size, lr=args.lr)
     run.report["train"][sampling] = out
@@ -506,7 +513,13 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
     t = time.monotonic()
     dirs = [Path(d) for d in args.stage.split(",") if d]
     meta, where = _stage_files(dirs)
-    run.report["stage"] = {k: meta[k] for k in ("created", "split", "queries", "pairs", "wheels")}
+    distill = meta.get("distill") or {}  # stages made before N was a setting used the default N = 10
+    run.report["stage"] = {k: meta.get(k) for k in ("created", "split", "queries", "distill", "pairs", "wheels")}
+    n_edges = int(distill.get("max_edges_per_source", 10))
+    if n_edges != 10:
+        run.report["departures"].append(
+            f"coverage-aware pairs sample N = {n_edges} out-edges per source paper and facet (GRAFT: 10); "
+            "the memorisation ceilings of both are in eval/results/distill_ceiling_*.md")
     run.report["notes"].append(_install_wheels([where[p["name"]] for p in meta["pieces"] if p["kind"] == "wheel"],
                                                Path(args.site)))
     run.step("wheels", t)
@@ -549,7 +562,7 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
         f"effective batch {args.batch_size} with lr {args.lr:g} (reference: 16 and 5e-5)"
         + ("" if args.smoke else ", so that SmolLM2's small kernels fill the GPU and the run fits its budget"))
     t = time.monotonic()
-    cov_train = _train(cov, "coverage", base, steps, args, run)
+    cov_train = _train(cov, "coverage", base, steps, args, run, distill)
     run.step("train coverage", t)
     # the naive model gets the same steps unless that would eat the evaluation's minimum share
     fit_s = float(cov_train["result"]["seconds"]) or 1e-9
@@ -563,7 +576,7 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
             f"naive pairs trained {naive_steps} steps instead of {steps}: the coverage-aware training took "
             f"{fit_s:.0f} s and {available:.0f} s were left before the evaluation's minimum share")
     t = time.monotonic()
-    naive_train = _train(naive, "naive", base, naive_steps, args, run)
+    naive_train = _train(naive, "naive", base, naive_steps, args, run, distill)
     run.step("train naive", t)
     same = "the same steps for both samplings (equal compute), " if naive_steps == steps else ""
     run.report["departures"].append(
@@ -633,6 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--stage", default=str(REPO / ".gpu" / "eval"))
     pr.add_argument("--skip-wheels", action="store_true",
                     help="stage no wheels (a rehearsal where polars, marisa-trie and gguf import already)")
+    pr.add_argument("--max-edges", type=int, default=10,
+                    help="N of the coverage-aware pairs (GRAFT: 10); eval/results/distill_ceiling_*.md")
     pr.add_argument("--quiet", action="store_true")
     r = sub.add_parser("run", help="GPU: train coverage + naive models, evaluate graft, graft-rrf, graft-naive")
     r.add_argument("--stage", required=True, help="comma-separated folders holding the staged pieces "

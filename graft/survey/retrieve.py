@@ -216,10 +216,12 @@ class DenseIndex:
             raise SurveyError(f"dense vectors have {vectors.shape[0]} rows for an index of {index.n} papers")
         self.vectors = np.asarray(vectors, dtype=np.float32)
 
-    def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def search(self, vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """The k papers nearest to `vector` (row, cosine), best first; only `allowed` rows when given."""
         sims = self.vectors @ vector
-        order = np.lexsort((np.arange(len(sims)), -sims))[:k]
-        return [(int(i), float(sims[i])) for i in order]
+        rows = np.arange(len(sims)) if allowed is None else np.flatnonzero(allowed)
+        order = np.lexsort((rows, -sims[rows]))[:k]
+        return [(int(rows[i]), float(sims[rows[i]])) for i in order]
 
 
 class TopicRetriever:
@@ -263,6 +265,11 @@ class TopicRetriever:
     def allowed(self) -> np.ndarray | None:
         return papers_until(self.index, self.until_year)
 
+    @cached_property
+    def disallowed(self) -> set[int] | None:
+        """Rows the teacher leaves out of its facet lists (papers after until_year)."""
+        return None if self.allowed is None else set(np.flatnonzero(~self.allowed).tolist())
+
     @property
     def dense(self) -> DenseIndex:
         if self._dense is None:
@@ -280,20 +287,24 @@ class TopicRetriever:
     def _retrieve(self, text: str, k: int, qid: str) -> list[tuple[str, float, dict[str, float]]]:
         rec = topic_record(text, qid)
         allowed = self.allowed
-        fetch = k if allowed is None else 3 * k  # room for the papers after until_year
         if self.retriever == "dense":
             vec = self.encode([text])[0]
-            hits = [(i, s, {"dense": s}) for i, s in self.dense.search(vec, fetch)]
-        else:
-            if self.retriever == "teacher":
-                result = self.index.query_rows(self.tools.rows(rec), query_id=qid, k=fetch)
-            else:
-                result = self.index.query(facets=self.tools.facets_of(rec), retriever="graft",
-                                          fusion="graph-rrf", k=fetch, query_id=qid, device=self.device)
+            hits = [(i, s, {"dense": s}) for i, s in self.dense.search(vec, k, allowed)]
+        elif self.retriever == "teacher":
+            # rank over the whole corpus and drop later papers; if that leaves fewer than k, rank
+            # again with the later papers left out of the facet lists, so the list comes out full
+            rows = self.tools.rows(rec)
+            result = self.index.query_rows(rows, query_id=qid, k=k if allowed is None else 3 * k)
             hits = [(self.index.row(h.paper_id), h.score, dict(h.facets)) for h in result.hits]
-        if allowed is not None:
-            hits = [h for h in hits if allowed[h[0]]]
-        hits = hits[:k]
+            hits = [h for h in hits if allowed is None or allowed[h[0]]][:k]
+            if allowed is not None and len(hits) < k:
+                result = self.index.query_rows(rows, query_id=qid, k=k, exclude=self.disallowed)
+                hits = [(self.index.row(h.paper_id), h.score, dict(h.facets)) for h in result.hits]
+        else:  # constrained decoding reaches every DocID: over-fetch, then drop papers after until_year
+            result = self.index.query(facets=self.tools.facets_of(rec), retriever="graft", fusion="graph-rrf",
+                                      k=k if allowed is None else 3 * k, query_id=qid, device=self.device)
+            hits = [(self.index.row(h.paper_id), h.score, dict(h.facets)) for h in result.hits]
+            hits = [h for h in hits if allowed is None or allowed[h[0]]][:k]
         if self.seeds and self.retriever != "dense" and hits:
             hits = self._grow(hits, text, k)
         return [(self.index.paper_ids[node], score, terms) for node, score, terms in hits]

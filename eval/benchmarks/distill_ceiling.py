@@ -1,0 +1,203 @@
+"""What a generative retriever could at best recover of the graph teacher: the memorisation ceiling
+of a set of distillation pairs, measured on a split's in-corpus queries without training anything.
+
+GRAFT learns pairs (source item of paper q -> DocID of a neighbour j). A model that memorised its
+pairs perfectly would, for query q, decode in facet f exactly the papers of the DocIDs it was
+trained to produce from q's items, and nothing else. This script builds that list per facet
+(ranked by how often the pair occurs, then by the symmetrised edge weight, then by row: the most
+favourable order a model could learn), fuses the four lists as GRAFT does (graph-weighted RRF,
+or plain RRF) and scores Recall@k against the split's gold, next to the graph teacher on the same
+queries. Each pair set is made exactly as `graft train` makes it (`training.pairs.make_pairs`).
+
+Rows:
+- teacher                       the graph teacher (two hops, RRF over facets): the target
+- every symmetric edge          each facet list = all of q's neighbours in max(W_f, W_f^T), by
+                                weight: graph-RRF drops every candidate without a direct edge to
+                                q, so this is what a model that returned all of them would reach
+- pairs: SAMPLING N=..          the memorisation ceiling of one pair set (graph-RRF and plain RRF)
+
+    python -m eval.benchmarks.distill_ceiling --split SPLITDIR [--index SPLITDIR/index] \\
+        [--base-model smollm2-135m] [--max-edges 10,20] [--part test] [--name cs768]
+
+Writes eval/results/distill_ceiling_{name}.{md,json}. Needs the base model's tokenizer only (the
+DocIDs are the index's when they match it, else made in memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def facet_lists_from_pairs(pairs: Any, docids: Any, row_of: dict[str, int], walk: dict[str, Any],
+                           queries: set[str]) -> dict[str, dict[str, list[int]]]:
+    """Per query paper and facet, the corpus rows a perfect memoriser of `pairs` would decode.
+
+    A DocID decodes to every paper sharing it. Rows are ranked by pair count (descending), then by
+    the symmetrised edge weight to the query (descending), then by row; the query itself is left out.
+
+    Args:
+        pairs: a pairs table (`training.pairs` schema).
+        docids: the index's `DocidTable` (DocID -> papers).
+        row_of: paper id -> corpus row.
+        walk: facet -> symmetrised n x n facet graph (edge weights to the query).
+        queries: the query paper ids to build lists for.
+    Returns:
+        query paper id -> facet -> ranked rows.
+    """
+    import polars as pl
+
+    owners = {f: docids.facet(f)["paper_ids"].to_list() for f in docids.facet_names}
+    mine = pairs.filter(pl.col("source_paper").is_in(sorted(queries)))
+    counts: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+    for facet, source, doc in mine.select(["facet", "source_paper", "target_docid_id"]).iter_rows():
+        for paper in owners[facet][doc]:
+            counts[source][facet][row_of[paper]] += 1
+    out: dict[str, dict[str, list[int]]] = {}
+    for source, per_facet in counts.items():
+        q = row_of[source]
+        out[source] = {}
+        for facet, cnt in per_facet.items():
+            w = walk[facet][q]
+            weight = dict(zip(w.indices.tolist(), w.data.tolist()))
+            ranked = sorted((c for c in cnt if c != q), key=lambda c: (-cnt[c], -weight.get(c, 0.0), c))
+            out[source][facet] = ranked
+    return out
+
+
+def fused_rows(lists: dict[str, list[int]], q: int, walk: dict[str, Any], *, graph: bool) -> list[int]:
+    """GRAFT's fusion of per-facet lists: graph-weighted RRF (weights = symmetrised edges) or plain RRF."""
+    from graft.fusion import graph_rrf, rrf
+
+    if not graph:
+        return [int(x.doc) for x in rrf(lists)]
+    support = {}
+    for facet, ranked in lists.items():
+        row = walk[facet][q]
+        weight = dict(zip(row.indices.tolist(), row.data.tolist()))
+        support[facet] = {c: weight.get(c, 0.0) for c in ranked}
+    return [int(x.doc) for x in graph_rrf(lists, support).fused]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--split", required=True, help="split directory (graft eval prepare + graft build)")
+    ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
+    ap.add_argument("--base-model", default="smollm2-135m", help="tokenizer of the DocIDs")
+    ap.add_argument("--max-edges", default="10,20", help="comma-separated N of the coverage-aware pairs")
+    ap.add_argument("--part", default="test", help="in-corpus queries: dev or test")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N queries by qid")
+    ap.add_argument("--name", default=None, help="table name: distill_ceiling_{name}.md")
+    ap.add_argument("--results", default=str(REPO / "eval" / "results"))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from eval.metrics import KS, recall_at
+    from eval.runner import corpus_name, load_queries
+    from eval.splits import read_split
+    from eval.trec import read_qrels
+    from graft.docids import load_or_build_docids
+    from graft.facets import FACETS
+    from graft.index import Index
+    from graft.teacher import symmetrise
+    from training.base_models import load_tokenizer
+    from training.pairs import DistillConfig, make_pairs
+
+    split_dir = Path(args.split)
+    split = read_split(split_dir)
+    index_dir = Path(args.index) if args.index else split_dir / "index"
+    idx = Index.open(index_dir)
+    queries = load_queries(split_dir, "incorpus", args.part, args.limit)
+    qrels = read_qrels(split_dir / "incorpus" / "qrels.txt")
+    queries = [q for q in queries if qrels.get(q.qid)]
+    gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries}
+    rows = {q.qid: idx.row_of[q.paper_id] for q in queries}
+    walk = symmetrise(idx.graphs)
+    docids = load_or_build_docids(index_dir, load_tokenizer(args.base_model), write=False)
+
+    def score(ranked: dict[str, list[int]]) -> dict[str, float]:
+        return {f"R@{k}": float(np.mean([recall_at(ranked[q], gold[q], k) for q in gold])) for k in KS}
+
+    table: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    teacher = idx.teacher()
+    ranked = {}
+    for qid, q in rows.items():
+        fused, _ = teacher.retrieve(teacher.node_rows(q), exclude={q}, k=max(KS))
+        ranked[qid] = [c for c, *_ in fused]
+    table.append({"system": "teacher", "fusion": "rrf (teacher)", "pairs": None, **score(ranked),
+                  "seconds": round(time.perf_counter() - t0, 1)})
+    t0 = time.perf_counter()
+    every = {}
+    for qid, q in rows.items():
+        lists = {}
+        for f in FACETS:
+            r = walk[f][q]
+            order = np.lexsort((r.indices, -r.data))
+            lists[f] = [int(c) for c in r.indices[order] if c != q]
+        every[qid] = fused_rows(lists, q, walk, graph=True)
+    table.append({"system": "every symmetric edge", "fusion": "graph-rrf", "pairs": None, **score(every),
+                  "seconds": round(time.perf_counter() - t0, 1)})
+
+    variants = [DistillConfig(sampling="coverage", max_edges_per_source=int(n))
+                for n in args.max_edges.split(",") if n.strip()] + [DistillConfig(sampling="naive")]
+    papers = {q.paper_id for q in queries}
+    for config in variants:
+        t0 = time.perf_counter()
+        pairs = make_pairs(idx, docids, config)
+        lists = facet_lists_from_pairs(pairs, docids, idx.row_of, walk, papers)
+        label = (f"pairs: coverage-aware N={config.max_edges_per_source}" if config.sampling == "coverage"
+                 else "pairs: naive (every edge)")
+        for graph in (True, False):
+            ranked = {qid: fused_rows(lists.get(q.paper_id, {}), rows[qid], walk, graph=graph)
+                      for qid, q in zip(rows, queries)}
+            table.append({"system": label, "fusion": "graph-rrf" if graph else "rrf", "pairs": pairs.height,
+                          **score(ranked), "seconds": round(time.perf_counter() - t0, 1)})
+        print(f"{label}: {pairs.height:,} pairs", file=sys.stderr, flush=True)
+
+    teacher_r20 = table[0]["R@20"]
+    for row in table:
+        row["R@20 / teacher"] = row["R@20"] / teacher_r20 if teacher_r20 else None
+    name = args.name or corpus_name(split)
+    command = "python -m eval.benchmarks.distill_ceiling " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": split.get("corpus_hash"),
+            "index": str(index_dir), "queries": len(queries), "part": args.part,
+            "tokenizer": Path(str(docids.meta.get("tokenizer", {}).get("name"))).name}
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"distill_ceiling_{name}.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2) + "\n")
+    lines = [f"# Memorisation ceiling of the distillation pairs — {name}", "",
+             f"Command: `{command}`  ",
+             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(queries)} in-corpus "
+             f"{args.part} queries · DocIDs of {meta['tokenizer']}", "",
+             "| system | fusion | pairs | R@20 | R@50 | R@20 / teacher | seconds |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for row in table:
+        pairs_cell = f"{row['pairs']:,}" if row["pairs"] is not None else ""
+        lines.append(f"| {row['system']} | {row['fusion']} | {pairs_cell} | {row['R@20']:.3f} | "
+                     f"{row['R@50']:.3f} | {row['R@20 / teacher']:.2f} | {row['seconds']} |")
+    lines += ["", "- ceiling: the recall of a model that decodes, for each query item, exactly the DocIDs "
+              "its pairs taught it (ranked by pair count, then edge weight) and nothing else; a real "
+              "model can exceed it only by returning papers it was never taught for this query",
+              "- every symmetric edge: graph-RRF keeps only candidates with a direct edge to the query; "
+              "this row returns all of them, ranked by edge weight"]
+    (results / f"distill_ceiling_{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
