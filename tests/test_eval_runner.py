@@ -371,3 +371,30 @@ def test_distill_ceiling_benchmark_on_the_slice(built, tmp_path) -> None:
     assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in rows)
     assert "| every symmetric edge | graph-rrf |" in (tmp_path / "distill_ceiling_slice.md").read_text()
 
+
+def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(built, tmp_path) -> None:
+    import polars as pl
+
+    from eval.benchmarks.slice_check import main
+
+    _, split = built
+    before = sorted(p.name for p in (split / "runs").iterdir()) if (split / "runs").is_dir() else []
+    work, res = tmp_path / "work", tmp_path / "res"
+    res.mkdir()
+    assert main(["--split", str(split), "--queries", "3", "--base-model", "tiny", "--max-steps", "4",
+                 "--beams", "2", "--work", str(work), "--results", str(res), "--name", "s3", "--quiet"]) == 0
+    queries = sorted(q["paper_id"] for q in read_queries(split, "incorpus", part="test"))[:3]
+    pairs = pl.read_parquet(work / "index" / "train" / "pairs.parquet")
+    assert pairs.height > 0 and set(pairs["source_paper"]) <= set(queries)
+    manifest = json.loads((work / "index" / "manifest.json").read_text())
+    assert manifest["stages"]["pairs"]["counts"]["sources"] == 3
+    assert manifest["stages"]["train"]["counts"]["pairs"] == pairs.height
+    record = json.loads((res / "slice_check_s3.json").read_text())
+    rows = {r["system"]: r for r in record["rows"]}
+    assert set(rows) == {"graft", "graft-rrf", "teacher"}
+    assert 0.0 <= rows["graft"]["ceiling R@20"] <= 1.0 and rows["teacher"]["of teacher"] == 1.0
+    assert "pipeline check" in (res / "eval_incorpus_s3.md").read_text()
+    assert "pipeline check" in (res / "slice_check_s3.md").read_text()
+    # the split's own runs are untouched: the check runs in a copy under --work
+    assert (sorted(p.name for p in (split / "runs").iterdir()) if (split / "runs").is_dir() else []) == before
+    assert (work / "split" / "runs" / "incorpus.graft.trec").is_file()

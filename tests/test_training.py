@@ -286,6 +286,17 @@ def test_cli_train_command(index80, tmp_path) -> None:
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--dry-run"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "coverage-aware" in res.stdout and "100.00%" in res.stdout
+    counts = {}
+    for n in ("2", "20"):  # N: sampled out-edges per source paper and facet
+        res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--dry-run", "--max-edges", n,
+                                  "--json"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        assert out["coverage"]["config"]["max_edges_per_source"] == int(n)
+        counts[n] = out["coverage"]["coverage"]["pairs"]
+    assert counts["2"] < counts["20"]
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--dry-run", "--max-edges", "0"])
+    assert res.exit_code == 2 and "max_edges_per_source" in res.output
     res = runner.invoke(app, ["train", str(tmp_path / "nowhere"), "--base-model", "tiny"])
     assert res.exit_code == 2 and "graft build" in res.output
     res = runner.invoke(app, ["train", str(index80), "--base-model", str(tmp_path)])
