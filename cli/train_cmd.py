@@ -60,6 +60,7 @@ def train(
     from cli.app import _fail, console
     from graft.errors import GraftError
     from graft.progress import Reporter
+    from training.pairs import DistillConfig
     from training.pipeline import train_index
     from training.trainer import TrainConfig
 
@@ -69,8 +70,6 @@ def train(
         config = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size,
                              per_device_batch_size=per_device_batch_size, lr=lr,
                              save_every_steps=save_every_steps)
-        from training.pairs import DistillConfig
-
         summary = train_index(index, config, base_model=base_model, sampling=sampling, resume=resume,
                               dry_run=dry_run, reporter=Reporter(quiet=quiet or as_json),
                               distill=DistillConfig(sampling=sampling, max_edges_per_source=max_edges))

@@ -29,8 +29,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -48,13 +46,16 @@ def slice_pairs(index_dir: Path, tokenizer: Any, sources: set[str]) -> tuple[Any
     import polars as pl
 
     from graft.config import config_to_dict
+    from graft.docids import load_or_build_docids
     from graft.index import Index
-    from training.pairs import DistillConfig, build_pairs, coverage_report, write_pairs
+    from training.pairs import DistillConfig, coverage_report, make_pairs, write_pairs
 
     config = DistillConfig()
-    docids, pairs, _ = build_pairs(index_dir, tokenizer, config)
+    index = Index.open(index_dir)
+    docids = load_or_build_docids(index_dir, tokenizer, max_tokens=config.max_tokens)
+    pairs = make_pairs(index, docids, config)  # only the kept ones are written
     kept = pairs.filter(pl.col("source_paper").is_in(sorted(sources)))
-    report = coverage_report(kept, docids, Index.open(index_dir).n)
+    report = coverage_report(kept, docids, index.n)
     write_pairs(index_dir, kept, config, {**report, "sliced_from": pairs.height, "sources": len(sources)})
     return kept, config_to_dict(config)
 
@@ -77,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from eval.benchmarks.distill_ceiling import facet_lists_from_pairs, fused_rows
-    from eval.metrics import KS, recall_at
+    from eval.benchmarks.distill_ceiling import ceiling_recalls, facet_lists_from_pairs
     from eval.runner import RunOptions, corpus_name, load_queries, run_suites
     from eval.splits import read_split
     from eval.trec import read_qrels
@@ -131,15 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     walk = symmetrise(idx.graphs)
     qrels = read_qrels(split_dir / "incorpus" / "qrels.txt")
     lists = facet_lists_from_pairs(pairs, load_docids(index_dir), idx.row_of, walk, sources)
-    ceiling = {}
-    for graph in (True, False):
-        per_k = {k: [] for k in KS}
-        for q in queries:
-            gold = {idx.row_of[p] for p in qrels.get(q.qid, ()) if p in idx.row_of}
-            ranked = fused_rows(lists.get(q.paper_id, {}), idx.row_of[q.paper_id], walk, graph=graph)
-            for k in KS:
-                per_k[k].append(recall_at(ranked, gold, k))
-        ceiling["graph-rrf" if graph else "rrf"] = {f"R@{k}": float(np.mean(v)) for k, v in per_k.items()}
+    gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries if qrels.get(q.qid)}
+    ceiling = {"graph-rrf" if graph else "rrf": ceiling_recalls(lists, queries, idx.row_of, gold, walk, graph=graph)
+               for graph in (True, False)}
     rows = {r["system"]: r for r in table["rows"]}
     teacher = rows["teacher"]["R@20"]
     out_rows = []

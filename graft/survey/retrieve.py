@@ -294,20 +294,22 @@ class TopicRetriever:
             # rank over the whole corpus and drop later papers; if that leaves fewer than k, rank
             # again with the later papers left out of the facet lists, so the list comes out full
             rows = self.tools.rows(rec)
-            result = self.index.query_rows(rows, query_id=qid, k=k if allowed is None else 3 * k)
-            hits = [(self.index.row(h.paper_id), h.score, dict(h.facets)) for h in result.hits]
-            hits = [h for h in hits if allowed is None or allowed[h[0]]][:k]
+            hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=k if allowed is None else 3 * k), k)
             if allowed is not None and len(hits) < k:
-                result = self.index.query_rows(rows, query_id=qid, k=k, exclude=self.disallowed)
-                hits = [(self.index.row(h.paper_id), h.score, dict(h.facets)) for h in result.hits]
+                hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=k, exclude=self.disallowed), k)
         else:  # constrained decoding reaches every DocID: over-fetch, then drop papers after until_year
-            result = self.index.query(facets=self.tools.facets_of(rec), retriever="graft", fusion="graph-rrf",
-                                      k=k if allowed is None else 3 * k, query_id=qid, device=self.device)
-            hits = [(self.index.row(h.paper_id), h.score, dict(h.facets)) for h in result.hits]
-            hits = [h for h in hits if allowed is None or allowed[h[0]]][:k]
+            hits = self._allowed_hits(self.index.query(
+                facets=self.tools.facets_of(rec), retriever="graft", fusion="graph-rrf",
+                k=k if allowed is None else 3 * k, query_id=qid, device=self.device), k)
         if self.seeds and self.retriever != "dense" and hits:
             hits = self._grow(hits, text, k)
         return [(self.index.paper_ids[node], score, terms) for node, score, terms in hits]
+
+    def _allowed_hits(self, result: Any, k: int) -> list[tuple[int, float, dict[str, float]]]:
+        """A query result's hits as (row, score, facet terms), papers after until_year dropped, at most k."""
+        allowed = self.allowed
+        hits = [(self.index.row(h.paper_id), h.score, dict(h.facets)) for h in result.hits]
+        return [h for h in hits if allowed is None or allowed[h[0]]][:k]
 
     def _grow(self, hits: list[tuple[int, float, dict[str, float]]], text: str,
               k: int) -> list[tuple[int, float, dict[str, float]]]:
