@@ -64,6 +64,8 @@ def build(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip invalid records (counted and listed)."),
     embedding_model: str | None = typer.Option(None, help="Local sentence-transformers model folder."),
     top_k: int = typer.Option(20, help="Out-edges kept per paper and facet."),
+    title_weight: float = typer.Option(0.7, help="Weight of the paper's title vector added to each facet "
+                                       "item's vector (0: items embedded alone)."),
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
@@ -83,7 +85,7 @@ def build(
             llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env,
                    "max_concurrency": llm_concurrency}
         config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
-                             embedding_model=embedding_model, top_k=top_k, llm=llm)
+                             embedding_model=embedding_model, top_k=top_k, title_weight=title_weight, llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
                               reporter=Reporter(quiet=quiet or as_json))
     except (GraftError, ValueError) as exc:

@@ -10,8 +10,8 @@ here, so later runs, and machines without the encoder's files, read them instead
 File format (JSON lines): a header `{"format", "version", "key", "created"}`, then one line per
 query, sorted by qid: `{"qid", "text_sha", "facets": {facet: [items]}, "rows": {facet: [[column
 indices], [weights]]}}`. The key names what the entries depend on: the index's corpus hash and the
-graph settings of its build (top-K, alpha, beta, candidates, citation rescaling), the extractor and
-its settings, and the encoder. A file with another key is stale and rebuilt whole; an entry whose
+graph settings of its build (top-K, alpha, beta, candidates, citation rescaling, title weight), the
+extractor and its settings, and the encoder. A file with another key is stale and rebuilt whole; an entry whose
 query text changed (`text_sha`) is recomputed. Weights are float32 values written as JSON floats,
 which read back bit for bit.
 """
@@ -68,8 +68,11 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
     Returns:
         The key written into, and compared with, the file's header.
     """
-    build = manifest.get("stages", {}).get("build", {}).get("config", {})
-    graph = {k: build.get(k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale")}
+    from graphbuild.build import BuildConfig
+
+    build = BuildConfig.from_dict(manifest.get("stages", {}).get("build", {}).get("config", {}))
+    graph = {k: getattr(build, k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale",
+                                            "title_weight")}
     return {"corpus_hash": manifest.get("corpus_hash"), "graph": graph, "extractor": extractor,
             "extractor_config": extractor_config, "encoder": encoder}
 

@@ -113,6 +113,20 @@ def _model_stamp(index: Index | None) -> dict[str, Any] | None:
             "finished_at": train.get("finished_at"), "steps": (train.get("counts") or {}).get("steps")}
 
 
+def _graph_stamp(index: Index | None, system: str) -> dict[str, Any] | None:
+    """What of the index's build a system's run depends on beyond the corpus: nothing for `bm25`,
+    the sentence encoder for `dense`, and for every other system the build (its settings and when
+    it finished), so a rebuilt graph over the same corpus is never scored with an older graph's runs."""
+    from graphbuild.embeddings import model_name
+
+    if index is None or system == "bm25":
+        return None
+    build = index.manifest.get("stages", {}).get("build", {})
+    if system == "dense":
+        return {"encoder": model_name((build.get("config") or {}).get("embedding_model"))}
+    return {"config": build.get("config"), "finished_at": build.get("finished_at")}
+
+
 # ---- queries and runs ---------------------------------------------------------------------------
 def load_queries(split_dir: Path, suite: str, part: str, limit: int | None) -> list[EvalQuery]:
     """The queries of the `incorpus` (one part) or `ooc` suite, the first `limit` by qid."""
@@ -159,7 +173,7 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
     trec, credits_path, meta_path = run_paths(split_dir, suite, system)
     index = ctx.naive_index if system == "graft-naive" else ctx.index
     want = {"suite": suite, "system": system, "queries": len(queries), "qids_sha": _sha([q.qid for q in queries]),
-            "corpus_hash": ctx.index.manifest.get("corpus_hash"),
+            "corpus_hash": ctx.index.manifest.get("corpus_hash"), "build": _graph_stamp(index, system),
             "model": _model_stamp(index) if system.startswith("graft") else None}
     if not options.force and meta_path.is_file() and trec.is_file():
         old = read_json(meta_path)
@@ -185,12 +199,12 @@ def obvious_sets(split_dir: Path, suite: str, ctx: EvalContext, queries: list[Ev
     cache made for more queries of the same index serves any subset of them, e.g. `--limit`)."""
     path = Path(split_dir) / "runs" / f"{suite}.obvious.json"
     key = {"qids_sha": _sha([q.qid for q in queries]), "corpus_hash": ctx.index.manifest.get("corpus_hash"),
-           "m": OBVIOUS_M}
+           "m": OBVIOUS_M, "build": _graph_stamp(ctx.index, "obvious")}
     if path.is_file():
         cached = read_json(path)
         old = cached.get("key") or {}
         near_cached = cached.get("near") or {}
-        if (old.get("corpus_hash"), old.get("m")) == (key["corpus_hash"], key["m"]) and \
+        if all(old.get(k) == key[k] for k in ("corpus_hash", "m", "build")) and \
                 all(q.qid in near_cached for q in queries):
             return {q.qid: set(near_cached[q.qid]) for q in queries}
     near = {}

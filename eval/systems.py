@@ -258,7 +258,7 @@ class EvalContext:
             near = self.facet_similarity.nearest(items, m, exclude=[node])
         else:
             facets = self.ooc_rows(q)[1]
-            items = {f: self.encoder.encode(list(facets.get(f, []))) for f in FACETS}
+            items = self.scorer.embed_items([q.record()], [{f: list(facets.get(f, [])) for f in FACETS}])[0]
             near = self.facet_similarity.nearest(items, m)
         return {idx.paper_ids[i] for i in near}
 

@@ -25,6 +25,7 @@ from graphbuild.citations import (
     citation_signals,
 )
 from graphbuild.corpus import Corpus, load_corpus
+from graphbuild.embeddings import DEFAULT_TITLE_WEIGHT, embed_items
 from graphbuild.extract import EXTRACTORS, FacetExtractor
 from graphbuild.graph import GraphParams, facet_graph
 from graphbuild.similarity import group_items
@@ -38,6 +39,7 @@ class BuildConfig:
     embedding_model: str | None = None  # local sentence-transformers folder; None = all-MiniLM-L6-v2
     embedding_batch_size: int = 64  # texts per encoder batch
     embedding_dtype: str = "float16"  # dtype of embeddings/items.npy ("float16" halves the file)
+    title_weight: float = DEFAULT_TITLE_WEIGHT  # item vector = unit(e(item) + w·e(title)); 0 = the item alone
     top_k: int = 20  # K: out-edges kept per paper and facet (GRAFT paper)
     alpha: float = 0.75  # facet-similarity weight in w_f (GRAFT paper)
     beta: float = 0.25  # citation-score weight in w_f (GRAFT paper)
@@ -53,6 +55,8 @@ class BuildConfig:
             raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {list(EXTRACTORS)}")
         if self.embedding_dtype not in ("float16", "float32"):
             raise ValueError(f"embedding_dtype '{self.embedding_dtype}'; allowed: float16, float32")
+        if not self.title_weight >= 0:
+            raise ValueError(f"title_weight must be >= 0, got {self.title_weight}")
         if self.citation_rescale not in RESCALE_MODES:
             raise ValueError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {list(RESCALE_MODES)}")
         if self.top_k < 1:
@@ -62,7 +66,8 @@ class BuildConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BuildConfig:
-        return config_from_dict(cls, data)
+        # indexes built before items took their title as context embedded them alone
+        return config_from_dict(cls, {"title_weight": 0.0, **data})
 
     def graph_params(self) -> GraphParams:
         return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
@@ -202,7 +207,9 @@ def build_index(
     table = facets_table(paper_ids, facets)
 
     with reporter.stage("embed", total=table.height, unit="items") as adv:
-        vectors = encoder.encode(table["text"].to_list(), progress=adv)
+        title_of = dict(zip(paper_ids, corpus.papers["title"].to_list()))
+        vectors = embed_items(encoder, table["text"].to_list(), [title_of[p] for p in table["paper_id"].to_list()],
+                              config.title_weight, progress=adv)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     cites = corpus.citations()

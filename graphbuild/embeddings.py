@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -12,6 +13,49 @@ from graft.errors import GraftError
 
 #: Name recorded in manifests for the packaged default model.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+#: Weight of the paper's title vector added to each of its facet items' vectors (`BuildConfig.title_weight`).
+DEFAULT_TITLE_WEIGHT = 0.7
+
+
+def embed_items(encoder: Any, items: list[str], titles: list[str], title_weight: float,
+                *, progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Facet item embeddings in their paper's context: unit(e(item) + w · e(title)).
+
+    Heuristic items are single sentences, often anaphoric ("Our model ...", "this approach ..."),
+    that say little about their paper on their own; the title's vector places each item in its
+    paper's topic (w = 0: the item alone). Titles are embedded once per distinct title.
+
+    Args:
+        encoder: sentence encoder (`encode(texts) -> (n, d)` unit rows).
+        items: facet item texts.
+        titles: the owning paper's title of each item (aligned with `items`; empty = no context).
+        title_weight: w >= 0.
+        progress: called with the number of items embedded.
+    Returns:
+        (len(items), d) float32 unit rows.
+    """
+    if len(items) != len(titles):
+        raise ValueError(f"{len(items)} items but {len(titles)} titles")
+    if title_weight < 0:
+        raise ValueError(f"title_weight must be >= 0, got {title_weight}")
+    if not items:
+        return np.zeros((0, encoder.dim), dtype=np.float32)
+    done = encoder.encode(list(items), progress=progress) if progress is not None else encoder.encode(list(items))
+    vecs = np.array(done, dtype=np.float32)
+    if title_weight == 0:
+        return vecs
+    clean = [" ".join(str(t or "").split()) for t in titles]
+    distinct = sorted({t for t in clean if t})
+    if not distinct:
+        return vecs
+    title_vecs = np.asarray(encoder.encode(distinct), dtype=np.float32)
+    slot = {t: k for k, t in enumerate(distinct)}
+    which = np.array([slot.get(t, -1) for t in clean], dtype=np.int64)
+    has = which >= 0
+    vecs[has] += np.float32(title_weight) * title_vecs[which[has]]
+    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    return vecs
 
 
 def default_model_path() -> str:

@@ -15,6 +15,7 @@ from graft.errors import InputValidationError
 from graft.facets import FACETS, FacetItems
 from graft.index import Index
 from graphbuild.citations import coupling_row_log, external_citation_row
+from graphbuild.embeddings import embed_items
 from graphbuild.graph import GraphParams, external_facet_row
 from graphbuild.similarity import group_items
 
@@ -108,7 +109,29 @@ class ExternalScorer:
     def rows(self, record: dict[str, Any]) -> tuple[dict[str, sp.csr_matrix], FacetItems]:
         """Facet edge rows (1 x n each) of a new paper and the facet items they came from."""
         facets = self.facets_of(record)
-        return self._rows_for(record, facets, {f: self.encoder.encode(facets[f]) for f in FACETS}), facets
+        return self._rows_for(record, facets, self.embed_items([record], [facets])[0]), facets
+
+    def embed_items(self, records: list[dict[str, Any]], facets: list[FacetItems]) -> list[dict[str, np.ndarray]]:
+        """Embeddings of new papers' facet items, made as the index's build made its own (each
+        item with its paper's title vector at the build's `title_weight`), in shared encoder batches.
+
+        Args:
+            records: the papers (their `title` is the items' context).
+            facets: each paper's facet items (aligned with `records`).
+        Returns:
+            per paper, facet -> (items, d) unit rows.
+        """
+        items = [t for per in facets for f in FACETS for t in per[f]]
+        titles = [str(rec.get("title") or "") for rec, per in zip(records, facets) for f in FACETS for _ in per[f]]
+        vecs = embed_items(self.encoder, items, titles, self.config.title_weight)
+        out, at = [], 0
+        for per in facets:
+            by_facet = {}
+            for f in FACETS:
+                by_facet[f] = np.asarray(vecs[at : at + len(per[f])], dtype=np.float32)
+                at += len(per[f])
+            out.append(by_facet)
+        return out
 
     def rows_many(self, records: list[dict[str, Any]], *, chunk: int = 256,
                   progress: Callable[[int], None] | None = None,
@@ -130,15 +153,8 @@ class ExternalScorer:
         for start in range(0, len(records), max(1, chunk)):
             part = records[start : start + max(1, chunk)]
             facets = self.facets_of.many(part)
-            texts = [t for items in facets for f in FACETS for t in items[f]]
-            vecs = self.encoder.encode(texts) if texts else np.zeros((0, self.encoder.dim), np.float32)
-            at = 0
-            for record, items in zip(part, facets):
-                per_facet = {}
-                for f in FACETS:
-                    per_facet[f] = vecs[at : at + len(items[f])]
-                    at += len(items[f])
-                out.append((self._rows_for(record, items, per_facet), items))
+            for record, items, vectors in zip(part, facets, self.embed_items(part, facets)):
+                out.append((self._rows_for(record, items, vectors), items))
             if progress is not None:
                 progress(len(part))
         return out

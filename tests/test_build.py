@@ -149,6 +149,43 @@ def test_external_query_of_a_corpus_paper_finds_itself(cs768_index, encoder) -> 
     assert res.hits[0].paper_id == row["paper_id"]
 
 
+def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(cs768_index, encoder) -> None:
+    from graphbuild.external import ExternalScorer
+
+    idx = Index.open(cs768_index[0])
+    assert idx.manifest["stages"]["build"]["config"]["title_weight"] == 0.7
+    emb = np.asarray(idx.item_embeddings, dtype=np.float32)
+    row = idx.papers.row(7, named=True)
+    mine = np.flatnonzero(idx.item_rows == 7)
+    texts = idx.facets["text"].to_list()
+    expect = encoder.encode([texts[i] for i in mine]) + 0.7 * encoder.encode([" ".join(row["title"].split())])
+    expect /= np.linalg.norm(expect, axis=1, keepdims=True)
+    np.testing.assert_allclose(emb[mine], expect, atol=2e-3)  # float16 on disk
+    plain = encoder.encode([texts[i] for i in mine])
+    assert np.abs(emb[mine] - plain).max() > 0.05  # not the item alone
+    # a new paper's items are embedded as the build embedded the corpus': the paper's own facet
+    # items, scored as a new paper, reproduce its stored vectors
+    facets = idx.paper_facets(row["paper_id"])
+    got = ExternalScorer(idx, encoder=encoder).embed_items([row], [facets])[0]
+    for f in FACETS:
+        stored = emb[mine[idx.facets["facet"].to_numpy()[mine] == f]]
+        np.testing.assert_allclose(got[f], stored, atol=2e-3)
+
+
+def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp_path, encoder) -> None:
+    corpus = write_slice(cs768_path(), 40, tmp_path)
+    build_index(corpus, tmp_path / "plain", BuildConfig(title_weight=0.0), encoder=encoder)
+    idx = Index.open(tmp_path / "plain")
+    emb = np.asarray(idx.item_embeddings, dtype=np.float32)
+    np.testing.assert_allclose(emb[:5], encoder.encode(idx.facets["text"].to_list()[:5]), atol=2e-3)
+    old = dict(idx.manifest["stages"]["build"]["config"])
+    del old["title_weight"]  # an index built before the setting existed
+    assert BuildConfig.from_dict(old).title_weight == 0.0
+    assert BuildConfig().title_weight == 0.7
+    with pytest.raises(ValueError, match="title_weight must be >= 0"):
+        BuildConfig(title_weight=-0.5)
+
+
 def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encoder, monkeypatch) -> None:
     corpus = write_slice(cs768_path(), 60, tmp_path)
     out = tmp_path / "idx"

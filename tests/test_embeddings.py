@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from graft.errors import GraftError
-from graphbuild.embeddings import DEFAULT_MODEL, Encoder, default_model_path, resolve_model_path
+from graphbuild.embeddings import DEFAULT_MODEL, Encoder, default_model_path, embed_items, resolve_model_path
 
 
 def test_memo_returns_the_same_vectors_as_a_fresh_encode(encoder) -> None:
@@ -32,3 +32,24 @@ def test_model_resolution(tmp_path) -> None:
         resolve_model_path("sentence-transformers/all-mpnet-base-v2")
     with pytest.raises(GraftError, match="local folder"):
         resolve_model_path(str(tmp_path / "missing"))
+
+
+def test_items_take_their_papers_title_vector_at_the_given_weight(encoder) -> None:
+    items = ["Our model beats the baseline.", "We study parsing.", "A third item."]
+    titles = ["Deep Parsing", "What  Is Parsing?", "  "]
+    got = embed_items(encoder, items, titles, 0.7)
+    e_items = encoder.encode(items)
+    e_titles = encoder.encode(["Deep Parsing", "What Is Parsing?"])  # whitespace folded
+    for k in range(2):
+        mixed = e_items[k] + 0.7 * e_titles[k]
+        np.testing.assert_allclose(got[k], mixed / np.linalg.norm(mixed), atol=1e-5)
+    np.testing.assert_allclose(got[2], e_items[2], atol=1e-6)  # no title: the item alone
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    # the title pulls an item towards its paper: closer to the title than the item alone is
+    assert got[0] @ e_titles[0] > e_items[0] @ e_titles[0] + 0.1
+    np.testing.assert_allclose(embed_items(encoder, items, titles, 0.0), e_items, atol=1e-6)
+    assert embed_items(encoder, [], [], 0.7).shape == (0, encoder.dim)
+    with pytest.raises(ValueError, match="3 items but 2 titles"):
+        embed_items(encoder, items, titles[:2], 0.7)
+    with pytest.raises(ValueError, match="title_weight must be >= 0"):
+        embed_items(encoder, items, titles, -1.0)

@@ -93,6 +93,27 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     again = run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path, limit=5), encoder=encoder)
     assert again["meta"]["queries"] == 5 and json.loads(meta_path.read_text())["queries"] == 5
 
+    # a rebuilt graph over the same corpus (another build, e.g. other settings) is never scored with
+    # the older graph's runs: the teacher is recomputed, bm25 (text only) is reused
+    import shutil
+
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(split, rebuilt)
+    manifest_file = rebuilt / "index" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["stages"]["build"]["finished_at"] = "2000-01-01T00:00:00+00:00"
+    manifest_file.write_text(json.dumps(manifest))
+    before = {s: json.loads(run_paths(rebuilt, "incorpus", s)[2].read_text()) for s in ("bm25", "teacher")}
+    # same queries as the runs on file (bm25: all test queries; teacher: the first 5, as last run)
+    run_suite(rebuilt, "incorpus", RunOptions(systems=["bm25"], results_dir=tmp_path / "r"), encoder=encoder)
+    run_suite(rebuilt, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path / "r", limit=5),
+              encoder=encoder)
+    after = {s: json.loads(run_paths(rebuilt, "incorpus", s)[2].read_text()) for s in ("bm25", "teacher")}
+    # a run's metadata is rewritten only when the run is recomputed
+    assert before["teacher"]["build"]["finished_at"] != "2000-01-01T00:00:00+00:00"
+    assert after["teacher"]["build"]["finished_at"] == "2000-01-01T00:00:00+00:00"
+    assert after["bm25"] == before["bm25"] and after["bm25"]["build"] is None
+
     ooc = run_suite(split, "ooc", RunOptions(systems=["bm25", "dense", "citation", "teacher"], results_dir=tmp_path),
                     encoder=encoder)
     orow = {r["system"]: r for r in ooc["rows"]}
@@ -241,6 +262,15 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     header["key"]["corpus_hash"] = "another-corpus"
     path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
     assert read_cache(path, ctx.ooc_key, idx.n) is None
+    # the items' title weight is part of the key: an index built with items alone is another key
+    from eval.ooc_facets import default_key
+
+    plain = json.loads(json.dumps(idx.manifest))
+    plain["stages"]["build"]["config"]["title_weight"] = 0.0
+    assert ctx.ooc_key["graph"]["title_weight"] == 0.7
+    assert default_key(plain) != default_key(idx.manifest)
+    del plain["stages"]["build"]["config"]["title_weight"]  # an index built before the setting
+    assert default_key(plain)["graph"]["title_weight"] == 0.0
     with pytest.raises(AssertionError, match="encoder was used"):
         EvalContext(idx, encoder=NoEncoder(), split_dir=split).prepare_ooc(queries)
     EvalContext(idx, encoder=encoder, split_dir=split).prepare_ooc(queries)
