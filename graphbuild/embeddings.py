@@ -52,10 +52,21 @@ def embed_items(encoder: Any, items: list[str], titles: list[str], title_weight:
     title_vecs = np.asarray(encoder.encode(distinct), dtype=np.float32)
     slot = {t: k for k, t in enumerate(distinct)}
     which = np.array([slot.get(t, -1) for t in clean], dtype=np.int64)
-    has = which >= 0
-    vecs[has] += np.float32(title_weight) * title_vecs[which[has]]
-    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-    return vecs
+    aligned = np.zeros_like(vecs)
+    aligned[which >= 0] = title_vecs[which[which >= 0]]
+    return with_title(vecs, aligned, title_weight)
+
+
+def with_title(item_vecs: np.ndarray, title_vecs: np.ndarray, title_weight: float) -> np.ndarray:
+    """unit(item + w · title), row by row; a zero title row leaves its item as it is.
+
+    Args:
+        item_vecs: (m, d) unit item embeddings.
+        title_vecs: (m, d) the owning paper's title embedding per item (zeros: no title).
+        title_weight: w >= 0.
+    """
+    out = np.asarray(item_vecs, dtype=np.float32) + np.float32(title_weight) * np.asarray(title_vecs, np.float32)
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
 def default_model_path() -> str:

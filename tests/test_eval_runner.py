@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from eval.runner import RunOptions, read_credits, run_paths, run_suite, score_run
 from eval.splits import SplitConfig, prepare_split, read_queries
+from eval.trec import read_qrels
 from graft.errors import GraftError
 from graft.index import Index
 from graphbuild.build import BuildConfig, build_index
@@ -95,8 +96,6 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
 
     # a rebuilt graph over the same corpus (another build, e.g. other settings) is never scored with
     # the older graph's runs: the teacher is recomputed, bm25 (text only) is reused
-    import shutil
-
     rebuilt = tmp_path / "rebuilt"
     shutil.copytree(split, rebuilt)
     manifest_file = rebuilt / "index" / "manifest.json"
@@ -428,3 +427,25 @@ def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(
     # the split's own runs are untouched: the check runs in a copy under --work
     assert (sorted(p.name for p in (split / "runs").iterdir()) if (split / "runs").is_dir() else []) == before
     assert (work / "split" / "runs" / "incorpus.graft.trec").is_file()
+
+
+def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tmp_path) -> None:
+    from eval.benchmarks.title_weight import main, teacher_recalls
+
+    _, split = built
+    assert main(["--split", str(split), "--weights", "0,0.7", "--part", "test", "--name", "slice",
+                 "--results", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "title_weight_slice.json").read_text())
+    by = {(r["title_weight"], r["graphs"]): r for r in saved["rows"]}
+    assert set(by) == {(w, g) for w in (0.0, 0.7) for g in ("full graphs (teacher)", "facet-only graphs (beta = 0)")}
+    assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in saved["rows"])
+    # the slice's index was built with w = 0.7: rebuilding its graphs at 0.7 gives its teacher's recall
+    idx = Index.open(split / "index")
+    qrels = read_qrels(split / "incorpus" / "qrels.txt")
+    queries = {r["qid"]: idx.row_of[r["paper_id"]] for r in read_queries(split, "incorpus", part="test")
+               if qrels.get(r["qid"])}
+    gold = {q: {idx.row_of[p] for p in qrels[q] if p in idx.row_of} for q in queries}
+    own = teacher_recalls(idx.graphs, queries, gold)
+    assert by[(0.7, "full graphs (teacher)")]["R@20"] == pytest.approx(own["R@20"], abs=1e-9)
+    assert saved["meta"]["queries"] == len(queries) and saved["meta"]["index_title_weight"] == 0.7
+    assert "| 0.7 | facet-only graphs (beta = 0) |" in (tmp_path / "title_weight_slice.md").read_text()

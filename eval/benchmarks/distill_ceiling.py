@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -40,6 +39,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from eval.benchmarks.split_queries import add_split_arguments, open_split_queries, write_tables  # noqa: E402
 
 
 def facet_lists_from_pairs(pairs: Any, docids: Any, row_of: dict[str, int], walk: dict[str, Any],
@@ -118,37 +119,23 @@ def ceiling_recalls(lists: dict[str, dict[str, list[int]]], queries: list[Any], 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--split", required=True, help="split directory (graft eval prepare + graft build)")
-    ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
     ap.add_argument("--base-model", default="smollm2-135m", help="tokenizer of the DocIDs")
     ap.add_argument("--max-edges", default="10,20", help="comma-separated N of the coverage-aware pairs")
-    ap.add_argument("--part", default="test", help="in-corpus queries: dev or test")
-    ap.add_argument("--limit", type=int, default=None, help="only the first N queries by qid")
-    ap.add_argument("--name", default=None, help="table name: distill_ceiling_{name}.md")
-    ap.add_argument("--results", default=str(REPO / "eval" / "results"))
+    add_split_arguments(ap, table="distill_ceiling", part="test")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from eval.metrics import KS
-    from eval.runner import corpus_name, load_queries
-    from eval.splits import read_split
-    from eval.trec import read_qrels
+    from eval.runner import corpus_name
     from graft.docids import load_or_build_docids
     from graft.facets import FACETS
-    from graft.index import Index
     from graft.teacher import symmetrise
     from training.base_models import load_tokenizer
     from training.pairs import DistillConfig, make_pairs
 
-    split_dir = Path(args.split)
-    split = read_split(split_dir)
-    index_dir = Path(args.index) if args.index else split_dir / "index"
-    idx = Index.open(index_dir)
-    queries = load_queries(split_dir, "incorpus", args.part, args.limit)
-    qrels = read_qrels(split_dir / "incorpus" / "qrels.txt")
-    queries = [q for q in queries if qrels.get(q.qid)]
-    gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries}
-    rows = {q.qid: idx.row_of[q.paper_id] for q in queries}
+    opened = open_split_queries(args)
+    split, index_dir, idx, queries, gold, rows = (opened.split, opened.index_dir, opened.index, opened.queries,
+                                                  opened.gold, opened.rows)
     walk = symmetrise(idx.graphs)
     docids = load_or_build_docids(index_dir, load_tokenizer(args.base_model), write=False)
 
@@ -196,9 +183,6 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": split.get("corpus_hash"),
             "index": str(index_dir), "queries": len(queries), "part": args.part,
             "tokenizer": Path(str(docids.meta.get("tokenizer", {}).get("name"))).name}
-    results = Path(args.results)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"distill_ceiling_{name}.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=2) + "\n")
     lines = [f"# Memorisation ceiling of the distillation pairs — {name}", "",
              f"Command: `{command}`  ",
              f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(queries)} in-corpus "
@@ -214,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
               "model can exceed it only by returning papers it was never taught for this query",
               "- every symmetric edge: graph-RRF keeps only candidates with a direct edge to the query; "
               "this row returns all of them, ranked by edge weight"]
-    (results / f"distill_ceiling_{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_tables(args.results, f"distill_ceiling_{name}", meta, table, lines)
     return 0
 
 

@@ -1,0 +1,72 @@
+"""What the split benchmarks share: their command-line options and their in-corpus queries with gold."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def add_split_arguments(ap: argparse.ArgumentParser, *, table: str, part: str) -> None:
+    """--split, --index, --part, --limit, --name and --results of a benchmark over a split's queries.
+
+    Args:
+        ap: the parser to extend.
+        table: the table's file-name stem (`{table}_{name}.md`).
+        part: the default in-corpus part (dev for tuning, test for reported tables).
+    """
+    ap.add_argument("--split", required=True, help="split directory (graft eval prepare + graft build)")
+    ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
+    ap.add_argument("--part", default=part, choices=("dev", "test"), help="in-corpus queries: dev or test")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N queries by qid")
+    ap.add_argument("--name", default=None, help=f"table name: {table}_{{name}}.md (default: the corpus)")
+    ap.add_argument("--results", default=str(REPO / "eval" / "results"))
+
+
+@dataclass
+class SplitQueries:
+    """A split's in-corpus queries that have gold, with the index they are asked of."""
+
+    split: dict[str, Any]  # split.json
+    index_dir: Path
+    index: Any  # graft.index.Index
+    queries: list[Any]  # eval.systems.EvalQuery, by qid
+    gold: dict[str, set[int]]  # qid -> gold corpus rows
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """qid -> the query paper's corpus row."""
+        return {q.qid: self.index.row_of[q.paper_id] for q in self.queries}
+
+
+def open_split_queries(args: argparse.Namespace) -> SplitQueries:
+    """The split, index and in-corpus queries named by `add_split_arguments`' options."""
+    from eval.runner import load_queries
+    from eval.splits import read_split
+    from eval.trec import read_qrels
+    from graft.index import Index
+
+    split_dir = Path(args.split)
+    split = read_split(split_dir)
+    index_dir = Path(args.index) if args.index else split_dir / "index"
+    idx = Index.open(index_dir)
+    qrels = read_qrels(split_dir / "incorpus" / "qrels.txt")
+    queries = [q for q in load_queries(split_dir, "incorpus", args.part, args.limit) if qrels.get(q.qid)]
+    gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries}
+    return SplitQueries(split, index_dir, idx, queries, gold)
+
+
+def write_tables(results_dir: str | Path, stem: str, meta: dict[str, Any], rows: list[dict[str, Any]],
+                 lines: list[str]) -> None:
+    """`{stem}.json` ({"meta", "rows"}) and `{stem}.md` (the Markdown `lines`) in `results_dir`; the
+    Markdown is printed too."""
+    import json
+
+    results = Path(results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    (results / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
