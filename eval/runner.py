@@ -127,6 +127,15 @@ def _graph_stamp(index: Index | None, system: str) -> dict[str, Any] | None:
     return {"config": build.get("config"), "finished_at": build.get("finished_at")}
 
 
+def build_settings(index: Index) -> dict[str, Any]:
+    """The build settings that shape an index's graphs (for table headers)."""
+    from graphbuild.build import BuildConfig
+
+    config = BuildConfig.from_dict(index.manifest.get("stages", {}).get("build", {}).get("config", {}))
+    return {k: getattr(config, k) for k in ("extractor", "top_k", "alpha", "beta", "title_weight",
+                                            "citation_rescale", "embedding_model")}
+
+
 # ---- queries and runs ---------------------------------------------------------------------------
 def load_queries(split_dir: Path, suite: str, part: str, limit: int | None) -> list[EvalQuery]:
     """The queries of the `incorpus` (one part) or `ooc` suite, the first `limit` by qid."""
@@ -190,7 +199,8 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
         _write_credits(credits_path, run.credits)
     meta = {**want, "seconds": round(seconds, 2), "created": now_iso()}
     write_json(meta_path, meta)
-    return run, meta
+    # scored as read back from the file (its score precision and tie order), as a reused run is
+    return SystemRun(read_run(trec), credits=run.credits), meta
 
 
 def obvious_sets(split_dir: Path, suite: str, ctx: EvalContext, queries: list[EvalQuery],
@@ -362,9 +372,12 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
         (f"Queries: {m['queries']}" if m.get("queries") is not None else "Queries: none (counts over the corpus)")
         + (f" · gold pairs: {m['qrels']}" if m.get("qrels") is not None else "")
         + (f" · part: {m['part']}" if suite == "incorpus" else "") + "  ",
-        "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items())),
-        "",
     ]
+    if m.get("build"):
+        b = m["build"]
+        lines.append(f"Index build: {b['extractor']} facets · top-K {b['top_k']} · alpha {b['alpha']} · "
+                     f"beta {b['beta']} · title weight {b['title_weight']}  ")
+    lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items())), ""]
     lines += markdown_table(table["rows"])
     lines += [""] + [f"- {n}" for n in table["notes"]]
     md = results_dir / f"{stem}.md"
@@ -487,6 +500,7 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         "source_hash": split["source_hash"],
         "corpus_hash": split["corpus_hash"],
         "papers": index.n,
+        "build": build_settings(index),
         "queries": body.get("queries"),
         "qrels": body.get("qrels"),
         "part": options.part,

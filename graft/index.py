@@ -64,8 +64,27 @@ class Index:
 
     @cached_property
     def item_embeddings(self) -> np.ndarray:
-        """Item embeddings aligned with `facets` rows (memory-mapped)."""
+        """Item embeddings aligned with `facets` rows (memory-mapped): the vectors the facet graphs
+        were built from, each item with its paper's title at the build's `title_weight`."""
         return np.load(self.path / "embeddings" / "items.npy", mmap_mode="r")
+
+    @cached_property
+    def item_text_embeddings(self) -> np.ndarray:
+        """Embeddings of the item texts alone, aligned with `facets` rows (memory-mapped), for
+        comparing sentences with items (the survey writer): `items_alone.npy` when the build mixed
+        in titles, else the item embeddings themselves.
+
+        Raises:
+            IndexFormatError: a title-weighted index without `items_alone.npy`.
+        """
+        weight = float((self.manifest["stages"]["build"].get("config") or {}).get("title_weight", 0.0) or 0.0)
+        if weight == 0:
+            return self.item_embeddings
+        path = self.path / "embeddings" / "items_alone.npy"
+        if not path.is_file():
+            raise IndexFormatError(f"index '{self.path}' lacks embeddings/items_alone.npy (its items carry "
+                                   f"their titles); rebuild it with `graft build CORPUS --out {self.path}`")
+        return np.load(path, mmap_mode="r")
 
     @cached_property
     def item_rows(self) -> np.ndarray:

@@ -25,7 +25,7 @@ from graphbuild.citations import (
     citation_signals,
 )
 from graphbuild.corpus import Corpus, load_corpus
-from graphbuild.embeddings import DEFAULT_TITLE_WEIGHT, embed_items
+from graphbuild.embeddings import DEFAULT_TITLE_WEIGHT, title_vectors, with_title
 from graphbuild.extract import EXTRACTORS, FacetExtractor
 from graphbuild.graph import GraphParams, facet_graph
 from graphbuild.similarity import group_items
@@ -207,9 +207,13 @@ def build_index(
     table = facets_table(paper_ids, facets)
 
     with reporter.stage("embed", total=table.height, unit="items") as adv:
-        title_of = dict(zip(paper_ids, corpus.papers["title"].to_list()))
-        vectors = embed_items(encoder, table["text"].to_list(), [title_of[p] for p in table["paper_id"].to_list()],
-                              config.title_weight, progress=adv)
+        # items alone (for comparing sentences with items), then in their paper's context (the graph's)
+        alone = np.asarray(encoder.encode(table["text"].to_list(), progress=adv), dtype=np.float32)
+        vectors = alone
+        if config.title_weight > 0:
+            title_of = dict(zip(paper_ids, corpus.papers["title"].to_list()))
+            titles = title_vectors(encoder, [title_of[p] for p in table["paper_id"].to_list()])
+            vectors = with_title(alone, titles, config.title_weight)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     cites = corpus.citations()
@@ -230,6 +234,8 @@ def build_index(
         write_parquet(out / "citations.parquet", cites)
         write_parquet(out / "facets.parquet", table)
         write_npy(out / "embeddings" / "items.npy", vectors.astype(config.embedding_dtype))
+        if config.title_weight > 0:
+            write_npy(out / "embeddings" / "items_alone.npy", alone.astype(config.embedding_dtype))
         for facet, g in graphs.items():
             write_npz(out / "graph" / f"{facet}.npz", g)
         write_npz(out / "graph" / "citation.npz", signals.score)

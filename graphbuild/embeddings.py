@@ -42,19 +42,24 @@ def embed_items(encoder: Any, items: list[str], titles: list[str], title_weight:
     if not items:
         return np.zeros((0, encoder.dim), dtype=np.float32)
     done = encoder.encode(list(items), progress=progress) if progress is not None else encoder.encode(list(items))
-    vecs = np.array(done, dtype=np.float32)
+    alone = np.asarray(done, dtype=np.float32)
     if title_weight == 0:
-        return vecs
+        return alone
+    return with_title(alone, title_vectors(encoder, titles), title_weight)
+
+
+def title_vectors(encoder: Any, titles: list[str]) -> np.ndarray:
+    """One row per entry of `titles`: its embedding (whitespace folded; each distinct title embedded
+    once), or zeros for an empty title."""
     clean = [" ".join(str(t or "").split()) for t in titles]
     distinct = sorted({t for t in clean if t})
-    if not distinct:
-        return vecs
-    title_vecs = np.asarray(encoder.encode(distinct), dtype=np.float32)
-    slot = {t: k for k, t in enumerate(distinct)}
-    which = np.array([slot.get(t, -1) for t in clean], dtype=np.int64)
-    aligned = np.zeros_like(vecs)
-    aligned[which >= 0] = title_vecs[which[which >= 0]]
-    return with_title(vecs, aligned, title_weight)
+    out = np.zeros((len(clean), encoder.dim), dtype=np.float32)
+    if distinct:
+        vecs = np.asarray(encoder.encode(distinct), dtype=np.float32)
+        slot = {t: k for k, t in enumerate(distinct)}
+        which = np.array([slot.get(t, -1) for t in clean], dtype=np.int64)
+        out[which >= 0] = vecs[which[which >= 0]]
+    return out
 
 
 def with_title(item_vecs: np.ndarray, title_vecs: np.ndarray, title_weight: float) -> np.ndarray:

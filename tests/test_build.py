@@ -149,7 +149,9 @@ def test_external_query_of_a_corpus_paper_finds_itself(cs768_index, encoder) -> 
     assert res.hits[0].paper_id == row["paper_id"]
 
 
-def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(cs768_index, encoder) -> None:
+def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(cs768_index, encoder, tmp_path) -> None:
+    import shutil
+
     from graphbuild.external import ExternalScorer
 
     idx = Index.open(cs768_index[0])
@@ -163,6 +165,12 @@ def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(cs768_i
     np.testing.assert_allclose(emb[mine], expect, atol=2e-3)  # float16 on disk
     plain = encoder.encode([texts[i] for i in mine])
     assert np.abs(emb[mine] - plain).max() > 0.05  # not the item alone
+    # the items alone are kept beside them, for comparing sentences with items
+    np.testing.assert_allclose(np.asarray(idx.item_text_embeddings, dtype=np.float32)[mine], plain, atol=2e-3)
+    shutil.copytree(cs768_index[0], tmp_path / "older")
+    (tmp_path / "older" / "embeddings" / "items_alone.npy").unlink()
+    with pytest.raises(IndexFormatError, match="lacks embeddings/items_alone.npy.*graft build"):
+        _ = Index.open(tmp_path / "older").item_text_embeddings
     # a new paper's items are embedded as the build embedded the corpus': the paper's own facet
     # items, scored as a new paper, reproduce its stored vectors
     facets = idx.paper_facets(row["paper_id"])
@@ -178,6 +186,8 @@ def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp
     idx = Index.open(tmp_path / "plain")
     emb = np.asarray(idx.item_embeddings, dtype=np.float32)
     np.testing.assert_allclose(emb[:5], encoder.encode(idx.facets["text"].to_list()[:5]), atol=2e-3)
+    assert not (tmp_path / "plain" / "embeddings" / "items_alone.npy").exists()  # the same vectors: not kept twice
+    assert idx.item_text_embeddings is idx.item_embeddings
     old = dict(idx.manifest["stages"]["build"]["config"])
     del old["title_weight"]  # an index built before the setting existed
     assert BuildConfig.from_dict(old).title_weight == 0.0

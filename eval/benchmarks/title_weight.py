@@ -1,7 +1,7 @@
 """How much of its paper's title a facet item's embedding should carry: the graph teacher's
 in-corpus recall for several title weights w, item vector = unit(e(item) + w · e(title)).
 
-The index's facet items and titles are embedded once (items alone, titles alone); for each w the
+The index's facet items alone (as its build kept them) and its titles are embedded once; for each w the
 four facet graphs are rebuilt from the mixed vectors with the index's own build settings (full
 graphs, and facet-only graphs with beta = 0, where the items' vectors are the only signal) and the
 teacher is scored on a split's in-corpus queries. Tune on the `dev` queries; the `test` queries
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from eval.runner import corpus_name
+    from graft.errors import IndexFormatError
     from graphbuild.build import BuildConfig, facet_graphs
     from graphbuild.citations import citation_signals
     from graphbuild.embeddings import Encoder, with_title
@@ -69,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size)
     owner = idx.item_rows
-    items = encoder.encode(idx.facets["text"].to_list())
+    try:  # the build's own vectors of the items alone, where it kept them
+        items = np.asarray(idx.item_text_embeddings, dtype=np.float32)
+    except IndexFormatError:
+        items = encoder.encode(idx.facets["text"].to_list())
     titles = encoder.encode([" ".join(str(t or "").split()) for t in idx.papers["title"].to_list()])
     has_title = np.array([bool(str(t or "").strip()) for t in idx.papers["title"].to_list()])
     title_of_item = np.where(has_title[owner][:, None], titles[owner], 0.0).astype(np.float32)

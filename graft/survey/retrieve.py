@@ -129,7 +129,8 @@ class PaperVectors:
 
     @cached_property
     def items(self) -> np.ndarray:
-        return np.asarray(self.index.item_embeddings, dtype=np.float32)
+        # the item texts alone: the writer compares sentences (topics, claims) with items, not papers
+        return np.asarray(self.index.item_text_embeddings, dtype=np.float32)
 
     @cached_property
     def item_facet(self) -> np.ndarray:
