@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     ap.add_argument("--index", default="/tmp/graft-bench-cs768")
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--title-weight", type=float, default=None,
+                    help="build with this title weight (default: the build's default); named in the table file")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
     args = ap.parse_args(argv)
     if not Path(args.corpus).exists():
@@ -65,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     reporter = Reporter(quiet=not sys.stderr.isatty())
-    summary = build_index(args.corpus, args.index, BuildConfig(limit=args.limit), reporter=reporter)
+    summary = build_index(args.corpus, args.index, BuildConfig(limit=args.limit, **(
+        {} if args.title_weight is None else {"title_weight": args.title_weight})), reporter=reporter)
     total = time.perf_counter() - t0
     peak_total = max(summary.peaks.values())
 
@@ -129,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     stem = "build_scale" if args.limit is None else f"build_scale_limit{args.limit}"
+    if args.title_weight is not None:
+        stem += f"_w{args.title_weight:g}"
     (results / f"{stem}.md").write_text(text)
     (results / f"{stem}.json").write_text(json.dumps({
         "corpus": args.corpus, "date": str(dt.date.today()), "cores": os.cpu_count(),
