@@ -70,7 +70,7 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
     """
     from graphbuild.build import BuildConfig
 
-    build = BuildConfig.from_dict(manifest.get("stages", {}).get("build", {}).get("config", {}))
+    build = BuildConfig.from_manifest(manifest)
     graph = {k: getattr(build, k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale",
                                             "title_weight")}
     return {"corpus_hash": manifest.get("corpus_hash"), "graph": graph, "extractor": extractor,

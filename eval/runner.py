@@ -131,7 +131,7 @@ def build_settings(index: Index) -> dict[str, Any]:
     """The build settings that shape an index's graphs (for table headers)."""
     from graphbuild.build import BuildConfig
 
-    config = BuildConfig.from_dict(index.manifest.get("stages", {}).get("build", {}).get("config", {}))
+    config = BuildConfig.from_manifest(index.manifest)
     return {k: getattr(config, k) for k in ("extractor", "top_k", "alpha", "beta", "title_weight",
                                             "citation_rescale", "embedding_model")}
 

@@ -97,7 +97,7 @@ def facet_only_graphs(index: Index) -> dict[str, sp.csr_matrix]:
     from graphbuild.citations import citation_signals
     from graphbuild.graph import GraphParams
 
-    config = BuildConfig.from_dict(index.manifest["stages"]["build"]["config"])
+    config = BuildConfig.from_manifest(index.manifest)
     a = index.citation_matrix
     params = GraphParams(top_k=config.top_k, alpha=1.0, beta=0.0, n_candidates=config.n_candidates)
     return facet_graphs(index.item_rows, index.facets["facet"].to_numpy(),
@@ -143,7 +143,7 @@ class EvalContext:
             from graphbuild.build import BuildConfig
             from graphbuild.embeddings import Encoder
 
-            config = BuildConfig.from_dict(self.index.manifest["stages"]["build"]["config"])
+            config = BuildConfig.from_manifest(self.index.manifest)
             self._encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size)
         return self._encoder
 

@@ -25,7 +25,7 @@ from graphbuild.citations import (
     citation_signals,
 )
 from graphbuild.corpus import Corpus, load_corpus
-from graphbuild.embeddings import DEFAULT_TITLE_WEIGHT, title_vectors, with_title
+from graphbuild.embeddings import DEFAULT_TITLE_WEIGHT, in_context
 from graphbuild.extract import EXTRACTORS, FacetExtractor
 from graphbuild.graph import GraphParams, facet_graph
 from graphbuild.similarity import group_items
@@ -68,6 +68,11 @@ class BuildConfig:
     def from_dict(cls, data: dict[str, Any]) -> BuildConfig:
         # indexes built before items took their title as context embedded them alone
         return config_from_dict(cls, {"title_weight": 0.0, **data})
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:
+        """The build settings recorded in an index's manifest (defaults where none are recorded)."""
+        return cls.from_dict(manifest.get("stages", {}).get("build", {}).get("config", {}))
 
     def graph_params(self) -> GraphParams:
         return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
@@ -209,11 +214,9 @@ def build_index(
     with reporter.stage("embed", total=table.height, unit="items") as adv:
         # items alone (for comparing sentences with items), then in their paper's context (the graph's)
         alone = np.asarray(encoder.encode(table["text"].to_list(), progress=adv), dtype=np.float32)
-        vectors = alone
-        if config.title_weight > 0:
-            title_of = dict(zip(paper_ids, corpus.papers["title"].to_list()))
-            titles = title_vectors(encoder, [title_of[p] for p in table["paper_id"].to_list()])
-            vectors = with_title(alone, titles, config.title_weight)
+        title_of = dict(zip(paper_ids, corpus.papers["title"].to_list()))
+        vectors = in_context(encoder, alone, [title_of[p] for p in table["paper_id"].to_list()],
+                             config.title_weight)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     cites = corpus.citations()

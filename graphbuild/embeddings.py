@@ -35,15 +35,30 @@ def embed_items(encoder: Any, items: list[str], titles: list[str], title_weight:
     Returns:
         (len(items), d) float32 unit rows.
     """
-    if len(items) != len(titles):
-        raise ValueError(f"{len(items)} items but {len(titles)} titles")
+    if not items:
+        alone = np.zeros((0, encoder.dim), dtype=np.float32)
+    elif progress is not None:
+        alone = np.asarray(encoder.encode(list(items), progress=progress), dtype=np.float32)
+    else:
+        alone = np.asarray(encoder.encode(list(items)), dtype=np.float32)
+    return in_context(encoder, alone, titles, title_weight)
+
+
+def in_context(encoder: Any, alone: np.ndarray, titles: list[str], title_weight: float) -> np.ndarray:
+    """Item embeddings `alone` (unit rows) put in their paper's context: unit(alone + w · e(title));
+    `alone` itself when w = 0 (no title is embedded).
+
+    Args:
+        encoder: sentence encoder for the titles.
+        alone: (m, d) embeddings of the items' own texts.
+        titles: the owning paper's title of each row (empty = no context).
+        title_weight: w >= 0.
+    """
+    if len(alone) != len(titles):
+        raise ValueError(f"{len(alone)} items but {len(titles)} titles")
     if title_weight < 0:
         raise ValueError(f"title_weight must be >= 0, got {title_weight}")
-    if not items:
-        return np.zeros((0, encoder.dim), dtype=np.float32)
-    done = encoder.encode(list(items), progress=progress) if progress is not None else encoder.encode(list(items))
-    alone = np.asarray(done, dtype=np.float32)
-    if title_weight == 0:
+    if title_weight == 0 or not len(alone):
         return alone
     return with_title(alone, title_vectors(encoder, titles), title_weight)
 

@@ -55,7 +55,7 @@ class RecordFacets:
     def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None) -> None:
         from graphbuild.build import BuildConfig
 
-        self.config = BuildConfig.from_dict(index.manifest["stages"]["build"]["config"])
+        self.config = BuildConfig.from_manifest(index.manifest)
         if encoder is None:
             from graphbuild.embeddings import Encoder
 
@@ -128,7 +128,7 @@ class ExternalScorer:
         for per in facets:
             by_facet = {}
             for f in FACETS:
-                by_facet[f] = np.asarray(vecs[at : at + len(per[f])], dtype=np.float32)
+                by_facet[f] = vecs[at : at + len(per[f])]
                 at += len(per[f])
             out.append(by_facet)
         return out

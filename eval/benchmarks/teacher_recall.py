@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     queries = sorted(rng.choice(pool, size=min(args.queries, len(pool)), replace=False).tolist())
 
-    config = BuildConfig.from_dict(idx.manifest["stages"]["build"]["config"])
+    config = BuildConfig.from_manifest(idx.manifest)
     owner = idx.item_rows
     facet_col = idx.facets["facet"].to_numpy()
     vectors = np.asarray(idx.item_embeddings, dtype=np.float32)

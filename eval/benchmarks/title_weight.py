@@ -20,6 +20,7 @@ import datetime as dt
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     from graft.errors import IndexFormatError
     from graphbuild.build import BuildConfig, facet_graphs
     from graphbuild.citations import citation_signals
-    from graphbuild.embeddings import Encoder, with_title
-    from graphbuild.graph import GraphParams
+    from graphbuild.embeddings import Encoder, title_vectors, with_title
 
     weights = [float(w) for w in args.weights.split(",") if w.strip()]
     if not weights or min(weights) < 0:
         ap.error(f"--weights needs title weights >= 0, got {args.weights!r}")
     opened = open_split_queries(args)
     split, index_dir, idx, queries, gold = opened.split, opened.index_dir, opened.index, opened.rows, opened.gold
-    config = BuildConfig.from_dict(idx.manifest["stages"]["build"]["config"])
+    config = BuildConfig.from_manifest(idx.manifest)
 
     t0 = time.perf_counter()
     encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size)
@@ -74,9 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         items = np.asarray(idx.item_text_embeddings, dtype=np.float32)
     except IndexFormatError:
         items = encoder.encode(idx.facets["text"].to_list())
-    titles = encoder.encode([" ".join(str(t or "").split()) for t in idx.papers["title"].to_list()])
-    has_title = np.array([bool(str(t or "").strip()) for t in idx.papers["title"].to_list()])
-    title_of_item = np.where(has_title[owner][:, None], titles[owner], 0.0).astype(np.float32)
+    titles = title_vectors(encoder, idx.papers["title"].to_list())  # one row per paper, zeros: no title
+    title_of_item = titles[owner]
     encode_s = round(time.perf_counter() - t0, 1)
     print(f"embedded {len(items):,} items and {len(titles):,} titles in {encode_s} s", file=sys.stderr, flush=True)
 
@@ -84,10 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     signals = citation_signals(a, config.citation_rescale)
     facet_col = idx.facets["facet"].to_numpy()
     settings = {
-        "full graphs (teacher)": GraphParams(top_k=config.top_k, alpha=config.alpha, beta=config.beta,
-                                             n_candidates=config.n_candidates, block_rows=config.block_rows),
-        "facet-only graphs (beta = 0)": GraphParams(top_k=config.top_k, alpha=1.0, beta=0.0,
-                                                    n_candidates=config.n_candidates, block_rows=config.block_rows),
+        "full graphs (teacher)": config.graph_params(),
+        "facet-only graphs (beta = 0)": replace(config.graph_params(), alpha=1.0, beta=0.0),
     }
     table: list[dict[str, Any]] = []
     for w in weights:

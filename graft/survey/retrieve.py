@@ -288,6 +288,7 @@ class TopicRetriever:
     def _retrieve(self, text: str, k: int, qid: str) -> list[tuple[str, float, dict[str, float]]]:
         rec = topic_record(text, qid)
         allowed = self.allowed
+        fetch = k if allowed is None else 3 * k  # room for the papers after until_year
         if self.retriever == "dense":
             vec = self.encode([text])[0]
             hits = [(i, s, {"dense": s}) for i, s in self.dense.search(vec, k, allowed)]
@@ -295,13 +296,13 @@ class TopicRetriever:
             # rank over the whole corpus and drop later papers; if that leaves fewer than k, rank
             # again with the later papers left out of the facet lists, so the list comes out full
             rows = self.tools.rows(rec)
-            hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=k if allowed is None else 3 * k), k)
+            hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=fetch), k)
             if allowed is not None and len(hits) < k:
                 hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=k, exclude=self.disallowed), k)
         else:  # constrained decoding reaches every DocID: over-fetch, then drop papers after until_year
             hits = self._allowed_hits(self.index.query(
                 facets=self.tools.facets_of(rec), retriever="graft", fusion="graph-rrf",
-                k=k if allowed is None else 3 * k, query_id=qid, device=self.device), k)
+                k=fetch, query_id=qid, device=self.device), k)
         if self.seeds and self.retriever != "dense" and hits:
             hits = self._grow(hits, text, k)
         return [(self.index.paper_ids[node], score, terms) for node, score, terms in hits]
