@@ -23,7 +23,8 @@ def prepare(
     out: Path = typer.Option(..., "--out", help="Split directory to write."),
     seed: int = typer.Option(0, help="Seed of tie-breaking, the survey draw and the dev/test split."),
     ooc: int = typer.Option(500, "--ooc", help="Out-of-corpus hold-outs (newest citing papers first)."),
-    survey: int = typer.Option(30, "--survey", help="Review-like hold-outs for the survey suite."),
+    survey: int = typer.Option(30, "--survey", help="Review-like hold-outs for the survey suite's test part."),
+    survey_dev: int = typer.Option(30, "--survey-dev", help="Further review-like hold-outs, the survey dev part."),
     dev_share: float = typer.Option(0.5, "--dev-share", help="Share of in-corpus queries in dev."),
     min_neighbours: int = typer.Option(5, "--min-neighbours", help="Citation neighbours of an in-corpus query."),
     as_json: bool = typer.Option(False, "--json", help="Print split.json."),
@@ -34,9 +35,9 @@ def prepare(
     from graft.errors import GraftError
 
     try:
-        meta = prepare_split(corpus, out, SplitConfig(seed=seed, n_ooc=ooc, n_survey=survey, dev_share=dev_share,
-                                                      incorpus_min_neighbours=min_neighbours),
-                             command=_command())
+        config = SplitConfig(seed=seed, n_ooc=ooc, n_survey=survey, n_survey_dev=survey_dev, dev_share=dev_share,
+                             incorpus_min_neighbours=min_neighbours)
+        meta = prepare_split(corpus, out, config, command=_command())
     except GraftError as exc:
         _fail(exc)
     if as_json:
@@ -62,7 +63,7 @@ def run(
     suite: str = typer.Option("incorpus", help="incorpus, ooc, attribution, coverage or survey; several "
                               "comma-separated suites share one loaded index."),
     index: Path | None = typer.Option(None, "--index", help="Index directory (default SPLITDIR/index)."),
-    part: str = typer.Option("test", help="In-corpus queries: dev or test."),
+    part: str = typer.Option("test", help="In-corpus queries and survey hold-outs: dev or test."),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N queries (by qid) of each suite."),
     force: bool = typer.Option(False, "--force", help="Recompute runs even where matching run files exist."),
     naive_index: Path | None = typer.Option(None, "--naive-index",

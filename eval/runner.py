@@ -9,7 +9,8 @@ Suites:
   out of corpus, per facet, overall and by evidence hops (a credit is supported when the facet graph
   holds an edge between query and hit).
 - `coverage`: share of papers and DocIDs learnable under naive vs coverage-aware distillation pairs.
-- `survey`: delegated to `eval.survey_suite.survey_suite` (imported when asked for).
+- `survey`: delegated to `eval.survey_suite.survey_suite` (imported when asked for); `--part` picks
+  the survey hold-outs too (dev for tuning the writer, test for reporting).
 
 Every system's answers are written as it finishes to `SPLITDIR/runs/{suite}.{system}.trec` (plus
 `.credits.jsonl` with the facet credits and `.json` with what produced it), and reused by later
@@ -57,7 +58,7 @@ class RunOptions:
 
     systems: list[str] = field(default_factory=lambda: ["bm25", "dense", "teacher"])
     index_dir: Path | None = None  # default SPLITDIR/index
-    part: str = "test"  # in-corpus queries: dev or test
+    part: str = "test"  # in-corpus queries and survey hold-outs: dev or test
     limit: int | None = None  # first N queries of each suite (by qid), for quick checks
     force: bool = False  # recompute runs even where a matching run file exists
     naive_index: Path | None = None  # index holding a model trained on naive pairs (graft-naive)
@@ -74,7 +75,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         if self.part not in ("dev", "test"):
-            raise GraftError(f"unknown in-corpus part {self.part!r}; allowed: dev, test")
+            raise GraftError(f"unknown part {self.part!r}; allowed: dev, test")
         if self.limit is not None and self.limit < 1:
             raise GraftError(f"--limit {self.limit} must be >= 1")
         if self.decode_batch < 1:
@@ -326,7 +327,7 @@ def _survey_suite(split_dir: Path, index_dir: Path, options: RunOptions, reporte
         raise GraftError("--suite survey needs eval/survey_suite.py (the survey evaluation), which this "
                          "installation lacks") from None
     out = module.survey_suite(split_dir, index_dir, systems=list(options.systems), limit=options.limit,
-                              reporter=reporter, judge_llm=options.judge)
+                              part=options.part, reporter=reporter, judge_llm=options.judge)
     return {"rows": out.get("rows", []), "notes": out.get("notes", []), "runs": out.get("runs", {}),
             "queries": out.get("queries")}
 
@@ -371,7 +372,7 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
         f"(source `{str(m['source_hash'])[:16]}`) · index `{m['index']}`  ",
         (f"Queries: {m['queries']}" if m.get("queries") is not None else "Queries: none (counts over the corpus)")
         + (f" · gold pairs: {m['qrels']}" if m.get("qrels") is not None else "")
-        + (f" · part: {m['part']}" if suite == "incorpus" else "") + "  ",
+        + (f" · part: {m['part']}" if suite in ("incorpus", "survey") else "") + "  ",
     ]
     if m.get("build"):
         b = m["build"]

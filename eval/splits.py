@@ -9,7 +9,7 @@ writes (the contract shared by `graft eval run` and the survey suite):
                                    references restricted to ids still in it)
     SPLITDIR/incorpus/queries.jsonl + qrels.txt   papers with >= 5 citation neighbours, dev/test
     SPLITDIR/ooc/queries.jsonl + qrels.txt        newest citing papers with >= 3 references into the rest
-    SPLITDIR/survey/queries.jsonl + qrels.txt     review-like papers with >= 20 references
+    SPLITDIR/survey/queries.jsonl + qrels.txt     review-like papers with >= 20 references, dev/test
 
 Selection rules (all deterministic from the corpus and the seed):
 
@@ -19,7 +19,9 @@ Selection rules (all deterministic from the corpus and the seed):
   references into the reduced corpus.
 - **survey**: among the remaining papers with >= `survey_min_refs` references into the rest, not
   cited by any out-of-corpus hold-out (so removing a survey never shrinks an out-of-corpus gold
-  list), `n_survey` are drawn with the seed, under the same "everyone keeps enough" rule.
+  list), `n_survey + n_survey_dev` are drawn with the seed, under the same "everyone keeps enough"
+  rule. The first `n_survey` drawn are the test part, the rest the dev part (for tuning the writer);
+  so adding dev hold-outs never changes which papers are the test part.
 - **in corpus**: every paper of the reduced corpus with >= `incorpus_min_neighbours` direct
   citation neighbours there (references and citing papers); gold = those neighbours; a seeded
   shuffle assigns `dev_share` of them to dev, the rest to test.
@@ -52,7 +54,8 @@ class SplitConfig:
     seed: int = 0  # seeds tie-breaking among equally new papers, the survey draw and dev/test
     n_ooc: int = 500  # out-of-corpus hold-outs, newest citing papers first (the paper's ~500)
     ooc_min_refs: int = 3  # references into the reduced corpus an out-of-corpus query must keep
-    n_survey: int = 30  # review-like hold-outs for the survey suite
+    n_survey: int = 30  # review-like hold-outs for the survey suite's test part
+    n_survey_dev: int = 30  # further review-like hold-outs, the survey suite's dev part
     survey_min_refs: int = 20  # references into the reduced corpus a survey query must keep
     incorpus_min_neighbours: int = 5  # citation neighbours (refs + citing) of an in-corpus query
     dev_share: float = 0.5  # share of in-corpus queries in dev; the rest is test
@@ -60,7 +63,8 @@ class SplitConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.dev_share <= 1.0:
             raise InputValidationError(f"dev share {self.dev_share} must lie in [0, 1]")
-        for name in ("n_ooc", "n_survey", "ooc_min_refs", "survey_min_refs", "incorpus_min_neighbours"):
+        for name in ("n_ooc", "n_survey", "n_survey_dev", "ooc_min_refs", "survey_min_refs",
+                     "incorpus_min_neighbours"):
             if getattr(self, name) < 0:
                 raise InputValidationError(f"{name} = {getattr(self, name)} must be >= 0")
 
@@ -70,7 +74,8 @@ class Split:
     """What `prepare_split` selected: paper ids per suite and the gold per query."""
 
     ooc: list[str]
-    survey: list[str]
+    survey: list[str]  # test part
+    survey_dev: list[str]
     incorpus_dev: list[str]
     incorpus_test: list[str]
     gold: dict[str, dict[str, list[str]]]  # suite -> query paper id -> gold paper ids (sorted)
@@ -128,8 +133,9 @@ def select_split(corpus: Corpus, config: SplitConfig) -> Split:
     pool = [p for p in ids if p not in removed and p not in ooc_cited
             and len(refs[p] - removed) >= config.survey_min_refs]
     draw = [pool[i] for i in rng.permutation(len(pool))]
-    survey = _greedy_holdout(draw, refs, cited_by, removed, config.survey_min_refs, config.n_survey,
-                             allowed=lambda p: p not in ooc_cited)
+    drawn = _greedy_holdout(draw, refs, cited_by, removed, config.survey_min_refs,
+                            config.n_survey + config.n_survey_dev, allowed=lambda p: p not in ooc_cited)
+    survey, survey_dev = drawn[:config.n_survey], drawn[config.n_survey:]
 
     kept = [p for p in ids if p not in removed]
     kept_set = set(kept)
@@ -141,10 +147,11 @@ def select_split(corpus: Corpus, config: SplitConfig) -> Split:
 
     gold = {
         "ooc": {p: sorted(refs[p] & kept_set) for p in ooc},
-        "survey": {p: sorted(refs[p] & kept_set) for p in survey},
+        "survey": {p: sorted(refs[p] & kept_set) for p in drawn},
         "incorpus": {p: sorted(neighbours[p]) for p in eligible},
     }
-    return Split(ooc=ooc, survey=survey, incorpus_dev=dev, incorpus_test=test, gold=gold, kept=kept)
+    return Split(ooc=ooc, survey=survey, survey_dev=survey_dev, incorpus_dev=dev, incorpus_test=test,
+                 gold=gold, kept=kept)
 
 
 def _record(row: dict[str, Any], kept: set[str]) -> dict[str, Any]:
@@ -193,7 +200,8 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
     ooc = [{"qid": p, "paper_id": p, "title": by_id[p]["title"], "abstract": by_id[p]["abstract"],
             "year": by_id[p]["year"]} for p in split.ooc]
     survey = [{"qid": p, "paper_id": p, "title": by_id[p]["title"], "abstract": by_id[p]["abstract"],
-               "year": by_id[p]["year"], "n_references": len(split.gold["survey"][p])} for p in split.survey]
+               "year": by_id[p]["year"], "n_references": len(split.gold["survey"][p]), "split": part}
+              for part, ids in (("test", split.survey), ("dev", split.survey_dev)) for p in ids]
     for suite, rows in (("incorpus", inc), ("ooc", ooc), ("survey", survey)):
         write_lines(out / suite / "queries.jsonl", [json.dumps(r, ensure_ascii=False) for r in rows])
         write_qrels(out / suite / "qrels.txt", split.gold[suite])
@@ -217,6 +225,7 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
             "ooc": len(split.ooc),
             "ooc_qrels": qrel_count("ooc"),
             "survey": len(split.survey),
+            "survey_dev": len(split.survey_dev),
             "survey_qrels": qrel_count("survey"),
         },
         "params": asdict(config),
@@ -247,7 +256,11 @@ def read_split(split_dir: str | Path) -> dict[str, Any]:
 
 
 def read_queries(split_dir: str | Path, suite: str, *, part: str | None = None) -> list[dict[str, Any]]:
-    """The query records of one suite (`incorpus` may be restricted to part "dev" or "test")."""
+    """The query records of one suite, all of them or those of one part ("dev" or "test").
+
+    Out-of-corpus queries have no parts (a part keeps them all); survey hold-outs written before
+    the survey dev part existed count as test.
+    """
     if suite not in SPLIT_SUITES:
         raise GraftError(f"unknown split suite {suite!r}; allowed: {', '.join(SPLIT_SUITES)}")
     path = Path(split_dir) / suite / "queries.jsonl"
@@ -256,6 +269,7 @@ def read_queries(split_dir: str | Path, suite: str, *, part: str | None = None) 
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if part is not None:
         if part not in ("dev", "test"):
-            raise GraftError(f"unknown in-corpus part {part!r}; allowed: dev, test")
-        rows = [r for r in rows if r.get("split") == part]
+            raise GraftError(f"unknown part {part!r}; allowed: dev, test")
+        if suite != "ooc":
+            rows = [r for r in rows if r.get("split", "test") == part]
     return rows

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from eval.splits import read_queries
 from eval.trec import read_qrels, write_run
 from graft.errors import InputValidationError
 from graft.progress import Reporter
@@ -31,8 +32,10 @@ METRICS = ("reference_recall", "reference_precision", "fabricated_references", "
 
 
 # ---- the suite -------------------------------------------------------------------------------
-def read_survey_split(split_dir: str | Path) -> tuple[list[dict[str, Any]], dict[str, set[str]]]:
-    """`survey/queries.jsonl` and `survey/qrels.txt` of a split directory.
+def read_survey_split(split_dir: str | Path, part: str | None = "test"
+                      ) -> tuple[list[dict[str, Any]], dict[str, set[str]]]:
+    """`survey/queries.jsonl` and `survey/qrels.txt` of a split directory: the hold-outs of one
+    part ("test", "dev"; None = all), in the order they were drawn.
 
     Raises:
         InputValidationError: the files are missing or malformed (the message names the command).
@@ -43,9 +46,9 @@ def read_survey_split(split_dir: str | Path) -> tuple[list[dict[str, Any]], dict
         raise InputValidationError(
             f"{split_dir} has no survey hold-out ({qpath.name}, {rpath.name}); write it with "
             f"`graft eval prepare CORPUS --out {split_dir}`")
-    queries = [json.loads(line) for line in qpath.read_text(encoding="utf-8").splitlines() if line.strip()]
+    queries = read_queries(split_dir, "survey", part=part)
     gold: dict[str, set[str]] = {q["qid"]: set() for q in queries}
-    gold.update(read_qrels(rpath))
+    gold.update({q: g for q, g in read_qrels(rpath).items() if q in gold})
     return queries, gold
 
 
@@ -87,7 +90,7 @@ def judge_claims(survey: dict[str, Any], judge: Any) -> tuple[int, int, int, int
 
 
 def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit: int | None,
-                 reporter: Any = None, config: Any = None, out_dir: Path | None = None,
+                 part: str = "test", reporter: Any = None, config: Any = None, out_dir: Path | None = None,
                  judge_llm: Any = None, encoder: Any = None, as_of_year: bool = True) -> dict[str, Any]:
     """Generate a survey on each held-out review-like paper's title with each system and score it.
 
@@ -96,9 +99,10 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         index_dir: the index built from `split_dir/corpus.jsonl`.
         systems: any of "graft-survey", "baseline-survey".
         limit: evaluate only the first N hold-outs.
+        part: the hold-outs of the split's "test" part (reported) or "dev" part (for tuning).
         reporter: progress (graft.progress.Reporter); quiet by default.
         config: base `SurveyConfig` (offline backend by default).
-        out_dir: where the surveys and run files go (default `split_dir/runs/survey`).
+        out_dir: where the surveys and run files go (default `split_dir/runs/survey`, `survey-dev` for dev).
         judge_llm: an `LLMConfig` for an LLM claim judge; None = the offline facet-aware checker (a proxy).
         encoder: a loaded sentence encoder to reuse.
         as_of_year: write each survey as of its hold-out's year (`until_year`), for both systems:
@@ -126,7 +130,11 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
     split_dir, index_dir = Path(split_dir), Path(index_dir)
     for s in systems:
         system_config(s, SurveyConfig())
-    queries, gold = read_survey_split(split_dir)
+    queries, gold = read_survey_split(split_dir, part)
+    if not queries:
+        raise InputValidationError(
+            f"{split_dir} has no survey hold-out in part {part!r}; write one with `graft eval prepare CORPUS "
+            f"--out {split_dir} --survey N --survey-dev N`")
     queries = queries[:limit] if limit is not None else queries
     idx = Index.open(index_dir)
     split_file = split_dir / "split.json"
@@ -152,7 +160,8 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
     else:
         judge = OfflineBackend(ctx)
         judge_label = "proxy: offline facet-aware checker"
-    out_dir = Path(out_dir) if out_dir is not None else split_dir / "runs" / "survey"
+    default_dir = "survey" if part == "test" else f"survey-{part}"
+    out_dir = Path(out_dir) if out_dir is not None else split_dir / "runs" / default_dir
     corpus_ids = set(idx.paper_ids)
     rows, runs, per_query = [], {}, {}
     for system in systems:

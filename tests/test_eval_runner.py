@@ -36,7 +36,7 @@ def write_dense_slice(path, tmp_path, n_core: int = 40, n: int = 120):
     return out
 
 
-SPLIT = SplitConfig(seed=0, n_ooc=10, n_survey=0)
+SPLIT = SplitConfig(seed=0, n_ooc=10, n_survey=0, n_survey_dev=0)
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +332,8 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
     app.add_typer(eval_app, name="eval")
     runner = CliRunner()
     out = tmp_path / "cli-split"
-    res = runner.invoke(app, ["eval", "prepare", str(corpus), "--out", str(out), "--ooc", "10", "--survey", "0"])
+    res = runner.invoke(app, ["eval", "prepare", str(corpus), "--out", str(out), "--ooc", "10", "--survey", "0",
+                              "--survey-dev", "0"])
     assert res.exit_code == 0, res.output
     meta = json.loads((out / "split.json").read_text())
     assert meta["corpus_hash"] == json.loads((split / "split.json").read_text())["corpus_hash"]

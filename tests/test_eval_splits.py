@@ -21,19 +21,19 @@ def _jsonl(path):
 @pytest.fixture(scope="module")
 def split(tmp_path_factory):
     out = tmp_path_factory.mktemp("split") / "s"
-    meta = prepare_split(cs768_path(), out, SplitConfig(seed=0, n_ooc=200, n_survey=10))
+    meta = prepare_split(cs768_path(), out, SplitConfig(seed=0, n_ooc=200, n_survey=10, n_survey_dev=5))
     return out, meta
 
 
 def test_split_is_deterministic_from_the_seed(split, tmp_path) -> None:
     out, meta = split
     again = tmp_path / "again"
-    meta2 = prepare_split(cs768_path(), again, SplitConfig(seed=0, n_ooc=200, n_survey=10))
+    meta2 = prepare_split(cs768_path(), again, SplitConfig(seed=0, n_ooc=200, n_survey=10, n_survey_dev=5))
     for rel in ("corpus.jsonl", "incorpus/queries.jsonl", "incorpus/qrels.txt", "ooc/queries.jsonl",
                 "ooc/qrels.txt", "survey/queries.jsonl", "survey/qrels.txt"):
         assert (out / rel).read_bytes() == (again / rel).read_bytes(), rel
     assert meta2["corpus_hash"] == meta["corpus_hash"] and meta2["source_hash"] == meta["source_hash"]
-    other = prepare_split(cs768_path(), tmp_path / "seed1", SplitConfig(seed=1, n_ooc=200, n_survey=10))
+    other = prepare_split(cs768_path(), tmp_path / "seed1", SplitConfig(seed=1, n_ooc=200, n_survey=10, n_survey_dev=5))
     dev0 = {r["qid"] for r in read_queries(out, "incorpus", part="dev")}
     dev1 = {r["qid"] for r in read_queries(tmp_path / "seed1", "incorpus", part="dev")}
     assert dev0 != dev1
@@ -47,11 +47,12 @@ def test_holdouts_never_reach_the_reduced_corpus(split) -> None:
     ooc = read_queries(out, "ooc")
     survey = read_queries(out, "survey")
     held = {r["paper_id"] for r in ooc} | {r["paper_id"] for r in survey}
-    assert len(ooc) == 200 and len(survey) == 10
+    assert len(ooc) == 200 and len(survey) == 15
     assert not held & kept
     assert not {r["paper_id"] for r in ooc} & {r["paper_id"] for r in survey}
     assert all(set(r["references"]) <= kept for r in corpus)  # no edge to a held-out paper survives
-    assert meta["counts"]["corpus_papers"] == len(kept) == 6545 - 210
+    assert meta["counts"]["corpus_papers"] == len(kept) == 6545 - 215
+    assert meta["counts"]["survey"] == 10 and meta["counts"]["survey_dev"] == 5
     assert read_split(out)["corpus_hash"] == load_corpus(out / "corpus.jsonl").content_hash()
     # the gold lists: references into the reduced corpus, with the minimum sizes
     source = {r["id"]: r for r in map(json.loads, gzip.open(cs768_path(), "rt"))}
@@ -66,6 +67,27 @@ def test_holdouts_never_reach_the_reduced_corpus(split) -> None:
     oldest = min(source[r["paper_id"]]["year"] for r in ooc)
     years = sorted((source[p]["year"] for p in kept), reverse=True)
     assert oldest >= years[len(years) // 4]
+
+
+def test_survey_parts_dev_for_tuning_test_unchanged_by_it(split, tmp_path) -> None:
+    from eval.survey_suite import read_survey_split
+
+    out, _ = split
+    test, test_gold = read_survey_split(out)  # the test part by default
+    dev, dev_gold = read_survey_split(out, "dev")
+    assert [q["split"] for q in test] == ["test"] * 10 and [q["split"] for q in dev] == ["dev"] * 5
+    assert not {q["qid"] for q in test} & {q["qid"] for q in dev}
+    assert set(test_gold) == {q["qid"] for q in test} and set(dev_gold) == {q["qid"] for q in dev}
+    assert len(read_survey_split(out, None)[0]) == 15
+    # the dev hold-outs are drawn after the test ones: without them the test part is the same papers
+    prepare_split(cs768_path(), tmp_path / "nodev", SplitConfig(seed=0, n_ooc=200, n_survey=10, n_survey_dev=0))
+    alone, _ = read_survey_split(tmp_path / "nodev")
+    assert [q["qid"] for q in alone] == [q["qid"] for q in test]
+    assert read_survey_split(tmp_path / "nodev", "dev")[0] == []
+    # hold-outs written without parts (older splits) read as test
+    rows = [{k: v for k, v in q.items() if k != "split"} for q in alone]
+    (tmp_path / "nodev" / "survey" / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [q["qid"] for q in read_survey_split(tmp_path / "nodev")[0]] == [q["qid"] for q in test]
 
 
 def test_incorpus_gold_is_the_citation_neighbourhood(split) -> None:
@@ -90,5 +112,7 @@ def test_bad_split_inputs_are_clear_errors(tmp_path) -> None:
         read_split(tmp_path)
     with pytest.raises(GraftError, match="dev share"):
         SplitConfig(dev_share=1.5)
+    with pytest.raises(GraftError, match="n_survey_dev"):
+        SplitConfig(n_survey_dev=-1)
     with pytest.raises(GraftError, match="not found"):
         prepare_split(tmp_path / "missing.jsonl", tmp_path / "out")

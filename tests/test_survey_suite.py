@@ -58,6 +58,16 @@ def test_split_layout(split) -> None:
             "versions"} <= set(saved)
 
 
+def test_an_empty_part_is_a_clear_error(split, encoder, tmp_path) -> None:
+    from eval.survey_suite import survey_suite
+    from graft.errors import InputValidationError
+
+    split_dir, _, _ = split  # both review-like papers went to the test part: dev is empty
+    with pytest.raises(InputValidationError, match="no survey hold-out in part 'dev'.*--survey-dev"):
+        survey_suite(split_dir, split_dir / "index", systems=["baseline-survey"], limit=None, part="dev",
+                     out_dir=tmp_path / "runs", encoder=encoder)
+
+
 def test_suite_scores_both_systems(split, encoder, tmp_path) -> None:
     from eval.survey_suite import SYSTEMS, markdown_table, survey_suite
     from graft.survey.config import SurveyConfig
@@ -153,3 +163,30 @@ def test_cli_survey_suite_with_an_llm_judge(split, tmp_path) -> None:
     assert any("LLM judge (never)" in n for n in table["notes"])
     bad = CliRunner().invoke(app, ["eval", "run", str(split_dir), "--suite", "survey", "--judge-model", "x"])
     assert bad.exit_code != 0 and "--judge-base-url" in bad.output
+
+
+def test_survey_tuning_benchmark_rows(split, tmp_path) -> None:
+    """`eval.benchmarks.survey_tuning`: the default writer and a one-setting variant against the
+    baseline on the same hold-outs, written as a table."""
+    from eval.benchmarks.survey_tuning import main, parse_settings
+    from graft.survey.config import SurveyConfig
+
+    assert parse_settings(["graph_seeds=0,40", "relative_relevance=0.5", "verify=false"], SurveyConfig()) == [
+        ("graph_seeds", 0), ("graph_seeds", 40), ("relative_relevance", 0.5), ("verify", False)]
+    for bad, message in (("seeds=3", "unknown survey setting"), ("pool", "NAME=V1"),
+                         ("pool=many", "not a int"), ("rerank=maybe", "true or false")):
+        with pytest.raises(ValueError, match=message):
+            parse_settings([bad], SurveyConfig())
+
+    split_dir, _, _ = split
+    assert main(["--split", str(split_dir), "--part", "test", "--set", "graph_seeds=0", "--name", "t",
+                 "--results", str(tmp_path)]) == 0
+    table = json.loads((tmp_path / "survey_tuning_t.json").read_text())
+    rows = {(r["setting"], r["value"]): r for r in table["rows"]}
+    assert set(rows) == {("default", None), ("graph_seeds", 0)}
+    base = table["meta"]["baseline_reference_recall"]
+    assert base > 0 and table["meta"]["part"] == "test" and table["meta"]["defaults"] == {"graph_seeds": 20}
+    for r in rows.values():
+        assert r["hold_outs"] == 2 and r["fabricated"] == 0
+        assert r["ratio"] == pytest.approx(r["reference_recall"] / base)
+    assert "| graph_seeds | 0 |" in (tmp_path / "survey_tuning_t.md").read_text()

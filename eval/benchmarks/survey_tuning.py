@@ -1,0 +1,152 @@
+"""Tuning the survey writer on a split's survey dev hold-outs: reference recall of graft-survey
+with its default settings and with one setting changed at a time, against the baseline writer
+(dense retrieval, no rerank, no verification) on the same hold-outs.
+
+Each variant writes a whole survey per hold-out (as `graft eval run --suite survey` does, as of the
+hold-out's year), so a variant costs what one suite run costs. Tune on `--part dev`; the `test`
+hold-outs are for the reported table (`graft eval run SPLITDIR --suite survey`).
+
+    python -m eval.benchmarks.survey_tuning --split SPLITDIR [--part dev] \\
+        [--set graph_seeds=10,40] [--set pool=60] [--limit N] [--name cs768]
+
+Writes eval/results/survey_tuning_{name}.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from eval.benchmarks.split_queries import write_tables  # noqa: E402
+
+
+def parse_settings(specs: list[str], base: Any) -> list[tuple[str, Any]]:
+    """`name=v1,v2` specs -> [(name, value)], each value parsed as the type of `base`'s field.
+
+    Raises:
+        ValueError: an unknown setting, a malformed spec or a value of the wrong type.
+    """
+    fields = {f.name for f in dataclasses.fields(base)}
+    out: list[tuple[str, Any]] = []
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        name = name.strip()
+        if not sep or not values.strip():
+            raise ValueError(f"--set {spec!r}: expected NAME=V1[,V2...]")
+        if name not in fields:
+            raise ValueError(f"--set {spec!r}: unknown survey setting {name!r}")
+        kind = type(getattr(base, name))
+        for raw in values.split(","):
+            raw = raw.strip()
+            if kind is bool:
+                if raw.lower() not in ("true", "false"):
+                    raise ValueError(f"--set {spec!r}: {name} takes true or false")
+                out.append((name, raw.lower() == "true"))
+            else:
+                try:
+                    out.append((name, kind(raw)))
+                except ValueError:
+                    raise ValueError(f"--set {spec!r}: {raw!r} is not a {kind.__name__}") from None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--split", required=True, help="split directory (graft eval prepare + graft build)")
+    ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
+    ap.add_argument("--part", default="dev", choices=("dev", "test"), help="survey hold-outs: dev or test")
+    ap.add_argument("--set", dest="sets", action="append", default=[],
+                    help="a survey setting and the values to try, NAME=V1[,V2...] (repeatable)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N hold-outs")
+    ap.add_argument("--name", default=None, help="table name: survey_tuning_{name}.md (default: the corpus)")
+    ap.add_argument("--results", default=str(REPO / "eval" / "results"))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from eval.runner import build_settings, corpus_name
+    from eval.splits import read_split
+    from eval.survey_suite import recall_ratio, survey_suite
+    from graft.index import Index
+    from graft.manifest import library_versions
+    from graft.survey.config import SurveyConfig
+    from graphbuild.build import BuildConfig
+    from graphbuild.embeddings import Encoder
+
+    base = SurveyConfig()
+    try:
+        variants = parse_settings(args.sets, base)
+    except ValueError as exc:
+        ap.error(str(exc))
+    split_dir = Path(args.split)
+    split = read_split(split_dir)
+    index_dir = Path(args.index) if args.index else split_dir / "index"
+    idx = Index.open(index_dir)
+    build = BuildConfig.from_manifest(idx.manifest)
+    encoder = Encoder(build.embedding_model, batch_size=build.embedding_batch_size)
+    name = args.name or corpus_name(split)
+
+    def run(system: str, config: SurveyConfig, out: Path) -> list[dict[str, Any]]:
+        res = survey_suite(split_dir, index_dir, systems=[system], limit=args.limit, part=args.part,
+                           config=config, out_dir=out, encoder=encoder)
+        return res["per_query"][system]
+
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="survey-tuning-") as tmp:
+        baseline = run("baseline-survey", base, Path(tmp) / "baseline")
+        base_recall = [r["reference_recall"] for r in baseline]
+        for setting, value in [("default", None), *variants]:
+            config = base if setting == "default" else dataclasses.replace(base, **{setting: value})
+            per = run("graft-survey", config, Path(tmp) / f"{setting}-{value}")
+            recall = [r["reference_recall"] for r in per]
+            cmp = recall_ratio(recall, base_recall)
+            n = len(per)
+            rows.append({"setting": setting, "value": value, "hold_outs": n,
+                         "reference_recall": sum(recall) / n,
+                         "reference_precision": sum(r["reference_precision"] for r in per) / n,
+                         "fabricated": sum(r["fabricated_references"] for r in per),
+                         "ratio": cmp["ratio"], "low": cmp["low"], "high": cmp["high"],
+                         "wins": cmp["wins"], "ties": cmp["ties"], "losses": cmp["losses"],
+                         "seconds": sum(r["seconds"] for r in per) / n})
+            print(f"{setting}={value}: recall {rows[-1]['reference_recall']:.3f} ratio {cmp['ratio']:.2f}",
+                  flush=True)
+
+    base_mean = sum(base_recall) / len(base_recall)
+    command = "python -m eval.benchmarks.survey_tuning " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "date": dt.date.today().isoformat(), "split": str(split_dir),
+            "corpus_hash": split["corpus_hash"], "part": args.part, "index": str(index_dir),
+            "build": build_settings(idx), "baseline_reference_recall": base_mean,
+            "defaults": {k: getattr(base, k) for k, _ in variants}, "versions": library_versions()}
+    lines = [
+        f"# Survey writer settings on the {args.part} hold-outs — {name}", "",
+        f"Command: `{command}`  ",
+        f"Date: {meta['date']} · corpus hash `{split['corpus_hash'][:16]}` · part {args.part} · "
+        f"{len(base_recall)} hold-outs · title weight {meta['build']['title_weight']}", "",
+        f"Baseline writer (dense, no rerank, no verification): reference recall {base_mean:.3f}.", "",
+        "| setting | value | ref. recall | ref. precision | fabricated | ratio to baseline | 95% interval "
+        "| higher / equal / lower | s per survey |",
+        "|---|---|---:|---:|---:|---:|---|---|---:|",
+    ]
+    for r in rows:
+        value = "—" if r["value"] is None else str(r["value"])
+        lines.append(f"| {r['setting']} | {value} | {r['reference_recall']:.3f} | {r['reference_precision']:.3f} "
+                     f"| {r['fabricated']} | {r['ratio']:.2f} | {r['low']:.2f}–{r['high']:.2f} "
+                     f"| {r['wins']} / {r['ties']} / {r['losses']} | {r['seconds']:.1f} |")
+    lines += ["", "- default = `SurveyConfig()`'s settings; each other row changes one setting of it",
+              "- ratio: graft-survey's mean reference recall over the baseline's, paired bootstrap interval "
+              "(2000 resamples of the hold-outs)"]
+    write_tables(args.results, f"survey_tuning_{name}", meta, rows, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
