@@ -179,14 +179,18 @@ def test_survey_tuning_benchmark_rows(split, tmp_path) -> None:
             parse_settings([bad], SurveyConfig())
 
     split_dir, _, _ = split
-    assert main(["--split", str(split_dir), "--part", "test", "--set", "graph_seeds=0", "--name", "t",
-                 "--results", str(tmp_path)]) == 0
+    assert main(["--split", str(split_dir), "--part", "test", "--set", "graph_seeds=0",
+                 "--set", "papers_per_subsection=1", "--name", "t", "--results", str(tmp_path)]) == 0
     table = json.loads((tmp_path / "survey_tuning_t.json").read_text())
     rows = {(r["setting"], r["value"]): r for r in table["rows"]}
-    assert set(rows) == {("default", None), ("graph_seeds", 0)}
+    assert set(rows) == {("default", None), ("graph_seeds", 0), ("papers_per_subsection", 1)}
     base = table["meta"]["baseline_reference_recall"]
-    assert base > 0 and table["meta"]["part"] == "test" and table["meta"]["defaults"] == {"graph_seeds": 20}
+    assert base > 0 and table["meta"]["part"] == "test"
+    assert table["meta"]["defaults"] == {"graph_seeds": 20, "papers_per_subsection": 4}
     for r in rows.values():
         assert r["hold_outs"] == 2 and r["fabricated"] == 0
-        assert r["ratio"] == pytest.approx(r["reference_recall"] / base)
+        assert r["ratio"] == pytest.approx(r["reference_recall"] / r["baseline_recall"])
+    # a graft-only setting shares the default's baseline; a shared one reruns it (fewer papers cited)
+    assert rows[("graph_seeds", 0)]["baseline_recall"] == base
+    assert rows[("papers_per_subsection", 1)]["baseline_recall"] < base
     assert "| graph_seeds | 0 |" in (tmp_path / "survey_tuning_t.md").read_text()

@@ -1,6 +1,7 @@
 """Tuning the survey writer on a split's survey dev hold-outs: reference recall of graft-survey
 with its default settings and with one setting changed at a time, against the baseline writer
-(dense retrieval, no rerank, no verification) on the same hold-outs.
+(dense retrieval, no rerank, no verification) on the same hold-outs, with the same settings where
+the two writers share them.
 
 Each variant writes a whole survey per hold-out (as `graft eval run --suite survey` does, as of the
 hold-out's year), so a variant costs what one suite run costs. Tune on `--part dev`; the `test`
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.runner import build_settings, corpus_name
     from eval.splits import read_split
-    from eval.survey_suite import recall_ratio, survey_suite
+    from eval.survey_suite import recall_ratio, survey_suite, system_config
     from graft.index import Index
     from graft.manifest import library_versions
     from graft.survey.config import SurveyConfig
@@ -101,11 +102,22 @@ def main(argv: list[str] | None = None) -> int:
         return res["per_query"][system]
 
     rows: list[dict[str, Any]] = []
+    baselines: list[tuple[Any, list[float]]] = []  # (the baseline's effective settings, its recalls)
+
+    def baseline_for(config: SurveyConfig, out: Path) -> list[float]:
+        """The baseline under `config`'s shared settings (pool, sections, ...), run once per distinct one."""
+        effective = system_config("baseline-survey", config)
+        for seen, recall in baselines:
+            if seen == effective:
+                return recall
+        recall = [r["reference_recall"] for r in run("baseline-survey", config, out)]
+        baselines.append((effective, recall))
+        return recall
+
     with tempfile.TemporaryDirectory(prefix="survey-tuning-") as tmp:
-        baseline = run("baseline-survey", base, Path(tmp) / "baseline")
-        base_recall = [r["reference_recall"] for r in baseline]
         for setting, value in [("default", None), *variants]:
             config = base if setting == "default" else dataclasses.replace(base, **{setting: value})
+            base_recall = baseline_for(config, Path(tmp) / f"baseline-{setting}-{value}")
             per = run("graft-survey", config, Path(tmp) / f"{setting}-{value}")
             recall = [r["reference_recall"] for r in per]
             cmp = recall_ratio(recall, base_recall)
@@ -114,13 +126,14 @@ def main(argv: list[str] | None = None) -> int:
                          "reference_recall": sum(recall) / n,
                          "reference_precision": sum(r["reference_precision"] for r in per) / n,
                          "fabricated": sum(r["fabricated_references"] for r in per),
+                         "baseline_recall": sum(base_recall) / n,
                          "ratio": cmp["ratio"], "low": cmp["low"], "high": cmp["high"],
                          "wins": cmp["wins"], "ties": cmp["ties"], "losses": cmp["losses"],
                          "seconds": sum(r["seconds"] for r in per) / n})
             print(f"{setting}={value}: recall {rows[-1]['reference_recall']:.3f} ratio {cmp['ratio']:.2f}",
                   flush=True)
 
-    base_mean = sum(base_recall) / len(base_recall)
+    base_mean = rows[0]["baseline_recall"]
     command = "python -m eval.benchmarks.survey_tuning " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command, "date": dt.date.today().isoformat(), "split": str(split_dir),
             "corpus_hash": split["corpus_hash"], "part": args.part, "index": str(index_dir),
@@ -130,18 +143,19 @@ def main(argv: list[str] | None = None) -> int:
         f"# Survey writer settings on the {args.part} hold-outs — {name}", "",
         f"Command: `{command}`  ",
         f"Date: {meta['date']} · corpus hash `{split['corpus_hash'][:16]}` · part {args.part} · "
-        f"{len(base_recall)} hold-outs · title weight {meta['build']['title_weight']}", "",
-        f"Baseline writer (dense, no rerank, no verification): reference recall {base_mean:.3f}.", "",
-        "| setting | value | ref. recall | ref. precision | fabricated | ratio to baseline | 95% interval "
-        "| higher / equal / lower | s per survey |",
-        "|---|---|---:|---:|---:|---:|---|---|---:|",
+        f"{rows[0]['hold_outs']} hold-outs · title weight {meta['build']['title_weight']}", "",
+        "| setting | value | ref. recall | ref. precision | fabricated | baseline recall | ratio to baseline "
+        "| 95% interval | higher / equal / lower | s per survey |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---:|",
     ]
     for r in rows:
         value = "—" if r["value"] is None else str(r["value"])
         lines.append(f"| {r['setting']} | {value} | {r['reference_recall']:.3f} | {r['reference_precision']:.3f} "
-                     f"| {r['fabricated']} | {r['ratio']:.2f} | {r['low']:.2f}–{r['high']:.2f} "
+                     f"| {r['fabricated']} | {r['baseline_recall']:.3f} | {r['ratio']:.2f} | {r['low']:.2f}–{r['high']:.2f} "
                      f"| {r['wins']} / {r['ties']} / {r['losses']} | {r['seconds']:.1f} |")
     lines += ["", "- default = `SurveyConfig()`'s settings; each other row changes one setting of it",
+              "- baseline: the AutoSurvey-like writer (dense retrieval, no rerank, no verification) with the row's "
+              "settings where it shares them (pool, outline sizes, retrieval depth), so it is rerun when they change",
               "- ratio: graft-survey's mean reference recall over the baseline's, paired bootstrap interval "
               "(2000 resamples of the hold-outs)"]
     write_tables(args.results, f"survey_tuning_{name}", meta, rows, lines)
