@@ -451,3 +451,36 @@ def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tm
     assert by[(0.7, "full graphs (teacher)")]["R@20"] == pytest.approx(own["R@20"], abs=1e-9)
     assert saved["meta"]["queries"] == len(queries) and saved["meta"]["index_title_weight"] == 0.7
     assert "| 0.7 | facet-only graphs (beta = 0) |" in (tmp_path / "title_weight_slice.md").read_text()
+
+
+def test_text_coupling_benchmark_rows(built, encoder, tmp_path) -> None:
+    """eval/benchmarks/text_coupling.py: in-corpus papers posed as text-only queries, the teacher with
+    the beta half of their rows filled three ways, and dense retrieval recomputed here by hand."""
+    from eval.benchmarks.text_coupling import main
+    from eval.metrics import recall_at
+
+    _, split = built
+    assert main(["--split", str(split), "--part", "test", "--limit", "12", "--feedback", "5",
+                 "--neighbours", "10", "--name", "slice", "--results", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "text_coupling_slice.json").read_text())
+    by = {r["rows"]: r for r in saved["rows"]}
+    assert set(by) == {"dense (title + abstract)", "text only", "pseudo-references R = 5", "text coupling M = 10"}
+    assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in saved["rows"])
+    assert by["text only"]["R@20 / text only"] == pytest.approx(1.0)
+    # the dense row: cosine of title + abstract embeddings, the query paper itself never returned
+    idx = Index.open(split / "index")
+    qrels = read_qrels(split / "incorpus" / "qrels.txt")
+    queries = [r for r in read_queries(split, "incorpus", part="test") if qrels.get(r["qid"])]
+    queries = sorted(queries, key=lambda r: r["qid"])[:12]
+    p = idx.papers
+    vecs = encoder.encode([f"{t}. {a}" for t, a in zip(p["title"].to_list(), p["abstract"].to_list())])
+    recalls = []
+    for q in queries:
+        node = idx.row_of[q["paper_id"]]
+        sims = vecs @ vecs[node]
+        sims[node] = -np.inf
+        ranked = [idx.paper_ids[i] for i in np.argsort(-sims, kind="stable")[:50]]
+        recalls.append(recall_at(ranked, qrels[q["qid"]], 50))
+    assert saved["meta"]["queries"] == len(queries) == 12
+    assert by["dense (title + abstract)"]["R@50"] == pytest.approx(float(np.mean(recalls)), abs=1e-6)
+    assert "| text coupling M = 10 |" in (tmp_path / "text_coupling_slice.md").read_text()

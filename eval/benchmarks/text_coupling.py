@@ -1,0 +1,172 @@
+"""Text-only queries: what a stand-in for the missing citation half of their edge rows is worth.
+
+A paper outside the corpus (`graft query --text/--record` without references, the out-of-corpus
+suite) has no citation links, so its facet edge rows carry only alpha * s_f(q, j) and their beta
+half is zero. This benchmark poses a split's in-corpus papers as text-only queries (their own facet
+item vectors, no references, the paper itself never returned; gold = its citation neighbours) and
+scores the graph teacher with the beta half filled in three ways:
+
+- `text only`: zero, as `graphbuild.external.ExternalScorer` scores a new paper;
+- `pseudo-references R`: bibliographic coupling (`external_citation_row`) with the teacher's own
+  first R papers taken as the query's references (pseudo-relevance feedback);
+- `text coupling M`: the cosine of title + abstract embeddings (the index's encoder, as the dense
+  baseline) with the query's M nearest papers, clipped to [0, 1];
+
+and `dense` (that cosine alone) for reference. The query papers sit in the graph, so their own
+citations shaped their neighbours' edges: compare rows with each other, not with the
+out-of-corpus tables. Tune on `dev`.
+
+    python -m eval.benchmarks.text_coupling --split SPLITDIR [--part dev] [--limit N] \\
+        [--feedback 10,20] [--neighbours 20,100] [--name cs768]
+
+Writes eval/results/text_coupling_{name}.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from eval.benchmarks.split_queries import add_split_arguments, open_split_queries, write_tables  # noqa: E402
+
+
+def _ints(text: str, flag: str, ap: argparse.ArgumentParser) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if any(v < 1 for v in values):
+        values = []
+    if not values and text.strip():
+        ap.error(f"{flag} takes comma-separated integers >= 1, got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--feedback", default="10,20", help="pseudo-reference counts R (comma-separated)")
+    ap.add_argument("--neighbours", default="20,100", help="text-coupling neighbour counts M (comma-separated)")
+    add_split_arguments(ap, table="text_coupling", part="dev")
+    args = ap.parse_args(argv)
+    feedback, neighbours = _ints(args.feedback, "--feedback", ap), _ints(args.neighbours, "--neighbours", ap)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import scipy.sparse as sp
+
+    from eval.benchmarks.distill_ceiling import mean_recalls
+    from eval.metrics import KS
+    from eval.runner import corpus_name
+    from graft.facets import FACETS
+    from graphbuild.citations import external_citation_row
+    from graphbuild.external import ExternalScorer
+    from graphbuild.graph import external_facet_row
+    from graphbuild.similarity import group_items
+
+    opened = open_split_queries(args)
+    split, idx, queries, gold = opened.split, opened.index, opened.rows, opened.gold
+    scorer = ExternalScorer(idx)
+    vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
+    owner, facet_col = idx.item_rows, idx.facets["facet"].to_numpy()
+    wider = replace(scorer.params, top_k=scorer.params.top_k + 1)  # room for the query paper itself
+    n, k_out = idx.n, max(KS)
+
+    def rows_for(node: int, cite: Any) -> dict[str, Any]:
+        """The node's text-only rows (its own item vectors against the corpus, itself dropped)."""
+        out = {}
+        for facet in FACETS:
+            mine = (owner == node) & (facet_col == facet)
+            query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), vectors[mine], 1)
+            row = external_facet_row(query, scorer.items[facet], cite, wider).tocoo()
+            keep = row.col != node
+            cols, w = row.col[keep], row.data[keep]
+            top = np.argsort(-w, kind="stable")[: scorer.params.top_k]
+            out[facet] = sp.csr_matrix((w[top], (np.zeros(len(top), dtype=np.int64), cols[top])), shape=(1, n))
+        return out
+
+    def ranked(rows: dict[str, Any], node: int) -> list[int]:
+        return [idx.row_of[h.paper_id] for h in idx.query_rows(rows, k=k_out, exclude={node}).hits]
+
+    t0 = time.perf_counter()
+    papers = idx.papers
+    texts = [f"{t}. {a}" for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
+    dense = np.asarray(scorer.encoder.encode(texts), dtype=np.float32)
+    encode_s = round(time.perf_counter() - t0, 1)
+    print(f"embedded {n:,} titles + abstracts in {encode_s} s", file=sys.stderr, flush=True)
+
+    empty = sp.csr_matrix((1, n), dtype=np.float32)
+    runs: dict[str, dict[str, list[int]]] = {}
+    seconds: dict[str, float] = {}
+
+    def record(label: str, qid: str, node: int, cite: Any | None) -> list[int]:
+        """One query's ranking under one way of filling the beta half (None = dense alone), timed."""
+        t = time.perf_counter()
+        if cite is None:
+            sims = dense @ dense[node]
+            sims[node] = -np.inf
+            out = np.argsort(-sims, kind="stable")[:k_out].tolist()
+        else:
+            out = ranked(rows_for(node, cite), node)
+        runs.setdefault(label, {})[qid] = out
+        seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t
+        return out
+
+    for qid, node in queries.items():
+        record("dense (title + abstract)", qid, node, None)
+        first = record("text only", qid, node, empty)
+        for r in feedback:
+            cite = external_citation_row(idx.citation_matrix, np.asarray(first[:r], dtype=np.int64),
+                                         scorer.coupling_row_log)
+            record(f"pseudo-references R = {r}", qid, node, cite)
+        sims = dense @ dense[node]
+        sims[node] = -np.inf
+        order = np.argsort(-sims, kind="stable")
+        for m in neighbours:
+            top = order[:m]
+            cite = sp.csr_matrix((np.clip(sims[top], 0.0, 1.0).astype(np.float32),
+                                  (np.zeros(len(top), dtype=np.int64), top)), shape=(1, n))
+            record(f"text coupling M = {m}", qid, node, cite)
+
+    table = [{"rows": label, **mean_recalls(run, gold), "seconds": round(seconds[label], 1)}
+             for label, run in runs.items()]
+    base = next(r["R@20"] for r in table if r["rows"] == "text only")
+    for r in table:
+        r["R@20 / text only"] = r["R@20"] / base if base else float("nan")
+    name = args.name or corpus_name(split)
+    command = "python -m eval.benchmarks.text_coupling " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": split.get("corpus_hash"),
+            "index": str(opened.index_dir), "queries": len(queries), "part": args.part,
+            "encoder": scorer.encoder.name, "encode_seconds": encode_s, "alpha": scorer.params.alpha,
+            "beta": scorer.params.beta, "top_k": scorer.params.top_k}
+    lines = [f"# Text-only queries: the citation half of their edge rows — {name}", "",
+             f"Command: `{command}`  ",
+             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(queries)} in-corpus "
+             f"{args.part} papers posed as text-only queries · encoder {scorer.encoder.name} · "
+             f"alpha {scorer.params.alpha} · beta {scorer.params.beta} · top-K {scorer.params.top_k}", "",
+             "| rows of the query (graph teacher) | R@20 | R@50 | R@20 / text only | seconds |",
+             "|---|---:|---:|---:|---:|"]
+    for r in table:
+        lines.append(f"| {r['rows']} | {r['R@20']:.3f} | {r['R@50']:.3f} | {r['R@20 / text only']:.2f} | "
+                     f"{r['seconds']} |")
+    lines += ["", "- text only: beta half zero (how a paper outside the corpus is scored); pseudo-references: "
+              "beta half = bibliographic coupling with the teacher's first R papers; text coupling: beta half "
+              "= clipped title + abstract cosine with the M nearest papers; dense: that cosine alone",
+              "- the query papers are in the graph (their citations shaped their neighbours' edges): compare "
+              "the rows with each other, not with the out-of-corpus tables"]
+    write_tables(args.results, f"text_coupling_{name}", meta, table, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
