@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,11 +95,10 @@ def facet_only_graphs(index: Index) -> dict[str, sp.csr_matrix]:
     same top-K and candidate settings as its build."""
     from graphbuild.build import BuildConfig, facet_graphs
     from graphbuild.citations import citation_signals
-    from graphbuild.graph import GraphParams
 
     config = BuildConfig.from_manifest(index.manifest)
     a = index.citation_matrix
-    params = GraphParams(top_k=config.top_k, alpha=1.0, beta=0.0, n_candidates=config.n_candidates)
+    params = replace(config.graph_params(), alpha=1.0, beta=0.0)
     return facet_graphs(index.item_rows, index.facets["facet"].to_numpy(),
                         np.asarray(index.item_embeddings, dtype=np.float32), a,
                         citation_signals(a, config.citation_rescale), params)

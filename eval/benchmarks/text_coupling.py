@@ -109,34 +109,30 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, list[int]]] = {}
     seconds: dict[str, float] = {}
 
-    def record(label: str, qid: str, node: int, cite: Any | None) -> list[int]:
-        """One query's ranking under one way of filling the beta half (None = dense alone), timed."""
-        t = time.perf_counter()
-        if cite is None:
-            sims = dense @ dense[node]
-            sims[node] = -np.inf
-            out = np.argsort(-sims, kind="stable")[:k_out].tolist()
-        else:
-            out = ranked(rows_for(node, cite), node)
-        runs.setdefault(label, {})[qid] = out
-        seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t
-        return out
+    def record(label: str, qid: str, ranking: list[int], started: float) -> list[int]:
+        runs.setdefault(label, {})[qid] = ranking
+        seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - started
+        return ranking
 
     for qid, node in queries.items():
-        record("dense (title + abstract)", qid, node, None)
-        first = record("text only", qid, node, empty)
-        for r in feedback:
-            cite = external_citation_row(idx.citation_matrix, np.asarray(first[:r], dtype=np.int64),
-                                         scorer.coupling_row_log)
-            record(f"pseudo-references R = {r}", qid, node, cite)
-        sims = dense @ dense[node]
+        t = time.perf_counter()
+        sims = dense @ dense[node]  # the query's title + abstract cosine with every paper: dense, text coupling
         sims[node] = -np.inf
         order = np.argsort(-sims, kind="stable")
+        record("dense (title + abstract)", qid, order[:k_out].tolist(), t)
+        t = time.perf_counter()
+        first = record("text only", qid, ranked(rows_for(node, empty), node), t)
+        for r in feedback:
+            t = time.perf_counter()
+            cite = external_citation_row(idx.citation_matrix, np.asarray(first[:r], dtype=np.int64),
+                                         scorer.coupling_row_log)
+            record(f"pseudo-references R = {r}", qid, ranked(rows_for(node, cite), node), t)
         for m in neighbours:
+            t = time.perf_counter()
             top = order[:m]
             cite = sp.csr_matrix((np.clip(sims[top], 0.0, 1.0).astype(np.float32),
                                   (np.zeros(len(top), dtype=np.int64), top)), shape=(1, n))
-            record(f"text coupling M = {m}", qid, node, cite)
+            record(f"text coupling M = {m}", qid, ranked(rows_for(node, cite), node), t)
 
     table = [{"rows": label, **mean_recalls(run, gold), "seconds": round(seconds[label], 1)}
              for label, run in runs.items()]
