@@ -145,6 +145,9 @@ def query(
     fusion: str | None = typer.Option(None, "--fusion", help="graph-rrf or rrf (graft; the teacher uses rrf)."),
     k: int = typer.Option(20, "--k", help="Results to return."),
     beams: int = typer.Option(20, "--beams", help="Beams per facet item (graft retriever)."),
+    text_neighbours: int = typer.Option(10, "--text-neighbours",
+                                        help="Teacher, a paper without references into the corpus: its N nearest "
+                                             "papers by title + abstract stand in for its citations (0 = off)."),
     as_json: bool = typer.Option(False, "--json", help="Print results as a JSON list."),
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
@@ -177,7 +180,9 @@ def query(
                 if fusion not in (None, "rrf"):
                     raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
                 if "scorer" not in outside:
-                    outside["scorer"] = ExternalScorer(idx)
+                    outside["scorer"] = ExternalScorer(idx, text_neighbours=text_neighbours)
+                    if outside["scorer"].text_coupling_off and text_neighbours and not as_json:
+                        err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
                 rows, _ = outside["scorer"].rows(rec)
                 return idx.query_rows(rows, query_id=qid, k=k), heading
             if "facets" not in outside:

@@ -12,12 +12,14 @@ import typer
 DEMO_TOPIC = "summarization of scientific documents"
 
 
-def survey_tools(index: Any, encoder: Any = None) -> Any:
-    """`QueryTools` for an index: its encoder, the out-of-corpus edge-row scorer and facet extractor."""
+def survey_tools(index: Any, encoder: Any = None, text_neighbours: int | None = None) -> Any:
+    """`QueryTools` for an index: its encoder, the out-of-corpus edge-row scorer (text coupling with
+    `text_neighbours` papers; the scorer's default when None) and facet extractor."""
     from graft.survey.retrieve import QueryTools
     from graphbuild.external import ExternalScorer
 
-    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder))
+    extra = {} if text_neighbours is None else {"text_neighbours": text_neighbours}
+    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder, **extra))
 
 
 def resolve_local_model(model: str | None) -> str:
@@ -45,7 +47,7 @@ def run_survey(index_dir: str | Path, topic: str, out: str | Path, config: Any =
     if config.llm == "local":
         config = replace(config, model=resolve_local_model(config.model))
     idx = Index.open(index_dir)
-    return write_survey(idx, topic, out, config, reporter, tools=survey_tools(idx, encoder))
+    return write_survey(idx, topic, out, config, reporter, tools=survey_tools(idx, encoder, config.text_neighbours))
 
 
 def demo_survey(index_dir: str | Path, reporter: Any = None, console: Any = None, *,
@@ -111,6 +113,9 @@ def survey(
     graph_seeds: int = typer.Option(20, "--graph-seeds",
                                     help="Widen graph retrievals through the citation ties of their best N papers "
                                          "(0 = off)."),
+    text_neighbours: int = typer.Option(10, "--text-neighbours",
+                                        help="Teacher: the N papers nearest a description by title + abstract "
+                                             "stand in for its citations (0 = off)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
     concurrency: int = typer.Option(4, "--concurrency", help="Subsections written / LLM requests at once."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -125,7 +130,7 @@ def survey(
     try:
         config = SurveyConfig(llm=llm, model=model, base_url=base_url, api_key_env=api_key_env, sections=sections,
                               subsections=subsections, verify_rounds=verify_rounds, retriever=retriever,
-                              graph_seeds=graph_seeds, until_year=until_year, max_concurrency=concurrency)
+                              graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year, max_concurrency=concurrency)
         result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json))
     except (GraftError, ValueError) as exc:
         _fail(exc)

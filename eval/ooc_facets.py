@@ -11,7 +11,7 @@ File format (JSON lines): a header `{"format", "version", "key", "created"}`, th
 query, sorted by qid: `{"qid", "text_sha", "facets": {facet: [items]}, "rows": {facet: [[column
 indices], [weights]]}}`. The key names what the entries depend on: the index's corpus hash and the
 graph settings of its build (top-K, alpha, beta, candidates, citation rescaling, title weight), the
-extractor and its settings, and the encoder. A file with another key is stale and rebuilt whole; an entry whose
+extractor and its settings, the encoder, and the text coupling of the rows (`text_neighbours`). A file with another key is stale and rebuilt whole; an entry whose
 query text changed (`text_sha`) is recomputed. Weights are float32 values written as JSON floats,
 which read back bit for bit.
 """
@@ -57,7 +57,7 @@ def text_sha(title: str, abstract: str) -> str:
 
 
 def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dict[str, Any],
-              encoder: str) -> dict[str, Any]:
+              encoder: str, text_neighbours: int) -> dict[str, Any]:
     """What the cached entries depend on.
 
     Args:
@@ -65,6 +65,7 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
         extractor: the facet extractor's name (`heuristic`).
         extractor_config: its settings.
         encoder: the sentence encoder's name (`all-MiniLM-L6-v2` or a local folder).
+        text_neighbours: M of the rows' text coupling (`graphbuild.external.TEXT_NEIGHBOURS`; 0 = none).
     Returns:
         The key written into, and compared with, the file's header.
     """
@@ -74,19 +75,23 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
     graph = {k: getattr(build, k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale",
                                             "title_weight")}
     return {"corpus_hash": manifest.get("corpus_hash"), "graph": graph, "extractor": extractor,
-            "extractor_config": extractor_config, "encoder": encoder}
+            "extractor_config": extractor_config, "encoder": encoder, "text_neighbours": text_neighbours}
 
 
 def default_key(manifest: dict[str, Any], encoder_name: str | None = None) -> dict[str, Any]:
     """The key of entries made as `ExternalScorer` makes them for this index: the heuristic extractor
-    with its default settings and the index's embedding model (or `encoder_name`). Computed
-    without loading the encoder."""
+    with its default settings, the index's embedding model (or `encoder_name`) and the default text
+    coupling where the build wrote paper embeddings (none where it predates them). Computed from
+    the manifest, without loading the encoder or the index's files."""
     from graphbuild.embeddings import model_name
+    from graphbuild.external import TEXT_NEIGHBOURS
     from graphbuild.facets_heuristic import HeuristicConfig, HeuristicFacetExtractor
 
-    build = manifest.get("stages", {}).get("build", {}).get("config", {})
+    build = manifest.get("stages", {}).get("build", {})
+    papers = bool((build.get("counts") or {}).get("paper_embeddings"))
     return cache_key(manifest, extractor=HeuristicFacetExtractor.name, extractor_config=asdict(HeuristicConfig()),
-                     encoder=encoder_name or model_name(build.get("embedding_model")))
+                     encoder=encoder_name or model_name((build.get("config") or {}).get("embedding_model")),
+                     text_neighbours=TEXT_NEIGHBOURS if papers else 0)
 
 
 def _row_json(row: sp.csr_matrix) -> list[list[Any]]:

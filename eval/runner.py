@@ -377,7 +377,9 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
     if m.get("build"):
         b = m["build"]
         lines.append(f"Index build: {b['extractor']} facets · top-K {b['top_k']} · alpha {b['alpha']} · "
-                     f"beta {b['beta']} · title weight {b['title_weight']}  ")
+                     f"beta {b['beta']} · title weight {b['title_weight']}"
+                     + (f" · out-of-corpus rows: text coupling with {m['text_neighbours']} nearest papers"
+                        if m.get("text_neighbours") else "") + "  ")
     lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items())), ""]
     lines += markdown_table(table["rows"])
     lines += [""] + [f"- {n}" for n in table["notes"]]
@@ -502,6 +504,7 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         "corpus_hash": split["corpus_hash"],
         "papers": index.n,
         "build": build_settings(index),
+        "text_neighbours": ctx.ooc_key["text_neighbours"] if suite in ("ooc", "attribution") else None,
         "queries": body.get("queries"),
         "qrels": body.get("qrels"),
         "part": options.part,

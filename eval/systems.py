@@ -11,9 +11,11 @@
 | graft-rrf | the same with plain RRF | the same with plain RRF |
 | graft-naive | graph-RRF with a model trained on naive pairs (`naive_index`) | likewise |
 
-Out-of-corpus queries never carry their references: `ExternalScorer.rows` adds a citation term only
-from a record's `references`, and the records built here have none, so every out-of-corpus system
-sees the query's text alone. Their facet items and edge rows are extracted once, in batches, and kept
+Out-of-corpus queries never carry their references: `ExternalScorer.rows` scores bibliographic
+coupling only from a record's `references`, and the records built here have none, so every
+out-of-corpus system sees the query's text alone; the teacher's rows fill their citation half with
+text coupling (the clipped title + abstract cosine with the query's nearest corpus papers,
+`graphbuild.external.text_coupling_row`). Their facet items and edge rows are extracted once, in batches, and kept
 in `SPLITDIR/ooc/facets.jsonl` (`eval.ooc_facets`), so the generative systems, the teacher walks and
 the attribution checks of later runs read them without the sentence encoder.
 
@@ -40,6 +42,7 @@ from graft.errors import GraftError
 from graft.index import Index
 from graft.progress import Reporter
 from graft.results import QueryResult
+from graft.text import paper_text
 
 if TYPE_CHECKING:
     from eval.ooc_facets import OocEntry
@@ -68,7 +71,7 @@ class EvalQuery:
 
     @property
     def text(self) -> str:
-        return f"{self.title}. {self.abstract}"
+        return paper_text(self.title, self.abstract)
 
     def record(self) -> dict[str, Any]:
         """The query as a paper record with no references (no access to the gold)."""
@@ -149,7 +152,14 @@ class EvalContext:
     @cached_property
     def texts(self) -> list[str]:
         p = self.index.papers
-        return [f"{t}. {a}" for t, a in zip(p["title"].to_list(), p["abstract"].to_list())]
+        return [paper_text(t, a) for t, a in zip(p["title"].to_list(), p["abstract"].to_list())]
+
+    @cached_property
+    def paper_vectors(self) -> np.ndarray:
+        """Title + abstract embeddings of the corpus: the build's `embeddings/papers.npy`, or encoded
+        here for an index built before it wrote them."""
+        stored = self.index.paper_embeddings
+        return np.asarray(stored if stored is not None else self.encoder.encode(self.texts), dtype=np.float32)
 
     @cached_property
     def scorer(self) -> Any:
@@ -290,7 +300,7 @@ def _bm25(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], N
 
 def _dense(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
     idx = ctx.index
-    x = ctx.encoder.encode(ctx.texts)
+    x = ctx.paper_vectors
     ooc = [q for q in queries if not q.in_corpus]
     qvec = dict(zip([q.qid for q in ooc], ctx.encoder.encode([q.text for q in ooc]))) if ooc else {}
     out = SystemRun()

@@ -87,6 +87,13 @@ class Index:
         return np.load(path, mmap_mode="r")
 
     @cached_property
+    def paper_embeddings(self) -> np.ndarray | None:
+        """Title + abstract embeddings of the papers (memory-mapped unit rows in node order,
+        `embeddings/papers.npy`), or None for an index built before the build wrote them."""
+        path = self.path / "embeddings" / "papers.npy"
+        return np.load(path, mmap_mode="r") if path.is_file() else None
+
+    @cached_property
     def item_rows(self) -> np.ndarray:
         """Node index of the paper owning each `facets` row (aligned with `item_embeddings`)."""
         return np.array([self.row_of[p] for p in self.facets["paper_id"].to_list()], dtype=np.int64)

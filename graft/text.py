@@ -31,6 +31,16 @@ def split_sentences(text: str) -> list[str]:
     return [p for p in pieces if p]
 
 
+def paper_text(title: str | None, abstract: str | None) -> str:
+    """A paper's title and abstract as one text, `"Title. Abstract"`, as its title + abstract
+    embedding (`embeddings/papers.npy`, the dense baseline) reads it; one of them alone when the other
+    is empty or repeats it (a topic posed as a record has the same text in both)."""
+    title, abstract = " ".join(str(title or "").split()), " ".join(str(abstract or "").split())
+    if not title or title == abstract:
+        return abstract
+    return f"{title}. {abstract}" if abstract else title
+
+
 _PUNCT_FOLD = re.compile(r"[^\w\s]+", flags=re.UNICODE)
 
 

@@ -16,7 +16,7 @@ from graft.facets import FACETS, FacetItems
 from graft.manifest import manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
 from graft.store import read_json, write_json, write_npy, write_npz, write_parquet
-from graft.text import normalize_text
+from graft.text import normalize_text, paper_text
 from graphbuild.citations import (
     RESCALE_MODES,
     CitationSignals,
@@ -115,6 +115,11 @@ def facets_table(paper_ids: list[str], facets: list[FacetItems]) -> pl.DataFrame
                 rows["docid"].append(normalize_text(text))
     return pl.DataFrame(rows, schema={"paper_id": pl.Utf8, "facet": pl.Utf8, "item_idx": pl.Int32,
                                       "text": pl.Utf8, "docid": pl.Utf8})
+
+
+def paper_texts(papers: pl.DataFrame) -> list[str]:
+    """`"Title. Abstract"` of each paper (`graft.text.paper_text`), in row order."""
+    return [paper_text(t, a) for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
 
 
 def papers_table(corpus: Corpus, a: sp.csr_matrix) -> pl.DataFrame:
@@ -218,6 +223,10 @@ def build_index(
         vectors = in_context(encoder, alone, [title_of[p] for p in table["paper_id"].to_list()],
                              config.title_weight)
 
+    with reporter.stage("embed papers", total=n, unit="papers") as adv:
+        # title + abstract per paper: text-only queries' stand-in for citation coupling, the dense baseline
+        papers_vec = np.asarray(encoder.encode(paper_texts(corpus.papers), progress=adv), dtype=np.float32)
+
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
@@ -237,12 +246,13 @@ def build_index(
         write_parquet(out / "citations.parquet", cites)
         write_parquet(out / "facets.parquet", table)
         write_npy(out / "embeddings" / "items.npy", vectors.astype(config.embedding_dtype))
+        write_npy(out / "embeddings" / "papers.npy", papers_vec.astype(config.embedding_dtype))
         if config.title_weight > 0:
             write_npy(out / "embeddings" / "items_alone.npy", alone.astype(config.embedding_dtype))
         for facet, g in graphs.items():
             write_npz(out / "graph" / f"{facet}.npz", g)
         write_npz(out / "graph" / "citation.npz", signals.score)
-        adv(5 + len(graphs))
+        adv(6 + len(graphs) + (config.title_weight > 0))
 
     has_in = {f: float((np.asarray((g > 0).sum(axis=0)).ravel() > 0).mean()) if n else 0.0
               for f, g in graphs.items()}
@@ -253,6 +263,7 @@ def build_index(
         "facet_items": {f: int((facet_col == f).sum()) for f in FACETS},
         "edges": {f: int(g.nnz) for f, g in graphs.items()},
         "share_with_incoming_edge": has_in,
+        "paper_embeddings": int(papers_vec.shape[0]),
         "coupling_pairs": signals.n_coupling_pairs,
         "cocitation_pairs": signals.n_cocitation_pairs,
         "skipped_records": len(corpus.report.skipped),

@@ -19,6 +19,38 @@ from graphbuild.embeddings import embed_items
 from graphbuild.graph import GraphParams, external_facet_row
 from graphbuild.similarity import group_items
 
+#: Papers nearest by title + abstract whose clipped cosine fills the citation half (beta) of the edge
+#: rows of a paper with no references into the corpus ("text coupling"); 0 leaves that half zero.
+#: Chosen on cs768's dev papers posed as text-only queries (eval/results/text_coupling_cs768.md).
+TEXT_NEIGHBOURS = 10
+
+
+def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
+                      exclude: int | None = None) -> sp.csr_matrix:
+    """A text-only paper's stand-in for its citation score row (1 x n): the cosine of its title +
+    abstract embedding with its `m` nearest corpus papers, clipped to [0, 1], zero elsewhere.
+
+    A paper outside the corpus that lists no references has no bibliographic coupling with any
+    corpus paper; the papers it reads most like are the ones it would most likely share references with.
+
+    Args:
+        paper_vectors: (n, d) unit rows, the corpus's title + abstract embeddings (`embeddings/papers.npy`).
+        query: (d,) unit vector of the paper's own title + abstract, same encoder.
+        m: neighbours kept (0 = an empty row).
+        exclude: a row never taken as a neighbour (the paper itself, when it is in the corpus).
+    """
+    n = paper_vectors.shape[0]
+    if m <= 0 or n == 0:
+        return sp.csr_matrix((1, n), dtype=np.float32)
+    sims = np.asarray(paper_vectors @ np.asarray(query, dtype=np.float32), dtype=np.float32)
+    if exclude is not None:
+        sims[exclude] = -np.inf
+    order = np.lexsort((np.arange(n), -sims))[:m]
+    order = order[np.isfinite(sims[order]) & (sims[order] > 0)]
+    cols = np.sort(order)
+    return sp.csr_matrix((np.clip(sims[cols], 0.0, 1.0), (np.zeros(len(cols), dtype=np.int64), cols)),
+                         shape=(1, n), dtype=np.float32)
+
 
 def record_from_text(text: str) -> dict[str, Any]:
     """`"Title. Abstract..."` -> a record: the first sentence is the title, the rest the abstract."""
@@ -92,9 +124,24 @@ class RecordFacets:
 
 
 class ExternalScorer:
-    """Scores new papers against an index: extracts facets, embeds items, builds top-K rows."""
+    """Scores new papers against an index: extracts facets, embeds items, builds top-K rows.
 
-    def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None) -> None:
+    A row's weight is alpha * s_f + beta * c, as in the graph. The citation score c of a new paper is
+    its bibliographic coupling with corpus papers through its `references`; a paper that lists none
+    in the corpus gets text coupling instead (`text_coupling_row` with its `text_neighbours` nearest
+    papers by title + abstract), or c = 0 when `text_neighbours` is 0 or the index predates
+    `embeddings/papers.npy` (`text_coupling` says which applies).
+
+    Args:
+        index: the opened index.
+        encoder / extractor: already loaded ones to reuse; built from the index's build config otherwise.
+        text_neighbours: M of text coupling (default `TEXT_NEIGHBOURS`; 0 = off).
+    """
+
+    def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None,
+                 text_neighbours: int = TEXT_NEIGHBOURS) -> None:
+        if text_neighbours < 0:
+            raise InputValidationError(f"text_neighbours must be >= 0, got {text_neighbours}")
         self.index = index
         self.facets_of = RecordFacets(index, encoder=encoder, extractor=extractor)
         self.config = self.facets_of.config
@@ -105,11 +152,24 @@ class ExternalScorer:
         vectors = np.asarray(index.item_embeddings, dtype=np.float32)
         self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)
         self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}
+        papers = index.paper_embeddings if text_neighbours > 0 else None
+        self.paper_vectors = None if papers is None else np.asarray(papers, dtype=np.float32)
+        #: M of text coupling in effect: 0 when switched off or the index has no paper embeddings
+        self.text_neighbours = text_neighbours if self.paper_vectors is not None else 0
+        #: why text-only papers get no text coupling, or None when they do
+        self.text_coupling_off = (None if self.text_neighbours else
+                                  "text_neighbours = 0" if text_neighbours == 0 else
+                                  f"index '{index.path}' has no embeddings/papers.npy (rebuild it with "
+                                  "`graft build` to add them)")
+
+    @property
+    def text_coupling(self) -> dict[str, Any]:
+        """What text-only papers' citation half is made of (recorded with the rows it made)."""
+        return {"text_neighbours": self.text_neighbours, "off": self.text_coupling_off}
 
     def rows(self, record: dict[str, Any]) -> tuple[dict[str, sp.csr_matrix], FacetItems]:
         """Facet edge rows (1 x n each) of a new paper and the facet items they came from."""
-        facets = self.facets_of(record)
-        return self._rows_for(record, facets, self.embed_items([record], [facets])[0]), facets
+        return self.rows_many([record])[0]
 
     def embed_items(self, records: list[dict[str, Any]], facets: list[FacetItems]) -> list[dict[str, np.ndarray]]:
         """Embeddings of new papers' facet items, made as the index's build made its own (each
@@ -153,18 +213,34 @@ class ExternalScorer:
         for start in range(0, len(records), max(1, chunk)):
             part = records[start : start + max(1, chunk)]
             facets = self.facets_of.many(part)
-            for record, items, vectors in zip(part, facets, self.embed_items(part, facets)):
-                out.append((self._rows_for(record, items, vectors), items))
+            cites = self.citation_rows(part)
+            for items, vectors, cite in zip(facets, self.embed_items(part, facets), cites):
+                out.append((self._rows_for(cite, vectors), items))
             if progress is not None:
                 progress(len(part))
         return out
 
-    def _rows_for(self, record: dict[str, Any], facets: FacetItems,
-                  vectors: dict[str, np.ndarray]) -> dict[str, sp.csr_matrix]:
-        """Edge rows from a record's references and its facet items' embeddings."""
-        refs = [self.index.row_of[r] for r in record.get("references") or [] if r in self.index.row_of]
-        cite = external_citation_row(self.index.citation_matrix, np.array(refs, dtype=np.int64),
-                                     self.coupling_row_log)
+    def citation_rows(self, records: list[dict[str, Any]]) -> list[sp.csr_matrix]:
+        """Citation score rows (1 x n) of new papers: bibliographic coupling through their references
+        into the corpus; text coupling for those with none (their titles + abstracts embedded in
+        one encoder call), or empty rows when text coupling is off."""
+        row_of = self.index.row_of
+        refs = [[row_of[r] for r in rec.get("references") or [] if r in row_of] for rec in records]
+        out = [external_citation_row(self.index.citation_matrix, np.array(r, dtype=np.int64), self.coupling_row_log)
+               for r in refs]
+        text_only = [i for i, r in enumerate(refs) if not r]
+        if self.text_neighbours and text_only:
+            from graft.text import paper_text
+
+            texts = [paper_text(records[i].get("title"), records[i].get("abstract")) for i in text_only]
+            vecs = np.asarray(self.encoder.encode(texts), dtype=np.float32)
+            for i, vec in zip(text_only, vecs):
+                own = row_of.get(str(records[i].get("id")))
+                out[i] = text_coupling_row(self.paper_vectors, vec, self.text_neighbours, exclude=own)
+        return out
+
+    def _rows_for(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray]) -> dict[str, sp.csr_matrix]:
+        """Edge rows from a record's citation score row and its facet items' embeddings."""
         rows = {}
         for facet in FACETS:
             query = group_items(np.zeros(len(vectors[facet]), dtype=np.int64), vectors[facet], 1)

@@ -232,3 +232,90 @@ def test_item_rows_align_facets_with_papers(cs768_index) -> None:
     rows = idx.item_rows
     assert len(rows) == idx.facets.height
     assert [idx.paper_ids[r] for r in rows[:50]] == idx.facets["paper_id"].to_list()[:50]
+
+
+def test_build_writes_title_and_abstract_embeddings_of_the_papers(cs768_index, encoder) -> None:
+    from graft.text import paper_text
+
+    out, summary = cs768_index
+    idx = Index.open(out)
+    vec = np.asarray(idx.paper_embeddings, dtype=np.float32)
+    assert vec.shape == (idx.n, encoder.dim) and summary.counts["paper_embeddings"] == idx.n
+    np.testing.assert_allclose(np.linalg.norm(vec, axis=1), 1.0, atol=2e-3)
+    p = idx.papers
+    for node in (0, 123, 399):  # node order: row i is papers.parquet's row i, "Title. Abstract"
+        text = paper_text(p["title"][node], p["abstract"][node])
+        assert text.startswith(" ".join(p["title"][node].split()) + ". ")
+        np.testing.assert_allclose(vec[node], encoder.encode([text])[0], atol=2e-3)  # float16 on disk
+    assert paper_text("Same text", "Same text") == "Same text" and paper_text("", "Only abstract") == "Only abstract"
+
+
+def test_text_coupling_row_keeps_the_nearest_papers_clipped() -> None:
+    from graphbuild.external import text_coupling_row
+
+    vecs = np.array([[1, 0], [0.8, 0.6], [0.6, 0.8], [0, 1], [-1, 0]], dtype=np.float32)
+    query = np.array([1, 0], dtype=np.float32)
+    row = text_coupling_row(vecs, query, 3)
+    assert row.shape == (1, 5) and row.indices.tolist() == [0, 1, 2]
+    np.testing.assert_allclose(row.data, [1.0, 0.8, 0.6], atol=1e-6)
+    row = text_coupling_row(vecs, query, 3, exclude=0)  # the paper itself is never its own neighbour
+    assert row.indices.tolist() == [1, 2]  # and paper 3's cosine of 0 carries nothing
+    assert text_coupling_row(vecs, query, 5).indices.tolist() == [0, 1, 2]  # cosines <= 0 carry nothing
+    assert text_coupling_row(vecs, query, 0).nnz == 0
+
+
+def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_index, encoder, tmp_path) -> None:
+    import shutil
+
+    from graft.text import paper_text
+    from graphbuild.external import TEXT_NEIGHBOURS, ExternalScorer, text_coupling_row
+    from graphbuild.graph import external_facet_row
+    from graphbuild.similarity import group_items
+
+    idx = Index.open(cs768_index[0])
+    node = idx.row_of[idx.citations["citing"][0]]  # a paper with references, posed first without them
+    row = idx.papers.row(node, named=True)
+    record = {"id": "new", "title": row["title"], "abstract": row["abstract"]}
+    coupled = ExternalScorer(idx, encoder=encoder)
+    plain = ExternalScorer(idx, encoder=encoder, extractor=coupled.facets_of.extractor, text_neighbours=0)
+    assert coupled.text_coupling == {"text_neighbours": TEXT_NEIGHBOURS, "off": None}
+    assert plain.text_coupling == {"text_neighbours": 0, "off": "text_neighbours = 0"}
+    rows, facets = coupled.rows(record)
+    zero, _ = plain.rows(record)
+    # by hand: the citation half is beta x the clipped cosine with the 10 nearest papers by title + abstract
+    vec = encoder.encode([paper_text(row["title"], row["abstract"])])[0]
+    papers = np.asarray(idx.paper_embeddings, dtype=np.float32)
+    cite = text_coupling_row(papers, vec, TEXT_NEIGHBOURS)
+    near = cite.indices.tolist()
+    assert len(near) == TEXT_NEIGHBOURS and node in near  # the paper reads most like itself
+    vectors = coupled.embed_items([record], [facets])[0]
+    raised = 0
+    for f in FACETS:
+        query = group_items(np.zeros(len(vectors[f]), dtype=np.int64), vectors[f], 1)
+        expect = external_facet_row(query, coupled.items[f], cite, coupled.params)
+        assert rows[f].indices.tolist() == expect.indices.tolist()
+        np.testing.assert_allclose(rows[f].data, expect.data, atol=1e-6)
+        # a nearest paper in both rows: its weight rose by beta x its cosine
+        z, r = zero[f].toarray().ravel(), rows[f].toarray().ravel()
+        for c in (c for c in near if z[c] > 0 and r[c] > 0):
+            assert r[c] == pytest.approx(z[c] + coupled.params.beta * cite[0, c], abs=1e-5)
+            raised += 1
+    assert raised > 0
+    # with references into the corpus, bibliographic coupling is used and text coupling is not
+    refs = idx.citations.filter(pl.col("citing") == row["paper_id"])["cited"].to_list()
+    assert refs
+    with_refs = {**record, "references": refs}
+    a, _ = coupled.rows(with_refs)
+    b, _ = plain.rows(with_refs)
+    for f in FACETS:
+        assert a[f].indices.tolist() == b[f].indices.tolist() and np.allclose(a[f].data, b[f].data)
+    # an index built before embeddings/papers.npy scores text-only papers as before, and says why
+    shutil.copytree(cs768_index[0], tmp_path / "older")
+    (tmp_path / "older" / "embeddings" / "papers.npy").unlink()
+    older = ExternalScorer(Index.open(tmp_path / "older"), encoder=encoder, extractor=coupled.facets_of.extractor)
+    assert older.text_neighbours == 0 and "papers.npy" in older.text_coupling_off
+    old_rows, _ = older.rows(record)
+    for f in FACETS:
+        assert old_rows[f].indices.tolist() == zero[f].indices.tolist()
+    with pytest.raises(Exception, match="text_neighbours must be >= 0"):
+        ExternalScorer(idx, encoder=encoder, text_neighbours=-1)

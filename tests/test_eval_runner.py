@@ -271,6 +271,10 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     assert default_key(plain) != default_key(idx.manifest)
     del plain["stages"]["build"]["config"]["title_weight"]  # an index built before the setting
     assert default_key(plain)["graph"]["title_weight"] == 0.0
+    # the rows' text coupling is part of the key: none for an index built before paper embeddings
+    assert ctx.ooc_key["text_neighbours"] == ctx.scorer.text_neighbours == 10
+    del plain["stages"]["build"]["counts"]["paper_embeddings"]
+    assert default_key(plain)["text_neighbours"] == 0
     with pytest.raises(AssertionError, match="encoder was used"):
         EvalContext(idx, encoder=NoEncoder(), split_dir=split).prepare_ooc(queries)
     EvalContext(idx, encoder=encoder, split_dir=split).prepare_ooc(queries)
@@ -453,7 +457,7 @@ def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tm
     assert "| 0.7 | facet-only graphs (beta = 0) |" in (tmp_path / "title_weight_slice.md").read_text()
 
 
-def test_text_coupling_benchmark_rows(built, encoder, tmp_path) -> None:
+def test_text_coupling_benchmark_rows(built, tmp_path) -> None:
     """eval/benchmarks/text_coupling.py: in-corpus papers posed as text-only queries, the teacher with
     the beta half of their rows filled three ways, and dense retrieval recomputed here by hand."""
     from eval.benchmarks.text_coupling import main
@@ -467,13 +471,12 @@ def test_text_coupling_benchmark_rows(built, encoder, tmp_path) -> None:
     assert set(by) == {"dense (title + abstract)", "text only", "pseudo-references R = 5", "text coupling M = 10"}
     assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in saved["rows"])
     assert by["text only"]["R@20 / text only"] == pytest.approx(1.0)
-    # the dense row: cosine of title + abstract embeddings, the query paper itself never returned
+    # the dense row: cosine of the build's title + abstract embeddings, the query paper itself never returned
     idx = Index.open(split / "index")
     qrels = read_qrels(split / "incorpus" / "qrels.txt")
     queries = [r for r in read_queries(split, "incorpus", part="test") if qrels.get(r["qid"])]
     queries = sorted(queries, key=lambda r: r["qid"])[:12]
-    p = idx.papers
-    vecs = encoder.encode([f"{t}. {a}" for t, a in zip(p["title"].to_list(), p["abstract"].to_list())])
+    vecs = np.asarray(idx.paper_embeddings, dtype=np.float32)
     recalls = []
     for q in queries:
         node = idx.row_of[q["paper_id"]]

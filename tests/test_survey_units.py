@@ -140,6 +140,8 @@ def test_config_rejects_bad_values_and_unknown_keys() -> None:
         SurveyConfig(llm="gpt")
     with pytest.raises(SurveyError, match="verify_rounds"):
         SurveyConfig(verify_rounds=0)
+    with pytest.raises(SurveyError, match="text_neighbours=-1"):
+        SurveyConfig(text_neighbours=-1)
     with pytest.raises(SurveyError, match="base_url"):
         SurveyConfig(llm="openai")
     with pytest.raises(ValueError, match="unknown key"):

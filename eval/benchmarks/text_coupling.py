@@ -6,11 +6,13 @@ half is zero. This benchmark poses a split's in-corpus papers as text-only queri
 item vectors, no references, the paper itself never returned; gold = its citation neighbours) and
 scores the graph teacher with the beta half filled in three ways:
 
-- `text only`: zero, as `graphbuild.external.ExternalScorer` scores a new paper;
+- `text only`: zero, as `graphbuild.external.ExternalScorer` scores a new paper with text coupling off;
 - `pseudo-references R`: bibliographic coupling (`external_citation_row`) with the teacher's own
   first R papers taken as the query's references (pseudo-relevance feedback);
-- `text coupling M`: the cosine of title + abstract embeddings (the index's encoder, as the dense
-  baseline) with the query's M nearest papers, clipped to [0, 1];
+- `text coupling M`: the cosine of title + abstract embeddings (the index's `embeddings/papers.npy`,
+  as the dense baseline) with the query's M nearest papers, clipped to [0, 1]
+  (`graphbuild.external.text_coupling_row`, what `ExternalScorer` now gives a paper without
+  references, with M = `TEXT_NEIGHBOURS`);
 
 and `dense` (that cosine alone) for reference. The query papers sit in the graph, so their own
 citations shaped their neighbours' edges: compare rows with each other, not with the
@@ -69,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     from eval.metrics import KS
     from eval.runner import corpus_name
     from graft.facets import FACETS
+    from graft.text import paper_text
     from graphbuild.citations import external_citation_row
-    from graphbuild.external import ExternalScorer
+    from graphbuild.external import ExternalScorer, text_coupling_row
     from graphbuild.graph import external_facet_row
     from graphbuild.similarity import group_items
 
@@ -99,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         return [idx.row_of[h.paper_id] for h in idx.query_rows(rows, k=k_out, exclude={node}).hits]
 
     t0 = time.perf_counter()
-    papers = idx.papers
-    texts = [f"{t}. {a}" for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
-    dense = np.asarray(scorer.encoder.encode(texts), dtype=np.float32)
+    dense = scorer.paper_vectors
+    if dense is None:  # an index built before embeddings/papers.npy
+        papers = idx.papers
+        texts = [paper_text(t, a) for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
+        dense = np.asarray(scorer.encoder.encode(texts), dtype=np.float32)
+        print(f"embedded {n:,} titles + abstracts in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     encode_s = round(time.perf_counter() - t0, 1)
-    print(f"embedded {n:,} titles + abstracts in {encode_s} s", file=sys.stderr, flush=True)
 
     empty = sp.csr_matrix((1, n), dtype=np.float32)
     runs: dict[str, dict[str, list[int]]] = {}
@@ -116,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for qid, node in queries.items():
         t = time.perf_counter()
-        sims = dense @ dense[node]  # the query's title + abstract cosine with every paper: dense, text coupling
+        sims = dense @ dense[node]  # the dense row
         sims[node] = -np.inf
         order = np.argsort(-sims, kind="stable")
         record("dense (title + abstract)", qid, order[:k_out].tolist(), t)
@@ -129,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             record(f"pseudo-references R = {r}", qid, ranked(rows_for(node, cite), node), t)
         for m in neighbours:
             t = time.perf_counter()
-            top = order[:m]
-            cite = sp.csr_matrix((np.clip(sims[top], 0.0, 1.0).astype(np.float32),
-                                  (np.zeros(len(top), dtype=np.int64), top)), shape=(1, n))
+            cite = text_coupling_row(dense, dense[node], m, exclude=node)
             record(f"text coupling M = {m}", qid, ranked(rows_for(node, cite), node), t)
 
     table = [{"rows": label, **mean_recalls(run, gold), "seconds": round(seconds[label], 1)}

@@ -33,6 +33,7 @@ from graft.fusion import rrf
 from graft.index import Index
 from graft.survey.config import SurveyError
 from graft.survey.types import Candidate
+from graft.text import paper_text
 
 
 def papers_until(index: Index, year: int | None) -> np.ndarray | None:
@@ -203,16 +204,18 @@ class DenseIndex:
 
     Args:
         index: the opened index.
-        encoder: sentence encoder; used once to embed the corpus unless `vectors` is given.
+        encoder: sentence encoder; embeds the corpus once when neither `vectors` nor the index's
+            `embeddings/papers.npy` (written by the build) is there.
         vectors: precomputed (n, d) unit rows aligned with `index.paper_ids` (reused across runs).
     """
 
     def __init__(self, index: Index, encoder: Any, vectors: np.ndarray | None = None) -> None:
         self.index = index
         if vectors is None:
+            vectors = index.paper_embeddings
+        if vectors is None:
             p = index.papers
-            texts = [f"{t}. {a}" for t, a in zip(p["title"].to_list(), p["abstract"].to_list())]
-            vectors = encoder.encode(texts)
+            vectors = encoder.encode([paper_text(t, a) for t, a in zip(p["title"].to_list(), p["abstract"].to_list())])
         if vectors.shape[0] != index.n:
             raise SurveyError(f"dense vectors have {vectors.shape[0]} rows for an index of {index.n} papers")
         self.vectors = np.asarray(vectors, dtype=np.float32)
