@@ -1,19 +1,21 @@
 """Out-of-corpus queries' facets and edge rows, extracted once and kept in `SPLITDIR/ooc/facets.jsonl`.
 
 An out-of-corpus query is a held-out paper's title and abstract. Every system that answers it from
-facets needs the same two things, and both need the sentence encoder: the heuristic extractor's
-facet items (the generative systems decode them) and the text-only facet edge rows scored against
-the index (the teacher and facet systems walk them, the attribution suite checks credits against
-them). They are computed in batches (`graphbuild.external.ExternalScorer.rows_many`) and written
-here, so later runs, and machines without the encoder's files, read them instead.
+facets needs the same things, and all need the sentence encoder: the heuristic extractor's facet
+items (the generative systems decode them), the text-only facet edge rows scored against the index
+(the teacher walks them, the attribution suite checks credits against them; their citation half is
+text coupling) and the same rows under facet-only weights (the facet-only baseline walks them).
+They are computed in batches (`graphbuild.external.ExternalScorer.score_many`) and written here, so
+later runs, and machines without the encoder's files, read them instead.
 
 File format (JSON lines): a header `{"format", "version", "key", "created"}`, then one line per
 query, sorted by qid: `{"qid", "text_sha", "facets": {facet: [items]}, "rows": {facet: [[column
-indices], [weights]]}}`. The key names what the entries depend on: the index's corpus hash and the
-graph settings of its build (top-K, alpha, beta, candidates, citation rescaling, title weight), the
-extractor and its settings, the encoder, and the text coupling of the rows (`text_neighbours`). A file with another key is stale and rebuilt whole; an entry whose
-query text changed (`text_sha`) is recomputed. Weights are float32 values written as JSON floats,
-which read back bit for bit.
+indices], [weights]]}, "facet_only_rows": (the same form)}`. The key names what the entries depend
+on: the index's corpus hash and the graph settings of its build (top-K, alpha, beta, candidates,
+citation rescaling, title weight), the extractor and its settings, the encoder, and the text
+coupling of the rows (`text_neighbours`). A file with another key or version is stale and rebuilt
+whole; an entry whose query text changed (`text_sha`) is recomputed. Weights are float32 values
+written as JSON floats, which read back bit for bit.
 """
 
 from __future__ import annotations
@@ -34,16 +36,18 @@ from graft.store import write_lines
 
 CACHE_NAME = "facets.jsonl"
 CACHE_FORMAT = "graft-ooc-facets"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: facet-only rows beside the rows
 
 
 @dataclass
 class OocEntry:
-    """One out-of-corpus query's facet items and its facet edge rows (1 x n each)."""
+    """One out-of-corpus query's facet items, its facet edge rows (1 x n each) and the same rows
+    under facet-only weights (alpha 1, beta 0) for the facet-only baseline."""
 
     facets: dict[str, list[str]]
     rows: dict[str, sp.csr_matrix]
     text_sha: str
+    facet_only_rows: dict[str, sp.csr_matrix]
 
 
 def cache_path(split_dir: str | Path) -> Path:
@@ -131,7 +135,8 @@ def read_cache(path: str | Path, key: dict[str, Any], n: int) -> dict[str, OocEn
             if line.strip():
                 row = json.loads(line)
                 out[row["qid"]] = OocEntry({f: list(row["facets"].get(f, [])) for f in FACETS},
-                                           {f: _row_from_json(row["rows"][f], n) for f in FACETS}, row["text_sha"])
+                                           {f: _row_from_json(row["rows"][f], n) for f in FACETS}, row["text_sha"],
+                                           {f: _row_from_json(row["facet_only_rows"][f], n) for f in FACETS})
     except (ValueError, KeyError, TypeError) as exc:
         raise GraftError(f"{path} is not a readable out-of-corpus facet cache ({exc}); delete it and rerun "
                          f"to rebuild it") from None
@@ -146,6 +151,7 @@ def write_cache(path: str | Path, key: dict[str, Any], entries: dict[str, OocEnt
     for qid in sorted(entries):
         e = entries[qid]
         lines.append(json.dumps({"qid": qid, "text_sha": e.text_sha, "facets": {f: e.facets.get(f, []) for f in FACETS},
-                                 "rows": {f: _row_json(e.rows[f]) for f in FACETS}}))
+                                 "rows": {f: _row_json(e.rows[f]) for f in FACETS},
+                                 "facet_only_rows": {f: _row_json(e.facet_only_rows[f]) for f in FACETS}}))
     write_lines(path, lines)
     return Path(path)

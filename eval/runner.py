@@ -172,6 +172,17 @@ def read_credits(path: str | Path) -> dict[str, list[tuple[str, dict[str, int]]]
     return out
 
 
+#: Systems that answer out-of-corpus queries from the text alone, not from the cached facets and rows.
+TEXT_SYSTEMS = ("bm25", "dense", "citation")
+
+
+def _ooc_stamp(ctx: EvalContext) -> dict[str, Any]:
+    """What out-of-corpus runs from the cached facets and rows depend on (`eval.ooc_facets`)."""
+    from eval.ooc_facets import CACHE_VERSION
+
+    return {"key": ctx.ooc_key, "version": CACHE_VERSION}
+
+
 def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queries: list[EvalQuery],
                options: RunOptions, reporter: Reporter) -> tuple[SystemRun, dict[str, Any]]:
     """A system's run over the queries: reused from `SPLITDIR/runs` when the same queries, index
@@ -184,7 +195,8 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
     index = ctx.naive_index if system == "graft-naive" else ctx.index
     want = {"suite": suite, "system": system, "queries": len(queries), "qids_sha": _sha([q.qid for q in queries]),
             "corpus_hash": ctx.index.manifest.get("corpus_hash"), "build": _graph_stamp(index, system),
-            "model": _model_stamp(index) if system.startswith("graft") else None}
+            "model": _model_stamp(index) if system.startswith("graft") else None,
+            "ooc_rows": _ooc_stamp(ctx) if suite == "ooc" and system not in TEXT_SYSTEMS else None}
     if not options.force and meta_path.is_file() and trec.is_file():
         old = read_json(meta_path)
         if all(old.get(k) == v for k, v in want.items()):

@@ -5,7 +5,7 @@
 | bm25 | BM25 (bm25s, English stopwords, no stemming) over title + abstract | same, the query's text |
 | dense | MiniLM cosine of title + abstract embeddings | same, the query's text embedded |
 | citation | the coupling / co-citation score row of the query | n/a: a held-out paper has no citations to the corpus without its reference list, which is the gold |
-| facet | graph teacher over facet-only graphs (beta = 0, rebuilt from the index's items) | teacher walk over those graphs from the query's text-only edge rows |
+| facet | graph teacher over facet-only graphs (beta = 0, rebuilt from the index's items) | teacher walk over those graphs from the query's facet-only edge rows |
 | teacher | the graph teacher over the index | teacher walk from `ExternalScorer` rows built from title + abstract only |
 | graft | the trained generative retriever, graph-RRF | the same from the query's extracted facets (mutual corroboration) |
 | graft-rrf | the same with plain RRF | the same with plain RRF |
@@ -197,9 +197,9 @@ class EvalContext:
         if missing:
             reporter = reporter or Reporter(quiet=True)
             with reporter.stage("ooc facets", total=len(missing), unit="queries") as advance:
-                built = self.scorer.rows_many([q.record() for q in missing], progress=advance)
-            new = {q.qid: OocEntry(dict(facets), rows, text_sha(q.title, q.abstract))
-                   for q, (rows, facets) in zip(missing, built)}
+                built = self.scorer.score_many([q.record() for q in missing], progress=advance, facet_only=True)
+            new = {q.qid: OocEntry(dict(facets), rows, text_sha(q.title, q.abstract), facet_only)
+                   for q, (rows, facets, facet_only) in zip(missing, built)}
             if path is not None:
                 write_cache(path, self.ooc_key, {**cached, **new})
             found.update(new)
@@ -212,6 +212,13 @@ class EvalContext:
             self.prepare_ooc([q])
         entry = self._ooc[q.qid]
         return entry.rows, entry.facets
+
+    def ooc_facet_only_rows(self, q: EvalQuery) -> dict[str, sp.csr_matrix]:
+        """An out-of-corpus query's edge rows under facet-only weights (alpha 1, beta 0), for the
+        facet-only baseline."""
+        if q.qid not in self._ooc:
+            self.prepare_ooc([q])
+        return self._ooc[q.qid].facet_only_rows
 
     def facet_lists(self, index: Index, queries: list[EvalQuery]) -> list[dict[str, dict[str, float]]]:
         """Decoded facet lists of queries under an index's model, decoded together; each query's
@@ -335,6 +342,8 @@ def _citation(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int
 
 def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, queries: list[EvalQuery],
                   advance: Callable[[int], None]) -> SystemRun:
+    """The graph teacher's walks over the index's graphs (None), or over facet-only `graphs` from
+    the out-of-corpus queries' facet-only rows."""
     from graft.teacher import GraphTeacher
 
     idx = ctx.index
@@ -345,7 +354,8 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
             node = idx.row_of[q.paper_id]
             fused, per_facet = teacher.retrieve(teacher.node_rows(node), exclude={node}, k=DEPTH)
         else:
-            fused, per_facet = teacher.retrieve(ctx.ooc_rows(q)[0], k=DEPTH)
+            rows = ctx.ooc_rows(q)[0] if graphs is None else ctx.ooc_facet_only_rows(q)
+            fused, per_facet = teacher.retrieve(rows, k=DEPTH)
         out.run[q.qid] = [(idx.paper_ids[node], float(score)) for node, score, _ in fused]
         out.credits[q.qid] = [(idx.paper_ids[node], {f: per_facet[f][node].hops for f in terms})
                               for node, _, terms in fused]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -209,13 +210,27 @@ class ExternalScorer:
         Returns:
             (rows, facet items) per record, in order.
         """
-        out: list[tuple[dict[str, sp.csr_matrix], FacetItems]] = []
+        return [(rows, facets) for rows, facets, _ in self.score_many(records, chunk=chunk, progress=progress)]
+
+    def score_many(self, records: list[dict[str, Any]], *, chunk: int = 256,
+                   progress: Callable[[int], None] | None = None, facet_only: bool = False,
+                   ) -> list[tuple[dict[str, sp.csr_matrix], FacetItems, dict[str, sp.csr_matrix] | None]]:
+        """`rows_many`, and with `facet_only` also each paper's rows under facet-only weights
+        (alpha = 1, beta = 0: facet similarity alone over the same candidates, as the facet-only
+        baseline's graphs weigh corpus pairs); None in their place otherwise.
+
+        Returns:
+            (rows, facet items, facet-only rows or None) per record, in order.
+        """
+        plain = replace(self.params, alpha=1.0, beta=0.0)
+        out: list[tuple[dict[str, sp.csr_matrix], FacetItems, dict[str, sp.csr_matrix] | None]] = []
         for start in range(0, len(records), max(1, chunk)):
             part = records[start : start + max(1, chunk)]
             facets = self.facets_of.many(part)
             cites = self.citation_rows(part)
             for items, vectors, cite in zip(facets, self.embed_items(part, facets), cites):
-                out.append((self._rows_for(cite, vectors), items))
+                out.append((self._rows_for(cite, vectors, self.params), items,
+                            self._rows_for(cite, vectors, plain) if facet_only else None))
             if progress is not None:
                 progress(len(part))
         return out
@@ -239,10 +254,11 @@ class ExternalScorer:
                 out[i] = text_coupling_row(self.paper_vectors, vec, self.text_neighbours, exclude=own)
         return out
 
-    def _rows_for(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray]) -> dict[str, sp.csr_matrix]:
+    def _rows_for(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray],
+                  params: GraphParams) -> dict[str, sp.csr_matrix]:
         """Edge rows from a record's citation score row and its facet items' embeddings."""
         rows = {}
         for facet in FACETS:
             query = group_items(np.zeros(len(vectors[facet]), dtype=np.int64), vectors[facet], 1)
-            rows[facet] = external_facet_row(query, self.items[facet], cite, self.params)
+            rows[facet] = external_facet_row(query, self.items[facet], cite, params)
         return rows

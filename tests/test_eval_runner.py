@@ -120,6 +120,9 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     assert orow["citation"]["R@20"] is None and any("citation" in n and "n/a" in n for n in ooc["notes"])
     assert orow["bm25"]["R@20"] > 0 and orow["teacher"]["R@20"] > 0
     assert ooc["meta"]["queries"] == 10
+    # runs from the cached rows are reused only for rows made the same way (text coupling included)
+    meta = {s: json.loads(run_paths(split, "ooc", s)[2].read_text()) for s in ("bm25", "teacher")}
+    assert meta["teacher"]["ooc_rows"]["key"]["text_neighbours"] == 10 and meta["bm25"]["ooc_rows"] is None
 
 
 def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path) -> None:
@@ -255,6 +258,23 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
         for f in FACETS:  # bit for bit: float32 weights survive the JSON round trip
             a, b = reused.ooc_rows(q)[0][f], ctx.ooc_rows(q)[0][f]
             assert a.indices.tolist() == b.indices.tolist() and a.data.tobytes() == b.data.tobytes()
+            a, b = reused.ooc_facet_only_rows(q)[f], ctx.ooc_facet_only_rows(q)[f]
+            assert a.indices.tolist() == b.indices.tolist() and a.data.tobytes() == b.data.tobytes()
+    # the facet-only rows weigh the same candidates by facet similarity alone (alpha 1, beta 0): where
+    # a column's citation half is zero (not a text-coupled neighbour), its weight is the rows' / alpha
+    alpha = ctx.scorer.params.alpha
+    cites = ctx.scorer.citation_rows([q.record() for q in queries])
+    checked = 0
+    for q, cite in zip(queries, cites):
+        for f in FACETS:
+            full, only = ctx.ooc_rows(q)[0][f].toarray().ravel(), ctx.ooc_facet_only_rows(q)[f].toarray().ravel()
+            plain = [c for c in np.flatnonzero(full) if only[c] > 0 and cite[0, c] == 0]
+            np.testing.assert_allclose(full[plain], alpha * only[plain], atol=1e-6)
+            coupled = [c for c in np.flatnonzero(full) if only[c] > 0 and cite[0, c] > 0]
+            np.testing.assert_allclose(full[coupled], alpha * only[coupled] + (1 - alpha) * cite[0, coupled].toarray().ravel(),
+                                       atol=1e-6)
+            checked += len(plain) + len(coupled)
+    assert checked > 0 and any(cite.nnz for cite in cites)
 
     # stale: a file made for another corpus (or extractor, encoder, graph settings) is rebuilt whole
     lines = path.read_text().splitlines()

@@ -158,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in table:
         lines.append(f"| {r['rows']} | {r['R@20']:.3f} | {r['R@50']:.3f} | {r['R@20 / text only']:.2f} | "
                      f"{r['seconds']} |")
-    lines += ["", "- text only: beta half zero (how a paper outside the corpus is scored); pseudo-references: "
+    lines += ["", "- text only: beta half zero (a paper outside the corpus with text coupling off, "
+              "`--text-neighbours 0`); pseudo-references: "
               "beta half = bibliographic coupling with the teacher's first R papers; text coupling: beta half "
-              "= clipped title + abstract cosine with the M nearest papers; dense: that cosine alone",
+              "= clipped title + abstract cosine with the M nearest papers (M = 10: how `graft query --text` and the "
+              "out-of-corpus suite score a paper without references); dense: that cosine alone",
               "- the query papers are in the graph (their citations shaped their neighbours' edges): compare "
               "the rows with each other, not with the out-of-corpus tables"]
     write_tables(args.results, f"text_coupling_{name}", meta, table, lines)

@@ -29,7 +29,7 @@ class SurveyConfig:
     retriever: str = "teacher"  # teacher (graph walks), graft (trained model in INDEX/model) or dense
     descriptions: int = 3  # topic descriptions from query expansion, the topic itself included
     per_description: int = 60  # papers retrieved per description before fusion
-    text_neighbours: int = 10  # teacher: nearest papers by title + abstract standing in for a description's citations (0 = off)
+    text_neighbours: int = 0  # teacher: nearest papers by title + abstract standing in for a description's citations (0 = off)
     graph_seeds: int = 20  # best papers of a graph retrieval whose citation ties widen it (0 = off)
     until_year: int | None = None  # write "as of" this year: cite no paper published after it
     pool: int = 40  # papers kept after the two-stage rerank for the level-1 outline
