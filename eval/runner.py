@@ -409,12 +409,15 @@ _DEFINITIONS = {
                  f"non_obvious@20: share of correct top-20 hits outside the query's {OBVIOUS_M} nearest papers by "
                  "facet similarity (mean over facets of the max item-item cosine); correct@20 counts them"],
     "ooc": ["query = title + abstract of a paper removed before the build (no references given to any "
-            "system); gold = its references into the corpus; its facet items and text-only edge rows are "
-            "extracted once (heuristic extractor, the index's encoder) into SPLITDIR/ooc/facets.jsonl",
+            "system); gold = its references into the corpus; its facet items and edge rows from its text "
+            "(citation half: text coupling with its nearest papers by title + abstract; facet-only rows for the "
+            "facet system) are extracted once (heuristic extractor, the index's encoder) into "
+            "SPLITDIR/ooc/facets.jsonl",
             f"non_obvious@20 as in corpus ({OBVIOUS_M} nearest by facet similarity of the query's extracted items)"],
     "attribution": ["precision: share of credited facets of top-20 hits whose facet graph holds an edge "
                     "between query and hit (in corpus: max(W_f, W_f^T)[q, c] > 0; out of corpus: the "
-                    "query's text-only ExternalScorer row); 1-hop / 2-hop: credits by evidence hops"],
+                    "query's ExternalScorer row from its text, the teacher's rows, for every system); 1-hop / 2-hop: "
+                    "credits by evidence hops"],
 }
 
 

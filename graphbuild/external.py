@@ -131,7 +131,7 @@ class ExternalScorer:
     its bibliographic coupling with corpus papers through its `references`; a paper that lists none
     in the corpus gets text coupling instead (`text_coupling_row` with its `text_neighbours` nearest
     papers by title + abstract), or c = 0 when `text_neighbours` is 0 or the index predates
-    `embeddings/papers.npy` (`text_coupling` says which applies).
+    `embeddings/papers.npy` (`text_neighbours` is then 0 and `text_coupling_off` says why).
 
     Args:
         index: the opened index.
@@ -162,11 +162,6 @@ class ExternalScorer:
                                   "text_neighbours = 0" if text_neighbours == 0 else
                                   f"index '{index.path}' has no embeddings/papers.npy (rebuild it with "
                                   "`graft build` to add them)")
-
-    @property
-    def text_coupling(self) -> dict[str, Any]:
-        """What text-only papers' citation half is made of (recorded with the rows it made)."""
-        return {"text_neighbours": self.text_neighbours, "off": self.text_coupling_off}
 
     def rows(self, record: dict[str, Any]) -> tuple[dict[str, sp.csr_matrix], FacetItems]:
         """Facet edge rows (1 x n each) of a new paper and the facet items they came from."""

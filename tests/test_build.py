@@ -278,8 +278,8 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     record = {"id": "new", "title": row["title"], "abstract": row["abstract"]}
     coupled = ExternalScorer(idx, encoder=encoder)
     plain = ExternalScorer(idx, encoder=encoder, extractor=coupled.facets_of.extractor, text_neighbours=0)
-    assert coupled.text_coupling == {"text_neighbours": TEXT_NEIGHBOURS, "off": None}
-    assert plain.text_coupling == {"text_neighbours": 0, "off": "text_neighbours = 0"}
+    assert (coupled.text_neighbours, coupled.text_coupling_off) == (TEXT_NEIGHBOURS, None)
+    assert (plain.text_neighbours, plain.text_coupling_off) == (0, "text_neighbours = 0")
     rows, facets = coupled.rows(record)
     zero, _ = plain.rows(record)
     # by hand: the citation half is beta x the clipped cosine with the 10 nearest papers by title + abstract
