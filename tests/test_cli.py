@@ -64,6 +64,28 @@ def test_query_text_and_record(built, tmp_path) -> None:
     assert json.loads(res.stdout)
 
 
+def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
+    from graft.index import Index
+    from graphbuild.external import ExternalScorer, record_from_text
+
+    out, _ = built
+    idx = Index.open(out)
+    text = ("Graph neural networks for molecule property prediction. We propose a message passing "
+            "network that outperforms baselines on several benchmarks.")
+    got = {}
+    for m in (10, 0):
+        args = ["query", str(out), "--text", text, "--k", "10", "--json", "--retriever", "teacher"]
+        res = runner.invoke(app, args + ([] if m == 10 else ["--text-neighbours", "0"]))
+        assert res.exit_code == 0, res.output
+        got[m] = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
+        rows, _ = ExternalScorer(idx, encoder=encoder, text_neighbours=m).rows(record_from_text(text))
+        want = idx.query_rows(rows, query_id="query", k=10)
+        assert got[m] == [(h.paper_id, round(h.score, 6)) for h in want.hits]
+    assert got[10] != got[0]
+    res = runner.invoke(app, ["query", str(out), "--text", text, "--retriever", "teacher", "--text-neighbours", "-1"])
+    assert res.exit_code != 0 and "text_neighbours must be >= 0" in res.output
+
+
 def test_query_errors(built, tmp_path) -> None:
     out, _ = built
     res = runner.invoke(app, ["query", str(out), "--paper", "no-such-paper"])
