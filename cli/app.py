@@ -66,6 +66,10 @@ def build(
     top_k: int = typer.Option(20, help="Out-edges kept per paper and facet."),
     title_weight: float = typer.Option(0.7, help="Weight of the paper's title vector added to each facet "
                                        "item's vector (0: items embedded alone)."),
+    paper_embeddings: bool = typer.Option(True, "--paper-embeddings/--no-paper-embeddings",
+                                          help="Embed each paper's title + abstract (embeddings/papers.npy): "
+                                               "text coupling for queries without references, the dense "
+                                               "baseline. Off saves that stage's time."),
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
@@ -85,7 +89,8 @@ def build(
             llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env,
                    "max_concurrency": llm_concurrency}
         config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
-                             embedding_model=embedding_model, top_k=top_k, title_weight=title_weight, llm=llm)
+                             embedding_model=embedding_model, top_k=top_k, title_weight=title_weight,
+                             paper_embeddings=paper_embeddings, llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
                               reporter=Reporter(quiet=quiet or as_json))
     except (GraftError, ValueError) as exc:

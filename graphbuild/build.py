@@ -40,6 +40,7 @@ class BuildConfig:
     embedding_batch_size: int = 64  # texts per encoder batch
     embedding_dtype: str = "float16"  # dtype of embeddings/items.npy ("float16" halves the file)
     title_weight: float = DEFAULT_TITLE_WEIGHT  # item vector = unit(e(item) + w·e(title)); 0 = the item alone
+    paper_embeddings: bool = True  # write embeddings/papers.npy (title + abstract; text coupling, dense baseline)
     top_k: int = 20  # K: out-edges kept per paper and facet (GRAFT paper)
     alpha: float = 0.75  # facet-similarity weight in w_f (GRAFT paper)
     beta: float = 0.25  # citation-score weight in w_f (GRAFT paper)
@@ -223,9 +224,11 @@ def build_index(
         vectors = in_context(encoder, alone, [title_of[p] for p in table["paper_id"].to_list()],
                              config.title_weight)
 
-    with reporter.stage("embed papers", total=n, unit="papers") as adv:
-        # title + abstract per paper: text-only queries' stand-in for citation coupling, the dense baseline
-        papers_vec = np.asarray(encoder.encode(paper_texts(corpus.papers), progress=adv), dtype=np.float32)
+    papers_vec = None
+    if config.paper_embeddings:
+        with reporter.stage("embed papers", total=n, unit="papers") as adv:
+            # title + abstract per paper: text-only queries' stand-in for citation coupling, the dense baseline
+            papers_vec = np.asarray(encoder.encode(paper_texts(corpus.papers), progress=adv), dtype=np.float32)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     cites = corpus.citations()
@@ -246,13 +249,16 @@ def build_index(
         write_parquet(out / "citations.parquet", cites)
         write_parquet(out / "facets.parquet", table)
         write_npy(out / "embeddings" / "items.npy", vectors.astype(config.embedding_dtype))
-        write_npy(out / "embeddings" / "papers.npy", papers_vec.astype(config.embedding_dtype))
+        if papers_vec is not None:
+            write_npy(out / "embeddings" / "papers.npy", papers_vec.astype(config.embedding_dtype))
+        elif (out / "embeddings" / "papers.npy").exists():  # an earlier build's, of another corpus
+            (out / "embeddings" / "papers.npy").unlink()
         if config.title_weight > 0:
             write_npy(out / "embeddings" / "items_alone.npy", alone.astype(config.embedding_dtype))
         for facet, g in graphs.items():
             write_npz(out / "graph" / f"{facet}.npz", g)
         write_npz(out / "graph" / "citation.npz", signals.score)
-        adv(6 + len(graphs) + (config.title_weight > 0))
+        adv(5 + len(graphs) + (config.title_weight > 0) + (papers_vec is not None))
 
     has_in = {f: float((np.asarray((g > 0).sum(axis=0)).ravel() > 0).mean()) if n else 0.0
               for f, g in graphs.items()}
@@ -263,7 +269,7 @@ def build_index(
         "facet_items": {f: int((facet_col == f).sum()) for f in FACETS},
         "edges": {f: int(g.nnz) for f, g in graphs.items()},
         "share_with_incoming_edge": has_in,
-        "paper_embeddings": int(papers_vec.shape[0]),
+        "paper_embeddings": 0 if papers_vec is None else int(papers_vec.shape[0]),
         "coupling_pairs": signals.n_coupling_pairs,
         "cocitation_pairs": signals.n_cocitation_pairs,
         "skipped_records": len(corpus.report.skipped),

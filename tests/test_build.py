@@ -319,3 +319,21 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
         assert old_rows[f].indices.tolist() == zero[f].indices.tolist()
     with pytest.raises(Exception, match="text_neighbours must be >= 0"):
         ExternalScorer(idx, encoder=encoder, text_neighbours=-1)
+
+
+def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encoder) -> None:
+    from eval.ooc_facets import default_key
+    from graphbuild.external import ExternalScorer
+
+    corpus = write_slice(cs768_path(), 30, tmp_path)
+    out = tmp_path / "idx"
+    build_index(corpus, out, BuildConfig(), encoder=encoder)
+    assert (out / "embeddings" / "papers.npy").is_file()
+    assert default_key(Index.open(out).manifest)["text_neighbours"] == 10
+    summary = build_index(corpus, out, BuildConfig(paper_embeddings=False), encoder=encoder)
+    assert "embed papers" not in summary.timings and summary.counts["paper_embeddings"] == 0
+    idx = Index.open(out)  # the earlier build's vectors are gone with it
+    assert not (out / "embeddings" / "papers.npy").exists() and idx.paper_embeddings is None
+    assert default_key(idx.manifest)["text_neighbours"] == 0
+    scorer = ExternalScorer(idx, encoder=encoder)
+    assert scorer.text_neighbours == 0 and "papers.npy" in scorer.text_coupling_off
