@@ -251,7 +251,7 @@ def build_index(
         write_npy(out / "embeddings" / "items.npy", vectors.astype(config.embedding_dtype))
         if papers_vec is not None:
             write_npy(out / "embeddings" / "papers.npy", papers_vec.astype(config.embedding_dtype))
-        elif (out / "embeddings" / "papers.npy").exists():  # an earlier build's, of another corpus
+        elif (out / "embeddings" / "papers.npy").exists():  # an earlier build's: not this build's papers
             (out / "embeddings" / "papers.npy").unlink()
         if config.title_weight > 0:
             write_npy(out / "embeddings" / "items_alone.npy", alone.astype(config.embedding_dtype))
