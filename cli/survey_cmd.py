@@ -14,12 +14,14 @@ DEMO_TOPIC = "summarization of scientific documents"
 
 def survey_tools(index: Any, encoder: Any = None, text_neighbours: int | None = None) -> Any:
     """`QueryTools` for an index: its encoder, the out-of-corpus edge-row scorer (text coupling with
-    `text_neighbours` papers; the scorer's default when None) and facet extractor."""
+    `text_neighbours` papers; `SurveyConfig`'s default when None) and facet extractor."""
+    from graft.survey.config import SurveyConfig
     from graft.survey.retrieve import QueryTools
     from graphbuild.external import ExternalScorer
 
-    extra = {} if text_neighbours is None else {"text_neighbours": text_neighbours}
-    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder, **extra))
+    if text_neighbours is None:
+        text_neighbours = SurveyConfig().text_neighbours
+    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder, text_neighbours=text_neighbours))
 
 
 def resolve_local_model(model: str | None) -> str:
