@@ -42,7 +42,7 @@ from graft.errors import GraftError
 from graft.index import Index
 from graft.progress import Reporter
 from graft.results import QueryResult
-from graft.text import paper_text
+from graft.text import paper_text, paper_texts
 
 if TYPE_CHECKING:
     from eval.ooc_facets import OocEntry
@@ -151,8 +151,7 @@ class EvalContext:
 
     @cached_property
     def texts(self) -> list[str]:
-        p = self.index.papers
-        return [paper_text(t, a) for t, a in zip(p["title"].to_list(), p["abstract"].to_list())]
+        return paper_texts(self.index.papers)
 
     @cached_property
     def paper_vectors(self) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 # Abbreviations after which a full stop does not end a sentence.
 _ABBREV = {
@@ -39,6 +40,12 @@ def paper_text(title: str | None, abstract: str | None) -> str:
     if not title or title == abstract:
         return abstract
     return f"{title}. {abstract}" if abstract else title
+
+
+def paper_texts(papers: Any) -> list[str]:
+    """`paper_text` of each row of a table with `title` and `abstract` columns (a polars DataFrame
+    such as `papers.parquet`), in row order."""
+    return [paper_text(t, a) for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
 
 
 _PUNCT_FOLD = re.compile(r"[^\w\s]+", flags=re.UNICODE)

@@ -16,7 +16,7 @@ from graft.facets import FACETS, FacetItems
 from graft.manifest import manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
 from graft.store import read_json, write_json, write_npy, write_npz, write_parquet
-from graft.text import normalize_text, paper_text
+from graft.text import normalize_text, paper_texts
 from graphbuild.citations import (
     RESCALE_MODES,
     CitationSignals,
@@ -116,11 +116,6 @@ def facets_table(paper_ids: list[str], facets: list[FacetItems]) -> pl.DataFrame
                 rows["docid"].append(normalize_text(text))
     return pl.DataFrame(rows, schema={"paper_id": pl.Utf8, "facet": pl.Utf8, "item_idx": pl.Int32,
                                       "text": pl.Utf8, "docid": pl.Utf8})
-
-
-def paper_texts(papers: pl.DataFrame) -> list[str]:
-    """`"Title. Abstract"` of each paper (`graft.text.paper_text`), in row order."""
-    return [paper_text(t, a) for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
 
 
 def papers_table(corpus: Corpus, a: sp.csr_matrix) -> pl.DataFrame:

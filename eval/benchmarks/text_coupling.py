@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from eval.metrics import KS
     from eval.runner import corpus_name
     from graft.facets import FACETS
-    from graft.text import paper_text
+    from graft.text import paper_texts
     from graphbuild.citations import external_citation_row
     from graphbuild.external import ExternalScorer, text_coupling_row
     from graphbuild.graph import external_facet_row
@@ -104,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     dense = scorer.paper_vectors
     if dense is None:  # an index built before embeddings/papers.npy
-        papers = idx.papers
-        texts = [paper_text(t, a) for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
-        dense = np.asarray(scorer.encoder.encode(texts), dtype=np.float32)
+        dense = np.asarray(scorer.encoder.encode(paper_texts(idx.papers)), dtype=np.float32)
         print(f"embedded {n:,} titles + abstracts in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     encode_s = round(time.perf_counter() - t0, 1)
 

@@ -33,7 +33,7 @@ from graft.fusion import rrf
 from graft.index import Index
 from graft.survey.config import SurveyError
 from graft.survey.types import Candidate
-from graft.text import paper_text
+from graft.text import paper_texts
 
 
 def papers_until(index: Index, year: int | None) -> np.ndarray | None:
@@ -214,8 +214,7 @@ class DenseIndex:
         if vectors is None:
             vectors = index.paper_embeddings
         if vectors is None:
-            p = index.papers
-            vectors = encoder.encode([paper_text(t, a) for t, a in zip(p["title"].to_list(), p["abstract"].to_list())])
+            vectors = encoder.encode(paper_texts(index.papers))
         if vectors.shape[0] != index.n:
             raise SurveyError(f"dense vectors have {vectors.shape[0]} rows for an index of {index.n} papers")
         self.vectors = np.asarray(vectors, dtype=np.float32)
