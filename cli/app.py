@@ -42,6 +42,9 @@ def print_build_summary(summary, out: Console = console) -> None:
     for name, secs in summary.timings.items():
         t.add_row(name, f"{secs:.1f}", _fmt_bytes(summary.peaks.get(name, 0)))
     out.print(t)
+    if summary.reused:
+        out.print(f"reused checkpoints ({', '.join(summary.reused)}) from {summary.index_dir / 'cache' / 'build'}: "
+                  "same corpus, model and extractor; --fresh recomputes them", highlight=False)
     f = Table(show_header=True, title=f"{c['papers']} papers · {c['citations']} citations · "
                                       f"{c['skipped_records']} records skipped · "
                                       f"{c['dropped_references']} unknown references dropped")
@@ -74,10 +77,16 @@ def build(
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
     llm_concurrency: int = typer.Option(4, help="Concurrent LLM requests."),
+    fresh: bool = typer.Option(False, "--fresh", help="Recompute facets and embeddings instead of reusing "
+                               "the checkpoints an earlier or interrupted build left in OUT/cache/build."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Build the typed facet graph of a corpus into an index directory."""
+    """Build the typed facet graph of a corpus into an index directory.
+
+    Facets and embeddings are checkpointed in OUT/cache/build as each stage ends: rerunning the same
+    command after a crash, or with other graph settings (--top-k, --title-weight), reuses them.
+    """
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
 
@@ -92,12 +101,13 @@ def build(
                              embedding_model=embedding_model, top_k=top_k, title_weight=title_weight,
                              paper_embeddings=paper_embeddings, llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
-                              reporter=Reporter(quiet=quiet or as_json))
+                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh)
     except (GraftError, ValueError) as exc:
         _fail(exc)
     if as_json:
         typer.echo(json.dumps({"index": str(summary.index_dir), "counts": summary.counts,
-                               "timings_s": summary.timings, "peak_rss_bytes": summary.peaks}, indent=2))
+                               "timings_s": summary.timings, "peak_rss_bytes": summary.peaks,
+                               "reused_checkpoints": summary.reused}, indent=2))
     elif not quiet:
         print_build_summary(summary)
     skipped = summary.report.get("skipped") or []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from graft.manifest import manifest_path, new_manifest, read_manifest, record_st
 from graft.progress import Reporter
 from graft.store import read_json, write_json, write_npy, write_npz, write_parquet
 from graft.text import normalize_text, paper_texts
+from graphbuild.checkpoints import StageCheckpoints, make_key, order_digest, source_digest
 from graphbuild.citations import (
     RESCALE_MODES,
     CitationSignals,
@@ -25,7 +27,7 @@ from graphbuild.citations import (
     citation_signals,
 )
 from graphbuild.corpus import Corpus, load_corpus
-from graphbuild.embeddings import DEFAULT_TITLE_WEIGHT, in_context
+from graphbuild.embeddings import DEFAULT_TITLE_WEIGHT, title_vectors, with_title
 from graphbuild.extract import EXTRACTORS, FacetExtractor
 from graphbuild.graph import GraphParams, facet_graph
 from graphbuild.similarity import group_items
@@ -87,6 +89,7 @@ class BuildSummary:
     timings: dict[str, float]
     peaks: dict[str, int]
     report: dict[str, Any]
+    reused: list[str] = field(default_factory=list)  # stages loaded from INDEX/cache/build
 
 
 def make_extractor(config: BuildConfig, encoder: Any, index_dir: Path) -> FacetExtractor:
@@ -171,6 +174,7 @@ def build_index(
     *,
     reporter: Reporter | None = None,
     encoder: Any = None,
+    fresh: bool = False,
 ) -> BuildSummary:
     """Build a GRAFT index directory from a corpus.
 
@@ -181,8 +185,10 @@ def build_index(
         config: build settings; defaults as in DESIGN.md.
         reporter: progress and timing; a quiet one by default.
         encoder: an already loaded `Encoder` to reuse (tests); built from the config otherwise.
+        fresh: recompute every stage instead of loading matching checkpoints from
+            INDEX/cache/build (`graphbuild.checkpoints`); the checkpoints are rewritten either way.
     Returns:
-        counts, per-stage timings and peak memory, and the corpus load report.
+        counts, per-stage timings and peak memory, the corpus load report and the stages reused.
     Raises:
         InputValidationError: bad corpus records (unless `skip_bad`).
     """
@@ -208,24 +214,46 @@ def build_index(
             encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size)
         extractor = make_extractor(config, encoder, out)
 
+    ckpt = StageCheckpoints(out / "cache" / "build", reuse=not fresh)
+    same_corpus = {"corpus": corpus.content_hash(), "order": order_digest(paper_ids)}
+    same_model = {"model": encoder.name, "batch_size": getattr(encoder, "batch_size", None)}
+    facets_key = make_key(stage="facets", **same_corpus, **same_model, extractor=config.extractor,
+                          llm=config.llm, code=source_digest("graphbuild/facets_heuristic.py",
+                                                             "graphbuild/facets_llm.py", "graft/facets.py",
+                                                             "graft/text.py"))
     with reporter.stage("facets", total=n, unit="papers") as adv:
-        facets = extractor.extract(corpus.papers, progress=adv)
-    table = facets_table(paper_ids, facets)
+        saved = ckpt.load("facets", facets_key)
+        if saved is not None:
+            table, extractor_stats = saved["table"], saved["meta"]["extractor"]
+            adv(n)
+        else:
+            table = facets_table(paper_ids, extractor.extract(corpus.papers, progress=adv))
+            extractor_stats = extractor.stats()
+            ckpt.save("facets", facets_key, table=table, meta={"extractor": extractor_stats})
 
+    row_of = {pid: i for i, pid in enumerate(paper_ids)}
+    owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
     with reporter.stage("embed", total=table.height, unit="items") as adv:
         # items alone (for comparing sentences with items), then in their paper's context (the graph's)
-        alone = np.asarray(encoder.encode(table["text"].to_list(), progress=adv), dtype=np.float32)
-        title_of = dict(zip(paper_ids, corpus.papers["title"].to_list()))
-        vectors = in_context(encoder, alone, [title_of[p] for p in table["paper_id"].to_list()],
-                             config.title_weight)
+        alone = _checkpointed(ckpt, "items", make_key(stage="items", facets=facets_key, **same_model),
+                              lambda: encoder.encode(table["text"].to_list(), progress=adv),
+                              on_reuse=lambda: adv(table.height))
+        if config.title_weight > 0:
+            titles = _checkpointed(ckpt, "titles", make_key(stage="titles", **same_corpus, **same_model),
+                                   lambda: title_vectors(encoder, corpus.papers["title"].to_list()))
+            vectors = with_title(alone, titles[owner], config.title_weight)
+        else:
+            vectors = alone
 
     papers_vec = None
     if config.paper_embeddings:
         with reporter.stage("embed papers", total=n, unit="papers") as adv:
             # title + abstract per paper: text-only queries' stand-in for citation coupling, the dense baseline
-            papers_vec = np.asarray(encoder.encode(paper_texts(corpus.papers), progress=adv), dtype=np.float32)
+            papers_key = make_key(stage="papers", **same_corpus, **same_model, code=source_digest("graft/text.py"))
+            papers_vec = _checkpointed(ckpt, "papers", papers_key,
+                                       lambda: encoder.encode(paper_texts(corpus.papers), progress=adv),
+                                       on_reuse=lambda: adv(n))
 
-    row_of = {pid: i for i, pid in enumerate(paper_ids)}
     cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
         citing = np.array([row_of[p] for p in cites["citing"].to_list()], dtype=np.int64)
@@ -234,7 +262,6 @@ def build_index(
         signals = citation_signals(a, config.citation_rescale)
         adv(int(a.nnz))
 
-    owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
         graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
                               progress=adv)
@@ -269,13 +296,29 @@ def build_index(
         "cocitation_pairs": signals.n_cocitation_pairs,
         "skipped_records": len(corpus.report.skipped),
         "dropped_references": corpus.report.dropped_references,
-        "extractor": extractor.stats(),
+        "extractor": extractor_stats,
     }
     manifest = new_manifest(corpus.content_hash())
     manifest["corpus"] = {"source": str(corpus_path) if corpus_path is not None else "aclsum"}
     manifest["embedding"] = {"model": encoder.name, "dim": int(vectors.shape[1]), "dtype": config.embedding_dtype}
     record_stage(out, manifest, "build", config=config_to_dict(config), counts=counts,
                  timings=reporter.timings(),
-                 extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict()})
+                 extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict(),
+                        "reused_checkpoints": list(ckpt.reused)})
     read_manifest(out)  # the index must open after a build
-    return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict())
+    return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
+                        list(ckpt.reused))
+
+
+def _checkpointed(ckpt: StageCheckpoints, stage: str, key: str, compute: Callable[[], Any],
+                  on_reuse: Callable[[], None] | None = None) -> np.ndarray:
+    """The stage's float32 vectors from its checkpoint (then `on_reuse()`), else `compute()`d and
+    checkpointed."""
+    saved = ckpt.load(stage, key)
+    if saved is not None:
+        if on_reuse is not None:
+            on_reuse()
+        return saved["arrays"]["vectors"]
+    vectors = np.asarray(compute(), dtype=np.float32)
+    ckpt.save(stage, key, arrays={"vectors": vectors})
+    return vectors

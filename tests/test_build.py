@@ -217,6 +217,94 @@ def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encode
         Index.open(out)
 
 
+class CountingEncoder:
+    """The session encoder, counting the texts it is asked to embed."""
+
+    def __init__(self, encoder) -> None:
+        self.inner, self.texts = encoder, 0
+        self.name, self.batch_size, self.dim = encoder.name, encoder.batch_size, encoder.dim
+
+    def encode(self, texts, **kwargs):
+        self.texts += len(texts)
+        return self.inner.encode(texts, **kwargs)
+
+
+def _built(out):
+    idx = Index.open(out)
+    return ({f: idx.graphs[f].toarray() for f in FACETS}, idx.facets,
+            np.load(out / "embeddings" / "items.npy"), np.load(out / "embeddings" / "papers.npy"))
+
+
+def _assert_same_build(a, b) -> None:
+    for f in FACETS:
+        np.testing.assert_array_equal(a[0][f], b[0][f])
+    assert a[1].equals(b[1])
+    np.testing.assert_array_equal(a[2], b[2])
+    np.testing.assert_array_equal(a[3], b[3])
+
+
+def test_a_killed_build_resumes_from_its_checkpoints_and_equals_a_fresh_one(tmp_path, encoder, monkeypatch) -> None:
+    import graphbuild.build as b
+
+    corpus = write_slice(cs768_path(), 50, tmp_path)
+    out = tmp_path / "idx"
+    first = build_index(corpus, out, BuildConfig(), encoder=encoder)
+    assert first.reused == []
+    fresh = _built(out)
+    assert sorted(p.name for p in (out / "cache" / "build").iterdir()) == [
+        "facets.json", "facets.parquet", "items.json", "items.vectors.npy",
+        "papers.json", "papers.vectors.npy", "titles.json", "titles.vectors.npy"]
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:  # killed in the graph stage, after every encoder pass
+        m.setattr(b, "facet_graph", boom)
+        with pytest.raises(KeyboardInterrupt):
+            build_index(corpus, out, BuildConfig(), encoder=encoder)
+    counting = CountingEncoder(encoder)
+    resumed = build_index(corpus, out, BuildConfig(), encoder=counting)
+    assert resumed.reused == ["facets", "items", "titles", "papers"] and counting.texts == 0
+    assert resumed.counts["extractor"] == first.counts["extractor"]
+    assert Index.open(out).manifest["stages"]["build"]["reused_checkpoints"] == resumed.reused
+    _assert_same_build(_built(out), fresh)
+
+    # other graph settings reuse them too, and give what a build from scratch gives
+    other = BuildConfig(top_k=7, alpha=0.5, beta=0.5, title_weight=0.4)
+    assert build_index(corpus, out, other, encoder=counting).reused == ["facets", "items", "titles", "papers"]
+    assert counting.texts == 0
+    build_index(corpus, tmp_path / "scratch", other, encoder=encoder)
+    _assert_same_build(_built(out), _built(tmp_path / "scratch"))
+
+    again = build_index(corpus, out, BuildConfig(), encoder=counting, fresh=True)
+    assert again.reused == [] and counting.texts > 0
+    _assert_same_build(_built(out), fresh)
+
+
+def test_checkpoints_of_other_inputs_or_cut_short_are_not_used(tmp_path, encoder) -> None:
+    corpus = write_slice(cs768_path(), 30, tmp_path)
+    out = tmp_path / "idx"
+    build_index(corpus, out, BuildConfig(), encoder=encoder)
+    ckpt = out / "cache" / "build"
+    (ckpt / "papers.json").unlink()  # killed while writing the papers' checkpoint
+    np.save(ckpt / "titles.vectors.npy", np.zeros(3))  # a damaged file
+    (ckpt / "items.vectors.npy").write_bytes(b"not an array")
+    summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
+    assert summary.reused == ["facets"]  # the others are recomputed and their checkpoints replaced
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "items", "titles", "papers"]
+
+    records = [json.loads(line) for line in corpus.read_text().splitlines()]
+    records[3]["abstract"] += " We also release the code."
+    corpus.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == []  # another corpus
+    corpus.write_text("\n".join(json.dumps(r) for r in records[::-1]) + "\n")  # same papers, other order
+    summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
+    assert summary.reused == [] and Index.open(out).paper_ids[0] == records[-1]["id"]
+    other_model = CountingEncoder(encoder)
+    other_model.batch_size = 8  # batches change the last bits of the vectors: the facets' key too
+    assert build_index(corpus, out, BuildConfig(), encoder=other_model).reused == []
+
+
 def test_aclsum_slice_builds_with_full_text(tmp_path, encoder) -> None:
     summary = build_index(None, tmp_path / "acl", BuildConfig(limit=25), encoder=encoder)
     idx = Index.open(tmp_path / "acl")
