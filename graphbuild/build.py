@@ -32,6 +32,9 @@ from graphbuild.extract import EXTRACTORS, FacetExtractor
 from graphbuild.graph import GraphParams, facet_graph
 from graphbuild.similarity import group_items
 
+#: Papers per checkpoint of the facets stage: a build killed there loses at most this many papers' work.
+CHECKPOINT_PAPERS = 1024
+
 
 @dataclass
 class BuildConfig:
@@ -222,28 +225,21 @@ def build_index(
                                                              "graphbuild/facets_llm.py", "graft/facets.py",
                                                              "graft/text.py"))
     with reporter.stage("facets", total=n, unit="papers") as adv:
-        saved = ckpt.load("facets", facets_key)
-        if saved is not None:
-            table, extractor_stats = saved["table"], saved["meta"]["extractor"]
-            adv(n)
-        else:
-            table = facets_table(paper_ids, extractor.extract(corpus.papers, progress=adv))
-            extractor_stats = extractor.stats()
-            ckpt.save("facets", facets_key, table=table, meta={"extractor": extractor_stats})
+        # facet items, and the items' own vectors (mostly the encoder's memo of the sentences the
+        # extractor embedded), checkpointed every CHECKPOINT_PAPERS papers
+        table, alone, extractor_stats = _facets_in_parts(corpus.papers, extractor, encoder, ckpt, facets_key, adv)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
-    with reporter.stage("embed", total=table.height, unit="items") as adv:
-        # items alone (for comparing sentences with items), then in their paper's context (the graph's)
-        alone = _checkpointed(ckpt, "items", make_key(stage="items", facets=facets_key, **same_model),
-                              lambda: encoder.encode(table["text"].to_list(), progress=adv),
-                              on_reuse=lambda: adv(table.height))
+    with reporter.stage("embed", total=n, unit="titles") as adv:
+        # the items in their paper's context (the graph's vectors)
         if config.title_weight > 0:
             titles = _checkpointed(ckpt, "titles", make_key(stage="titles", **same_corpus, **same_model),
                                    lambda: title_vectors(encoder, corpus.papers["title"].to_list()))
             vectors = with_title(alone, titles[owner], config.title_weight)
         else:
             vectors = alone
+        adv(n)
 
     papers_vec = None
     if config.paper_embeddings:
@@ -308,6 +304,42 @@ def build_index(
     read_manifest(out)  # the index must open after a build
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
                         list(ckpt.reused))
+
+
+def _facets_in_parts(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, ckpt: StageCheckpoints,
+                     key: str, advance: Callable[[int], None]) -> tuple[pl.DataFrame, np.ndarray, dict[str, int]]:
+    """Facet items of every paper, the items' own vectors and the extractor's counters, made
+    CHECKPOINT_PAPERS papers at a time; a part checkpointed by an earlier run with the same key is
+    loaded instead (its item vectors are remembered by the encoder, as if it had just made them)."""
+    ids = papers["paper_id"].to_list()
+    tables, vectors, stats, loaded = [], [], {}, 0
+    parts = -(-len(ids) // CHECKPOINT_PAPERS)
+    for part, start in enumerate(range(0, len(ids), CHECKPOINT_PAPERS)):
+        chunk = ids[start : start + CHECKPOINT_PAPERS]
+        part_key = make_key(stage="facets", facets=key, part=part, papers=order_digest(chunk))
+        saved = ckpt.load(f"facets.{part:05d}", part_key, record=False)
+        if saved is not None:
+            loaded += 1
+            table, alone, counts = saved["table"], saved["arrays"]["vectors"], saved["meta"]["extractor"]
+            if hasattr(encoder, "remember"):
+                encoder.remember(table["text"].to_list(), alone)
+            advance(len(chunk))
+        else:
+            before = extractor.stats()
+            table = facets_table(chunk, extractor.extract(papers.slice(start, len(chunk)), progress=advance))
+            alone = np.asarray(encoder.encode(table["text"].to_list()), dtype=np.float32)
+            counts = {k: v - before.get(k, 0) for k, v in extractor.stats().items()}
+            ckpt.save(f"facets.{part:05d}", part_key, table=table, arrays={"vectors": alone},
+                      meta={"extractor": counts})
+        tables.append(table)
+        vectors.append(alone)
+        stats = {k: stats.get(k, 0) + v for k, v in counts.items()}
+    ckpt.remove_parts("facets", keep=parts)  # those of a longer corpus
+    if loaded:
+        ckpt.reused.append("facets" if loaded == parts else f"facets ({loaded} of {parts} parts)")
+    dim = int(getattr(encoder, "dim", 0))
+    table = pl.concat(tables) if tables else facets_table([], [])
+    return table, np.concatenate(vectors) if vectors else np.zeros((0, dim), np.float32), stats
 
 
 def _checkpointed(ckpt: StageCheckpoints, stage: str, key: str, compute: Callable[[], Any],

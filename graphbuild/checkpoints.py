@@ -1,17 +1,20 @@
 """Stage checkpoints of `graft build`, kept in INDEX/cache/build.
 
-The facets and the three encoder passes (items, titles, papers) are most of a build's time (about
-20 of 21 minutes on cs768 with 2 cores). Each is saved as soon as it is done, under a key made of
-everything its output depends on: the corpus content and row order, the extractor and its code,
+The facets (with the items' vectors) and the other encoder passes (titles; title + abstract of each
+paper) are nearly all of a build's time on a CPU. Each is saved as soon as it is done, under a key
+made of everything its output depends on: the corpus content and row order, the extractor and its code,
 the embedding model and batch size. A rerun after a crash, Ctrl-C or a full disk, or a rebuild
 with other graph settings (top-K, alpha/beta, title weight, citation rescaling), loads what matches
 instead of recomputing it; anything else (another corpus, model or extractor version) misses its
 key and is recomputed, and its checkpoint replaced. Vectors are kept as float32, so a resumed build
-is identical to one run from scratch. The folder can be deleted at any time; `graft build --fresh`
+equals one run from scratch (bit for bit, unless two papers in different parts share a sentence
+that only one of them uses as an item: the encoder's memo then serves it from another batch). The folder can be deleted at any time; `graft build --fresh`
 ignores it.
 
-A checkpoint is its data files plus `STAGE.json` (key, metadata), written last and removed before
-its data is replaced, so a half-written checkpoint never matches.
+A checkpoint is its data files plus `STAGE.json` (key, shapes, metadata), written last and removed
+before its data is replaced, so a half-written checkpoint never matches. The facets stage is saved
+in parts of `graphbuild.build.CHECKPOINT_PAPERS` papers ("facets.00000", ...), each with its
+items' own vectors, so a build killed in that stage keeps the parts it finished.
 """
 
 from __future__ import annotations
@@ -68,8 +71,9 @@ class StageCheckpoints:
     def _meta_path(self, stage: str) -> Path:
         return self.folder / f"{stage}.json"
 
-    def load(self, stage: str, key: str) -> dict[str, Any] | None:
-        """The stage's saved arrays, table and metadata if its checkpoint has this key, else None.
+    def load(self, stage: str, key: str, *, record: bool = True) -> dict[str, Any] | None:
+        """The stage's saved arrays, table and metadata if its checkpoint has this key, else None;
+        `record` adds the stage to `reused` when found.
 
         Returns:
             {"meta": dict, "arrays": {name: ndarray}, "table": DataFrame | None}.
@@ -88,7 +92,8 @@ class StageCheckpoints:
         shapes = {name: [list(a.shape), str(a.dtype)] for name, a in arrays.items()}
         if shapes != saved["arrays"] or (table is not None and table.height != saved.get("table")):
             return None  # replaced by other data since
-        self.reused.append(stage)
+        if record:
+            self.reused.append(stage)
         return {"meta": saved.get("meta", {}), "arrays": arrays, "table": table}
 
     def save(self, stage: str, key: str, *, arrays: dict[str, np.ndarray] | None = None,
@@ -105,3 +110,12 @@ class StageCheckpoints:
                                "arrays": {name: [list(np.shape(a)), str(np.asarray(a).dtype)]
                                           for name, a in sorted(arrays.items())},
                                "table": None if table is None else table.height})
+
+    def remove_parts(self, stage: str, *, keep: int) -> None:
+        """Delete the checkpoints "STAGE.NNNNN" numbered `keep` and above (left by a longer input)."""
+        for meta in self.folder.glob(f"{stage}.[0-9][0-9][0-9][0-9][0-9].json"):
+            part = meta.name[len(stage) + 1 : -len(".json")]
+            if int(part) >= keep:
+                meta.unlink()
+                for data in self.folder.glob(f"{stage}.{part}.*"):
+                    data.unlink()

@@ -142,6 +142,14 @@ class Encoder:
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_of())
 
+    def remember(self, texts: list[str], vectors: np.ndarray) -> None:
+        """Keep `vectors` (unit rows, aligned with `texts`) as these texts' embeddings for later
+        `encode` calls, as if this encoder had just made them (vectors loaded from a checkpoint)."""
+        for t, v in zip(texts, np.asarray(vectors, dtype=np.float32)):
+            if len(self._memo) >= self.memo_size:
+                break
+            self._memo.setdefault(t, v)
+
     def encode(self, texts: list[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Embed `texts` as a float32 (len(texts), dim) matrix with unit rows.
 

@@ -228,6 +228,9 @@ class CountingEncoder:
         self.texts += len(texts)
         return self.inner.encode(texts, **kwargs)
 
+    def remember(self, texts, vectors):
+        self.inner.remember(texts, vectors)
+
 
 def _built(out):
     idx = Index.open(out)
@@ -252,7 +255,7 @@ def test_a_killed_build_resumes_from_its_checkpoints_and_equals_a_fresh_one(tmp_
     assert first.reused == []
     fresh = _built(out)
     assert sorted(p.name for p in (out / "cache" / "build").iterdir()) == [
-        "facets.json", "facets.parquet", "items.json", "items.vectors.npy",
+        "facets.00000.json", "facets.00000.parquet", "facets.00000.vectors.npy",
         "papers.json", "papers.vectors.npy", "titles.json", "titles.vectors.npy"]
 
     def boom(*a, **k):
@@ -264,14 +267,14 @@ def test_a_killed_build_resumes_from_its_checkpoints_and_equals_a_fresh_one(tmp_
             build_index(corpus, out, BuildConfig(), encoder=encoder)
     counting = CountingEncoder(encoder)
     resumed = build_index(corpus, out, BuildConfig(), encoder=counting)
-    assert resumed.reused == ["facets", "items", "titles", "papers"] and counting.texts == 0
+    assert resumed.reused == ["facets", "titles", "papers"] and counting.texts == 0
     assert resumed.counts["extractor"] == first.counts["extractor"]
     assert Index.open(out).manifest["stages"]["build"]["reused_checkpoints"] == resumed.reused
     _assert_same_build(_built(out), fresh)
 
     # other graph settings reuse them too, and give what a build from scratch gives
     other = BuildConfig(top_k=7, alpha=0.5, beta=0.5, title_weight=0.4)
-    assert build_index(corpus, out, other, encoder=counting).reused == ["facets", "items", "titles", "papers"]
+    assert build_index(corpus, out, other, encoder=counting).reused == ["facets", "titles", "papers"]
     assert counting.texts == 0
     build_index(corpus, tmp_path / "scratch", other, encoder=encoder)
     _assert_same_build(_built(out), _built(tmp_path / "scratch"))
@@ -281,17 +284,54 @@ def test_a_killed_build_resumes_from_its_checkpoints_and_equals_a_fresh_one(tmp_
     _assert_same_build(_built(out), fresh)
 
 
+def test_a_build_killed_in_the_facets_stage_keeps_the_parts_it_finished(tmp_path, encoder, monkeypatch) -> None:
+    import graphbuild.build as b
+    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+
+    monkeypatch.setattr(b, "CHECKPOINT_PAPERS", 16)  # 50 papers: parts of 16, 16, 16 and 2
+    corpus = write_slice(cs768_path(), 50, tmp_path)
+    build_index(corpus, tmp_path / "scratch", BuildConfig(), encoder=encoder)
+    calls = []
+    extract = HeuristicFacetExtractor.extract
+
+    def killed_in_part_3(self, papers, **kwargs):
+        calls.append(papers.height)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return extract(self, papers, **kwargs)
+
+    out = tmp_path / "idx"
+    with monkeypatch.context() as m:
+        m.setattr(HeuristicFacetExtractor, "extract", killed_in_part_3)
+        with pytest.raises(KeyboardInterrupt):
+            build_index(corpus, out, BuildConfig(), encoder=encoder)
+    assert calls == [16, 16, 16]
+    counting = CountingEncoder(encoder)
+    resumed = build_index(corpus, out, BuildConfig(), encoder=counting)
+    assert resumed.reused == ["facets (2 of 4 parts)"]
+    _assert_same_build(_built(out), _built(tmp_path / "scratch"))
+    assert resumed.counts["extractor"] == Index.open(tmp_path / "scratch").manifest["stages"]["build"][
+        "counts"]["extractor"]
+
+    (tmp_path / "short").mkdir()
+    shorter = write_slice(cs768_path(), 20, tmp_path / "short")  # parts 2 and 3 of the longer corpus go
+    build_index(shorter, out, BuildConfig(), encoder=encoder)
+    assert sorted(p.name for p in (out / "cache" / "build").glob("facets.*.json")) == [
+        "facets.00000.json", "facets.00001.json"]
+
+
 def test_checkpoints_of_other_inputs_or_cut_short_are_not_used(tmp_path, encoder) -> None:
     corpus = write_slice(cs768_path(), 30, tmp_path)
     out = tmp_path / "idx"
     build_index(corpus, out, BuildConfig(), encoder=encoder)
     ckpt = out / "cache" / "build"
     (ckpt / "papers.json").unlink()  # killed while writing the papers' checkpoint
-    np.save(ckpt / "titles.vectors.npy", np.zeros(3))  # a damaged file
-    (ckpt / "items.vectors.npy").write_bytes(b"not an array")
+    np.save(ckpt / "titles.vectors.npy", np.zeros(3))  # replaced by other data
     summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
     assert summary.reused == ["facets"]  # the others are recomputed and their checkpoints replaced
-    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "items", "titles", "papers"]
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "papers"]
+    (ckpt / "facets.00000.vectors.npy").write_bytes(b"not an array")  # a damaged file
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "papers"]
 
     records = [json.loads(line) for line in corpus.read_text().splitlines()]
     records[3]["abstract"] += " We also release the code."

@@ -25,6 +25,16 @@ def test_memo_returns_the_same_vectors_as_a_fresh_encode(encoder) -> None:
     assert v[0] @ v[1] > v[0] @ v[2] + 0.2
 
 
+def test_remembered_vectors_are_served_and_never_replace_computed_ones(encoder) -> None:
+    seen = "A sentence this encoder has embedded before."
+    before = encoder.encode([seen])[0]
+    loaded = np.eye(encoder.dim, dtype=np.float32)[:2]  # stand-ins for vectors read from a checkpoint
+    encoder.remember(["A checkpointed item nobody embedded in this process.", seen], loaded)
+    got = encoder.encode(["A checkpointed item nobody embedded in this process.", seen])
+    np.testing.assert_array_equal(got[0], loaded[0])
+    np.testing.assert_array_equal(got[1], before)
+
+
 def test_model_resolution(tmp_path) -> None:
     assert resolve_model_path(None) == default_model_path() == resolve_model_path(DEFAULT_MODEL)
     assert resolve_model_path(default_model_path()) == default_model_path()  # any local folder
