@@ -43,6 +43,7 @@ class BuildConfig:
     extractor: str = "heuristic"  # facet extractor: "heuristic" (offline default) or "llm"
     embedding_model: str | None = None  # local sentence-transformers folder; None = all-MiniLM-L6-v2
     embedding_batch_size: int = 64  # texts per encoder batch
+    embedding_device: str = "cpu"  # torch device of the build's encoder: cpu, cuda, cuda:N, mps or auto
     embedding_dtype: str = "float16"  # dtype of embeddings/items.npy ("float16" halves the file)
     title_weight: float = DEFAULT_TITLE_WEIGHT  # item vector = unit(e(item) + w·e(title)); 0 = the item alone
     paper_embeddings: bool = True  # write embeddings/papers.npy (title + abstract; text coupling, dense baseline)
@@ -214,12 +215,14 @@ def build_index(
         if encoder is None:
             from graphbuild.embeddings import Encoder
 
-            encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size)
+            encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size,
+                              device=config.embedding_device)
         extractor = make_extractor(config, encoder, out)
 
     ckpt = StageCheckpoints(out / "cache" / "build", reuse=not fresh)
     same_corpus = {"corpus": corpus.content_hash(), "order": order_digest(paper_ids)}
-    same_model = {"model": encoder.name, "batch_size": getattr(encoder, "batch_size", None)}
+    same_model = {"model": encoder.name, "batch_size": getattr(encoder, "batch_size", None),
+                  "device": getattr(encoder, "device", "cpu")}
     facets_key = make_key(stage="facets", **same_corpus, **same_model, extractor=config.extractor,
                           llm=config.llm, code=source_digest("graphbuild/facets_heuristic.py",
                                                              "graphbuild/facets_llm.py", "graft/facets.py",

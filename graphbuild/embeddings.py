@@ -121,6 +121,33 @@ def resolve_model_path(model: str | None) -> str:
     return str(model)
 
 
+def resolve_device(device: str) -> str:
+    """The torch device for `device`: "cpu", "cuda", "cuda:N", "mps", or "auto" (CUDA if torch sees a
+    GPU, else the CPU).
+
+    Raises:
+        GraftError: an unknown name, or a GPU that this torch build cannot see.
+    """
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise GraftError(f"device '{device}': torch {torch.__version__} sees no CUDA GPU on this machine; "
+                             "use --device cpu (or auto)")
+        if device != "cuda" and int(device[5:]) >= torch.cuda.device_count():
+            raise GraftError(f"device '{device}': this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+        return device
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise GraftError("device 'mps': Apple's Metal backend is not available here; use --device cpu")
+        return device
+    raise GraftError(f"device '{device}' is unknown; allowed: cpu, cuda, cuda:N, mps, auto")
+
+
 class Encoder:
     """Batched, L2-normalised sentence embeddings on the CPU (or a given device)."""
 
@@ -133,12 +160,13 @@ class Encoder:
 
         hf_logging.disable_progress_bar()  # GRAFT shows its own per-stage progress
 
+        self.device = resolve_device(device)
         self.path = resolve_model_path(model)
         self.name = DEFAULT_MODEL if self.path == default_model_path() else self.path
         self.batch_size = batch_size
         self.memo_size = memo_size  # texts whose vectors are kept for reuse (~1.5 KiB each at d=384)
         self._memo: dict[str, np.ndarray] = {}
-        self.model = SentenceTransformer(self.path, device=device)
+        self.model = SentenceTransformer(self.path, device=self.device)
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_of())
 

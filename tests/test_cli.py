@@ -133,6 +133,20 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     counts = json.loads(res.stdout)["counts"]
     assert counts["papers"] == 3 and counts["skipped_records"] == 1 and counts["dropped_references"] == 1
     assert "skipped" in res.stderr and "line 2" in res.stderr
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--top-k", "1"],
+                        env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "reused checkpoints (facets, titles, papers)" in res.stdout and "--fresh" in res.stdout
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--fresh", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["reused_checkpoints"] == []
+    import torch
+
+    for device, message in [("tpu", "unknown; allowed: cpu, cuda"), ("cuda", "no CUDA GPU")]:
+        if device == "cuda" and torch.cuda.is_available():
+            continue
+        res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "-q",
+                                  "--device", device])
+        assert res.exit_code == 2 and message in res.output, res.output
 
 
 def test_demo_runs_on_aclsum(tmp_path) -> None:

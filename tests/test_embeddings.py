@@ -35,6 +35,20 @@ def test_remembered_vectors_are_served_and_never_replace_computed_ones(encoder) 
     np.testing.assert_array_equal(got[1], before)
 
 
+def test_device_names_resolve_or_fail_clearly() -> None:
+    import torch
+
+    from graphbuild.embeddings import resolve_device
+
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(GraftError, match="'gpu0' is unknown"):
+        resolve_device("gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(GraftError, match="sees no CUDA GPU.*--device cpu"):
+            resolve_device("cuda:0")
+
+
 def test_model_resolution(tmp_path) -> None:
     assert resolve_model_path(None) == default_model_path() == resolve_model_path(DEFAULT_MODEL)
     assert resolve_model_path(default_model_path()) == default_model_path()  # any local folder
