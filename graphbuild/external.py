@@ -127,11 +127,15 @@ class RecordFacets:
 class ExternalScorer:
     """Scores new papers against an index: extracts facets, embeds items, builds top-K rows.
 
-    A row's weight is alpha * s_f + beta * c, as in the graph. The citation score c of a new paper is
-    its bibliographic coupling with corpus papers through its `references`; a paper that lists none
-    in the corpus gets text coupling instead (`text_coupling_row` with its `text_neighbours` nearest
-    papers by title + abstract), or c = 0 when `text_neighbours` is 0 or the index predates
-    `embeddings/papers.npy` (`text_neighbours` is then 0 and `text_coupling_off` says why).
+    A row's weight is alpha * s_f + beta * c, as in the graph. The citation score c of a new paper with
+    a corpus paper is the largest of its bibliographic coupling through the new paper's `references`,
+    the share of those references that cite or are cited by the corpus paper (citation links), and
+    text coupling (`text_coupling_row`: the clipped title + abstract cosine with its `text_neighbours`
+    nearest papers); see `citation_rows`. A paper with no references into the corpus gets text
+    coupling alone, or c = 0 when `text_neighbours` is 0 or the index predates
+    `embeddings/papers.npy` (`text_neighbours` is then 0 and `text_coupling_off` says why). The
+    combination was chosen on out-of-corpus papers posed with 1, 2 or 5 known references
+    (`eval/benchmarks/known_references.py`).
 
     Args:
         index: the opened index.
@@ -152,6 +156,9 @@ class ExternalScorer:
         owner = index.item_rows
         vectors = np.asarray(index.item_embeddings, dtype=np.float32)
         self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)
+        a = index.citation_matrix
+        #: 1 where a corpus paper cites or is cited by another (the citation links of known references)
+        self.linked = sp.csr_matrix(((a + a.T) > 0).astype(np.float32))
         self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}
         papers = index.paper_embeddings if text_neighbours > 0 else None
         self.paper_vectors = None if papers is None else np.asarray(papers, dtype=np.float32)
@@ -224,34 +231,50 @@ class ExternalScorer:
             facets = self.facets_of.many(part)
             cites = self.citation_rows(part)
             for items, vectors, cite in zip(facets, self.embed_items(part, facets), cites):
-                out.append((self._rows_for(cite, vectors, self.params), items,
-                            self._rows_for(cite, vectors, plain) if facet_only else None))
+                out.append((self.rows_from(cite, vectors), items,
+                            self.rows_from(cite, vectors, plain) if facet_only else None))
             if progress is not None:
                 progress(len(part))
         return out
 
     def citation_rows(self, records: list[dict[str, Any]]) -> list[sp.csr_matrix]:
-        """Citation score rows (1 x n) of new papers: bibliographic coupling through their references
-        into the corpus; text coupling for those with none (their titles + abstracts embedded in
-        one encoder call), or empty rows when text coupling is off."""
+        """Citation score rows (1 x n) of new papers: per corpus paper, the largest of
+        - bibliographic coupling through the record's references into the corpus,
+        - citation links: the share of those references that the paper cites or is cited by,
+        - text coupling with the record's `text_neighbours` nearest papers by title + abstract
+          (all records' texts embedded in one encoder call; skipped when text coupling is off).
+        A record whose id is a corpus paper never gets a weight for that paper."""
         row_of = self.index.row_of
-        refs = [[row_of[r] for r in rec.get("references") or [] if r in row_of] for rec in records]
-        out = [external_citation_row(self.index.citation_matrix, np.array(r, dtype=np.int64), self.coupling_row_log)
-               for r in refs]
-        text_only = [i for i, r in enumerate(refs) if not r]
-        if self.text_neighbours and text_only:
+        refs = [np.array(sorted({row_of[r] for r in rec.get("references") or [] if r in row_of}), dtype=np.int64)
+                for rec in records]
+        out = []
+        for r in refs:
+            row = sp.csr_matrix(external_citation_row(self.index.citation_matrix, r, self.coupling_row_log),
+                                dtype=np.float32)
+            if len(r):
+                row = row.maximum(sp.csr_matrix(self.linked[r].mean(axis=0), dtype=np.float32))
+            out.append(row)
+        own = [row_of.get(str(rec.get("id"))) for rec in records]
+        if self.text_neighbours and records:
             from graft.text import paper_text
 
-            texts = [paper_text(records[i].get("title"), records[i].get("abstract")) for i in text_only]
+            texts = [paper_text(rec.get("title"), rec.get("abstract")) for rec in records]
             vecs = np.asarray(self.encoder.encode(texts), dtype=np.float32)
-            for i, vec in zip(text_only, vecs):
-                own = row_of.get(str(records[i].get("id")))
-                out[i] = text_coupling_row(self.paper_vectors, vec, self.text_neighbours, exclude=own)
+            for i, vec in enumerate(vecs):
+                out[i] = out[i].maximum(text_coupling_row(self.paper_vectors, vec, self.text_neighbours,
+                                                          exclude=own[i]))
+        out = [sp.csr_matrix(row, dtype=np.float32) for row in out]
+        for row, node in zip(out, own):
+            if node is not None:  # a corpus paper posed as a record: not its own neighbour
+                row.data[row.indices == node] = 0
+                row.eliminate_zeros()
         return out
 
-    def _rows_for(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray],
-                  params: GraphParams) -> dict[str, sp.csr_matrix]:
-        """Edge rows from a record's citation score row and its facet items' embeddings."""
+    def rows_from(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray],
+                  params: GraphParams | None = None) -> dict[str, sp.csr_matrix]:
+        """Edge rows (1 x n per facet) from a record's citation score row and its facet items'
+        embeddings (`embed_items`), under the index's graph settings unless `params` is given."""
+        params = params or self.params
         rows = {}
         for facet in FACETS:
             query = group_items(np.zeros(len(vectors[facet]), dtype=np.int64), vectors[facet], 1)

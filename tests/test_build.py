@@ -8,6 +8,7 @@ import json
 import numpy as np
 import polars as pl
 import pytest
+import scipy.sparse as sp
 from conftest import cs768_path
 
 from graft.errors import IndexFormatError
@@ -429,14 +430,33 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
             assert r[c] == pytest.approx(z[c] + coupled.params.beta * cite[0, c], abs=1e-5)
             raised += 1
     assert raised > 0
-    # with references into the corpus, bibliographic coupling is used and text coupling is not
+    # with references into the corpus: per paper the largest of bibliographic coupling, the share of
+    # the references it cites or is cited by, and text coupling
+    from graphbuild.citations import external_citation_row
+
     refs = idx.citations.filter(pl.col("citing") == row["paper_id"])["cited"].to_list()
     assert refs
-    with_refs = {**record, "references": refs}
+    given = refs[:2] + ["not-in-the-corpus"]
+    ref_rows = np.array(sorted(idx.row_of[r] for r in refs[:2]))
+    bib = external_citation_row(idx.citation_matrix, ref_rows, coupled.coupling_row_log).toarray().ravel()
+    a_dense = idx.citation_matrix.toarray()
+    links = ((a_dense + a_dense.T) > 0)[ref_rows].mean(axis=0)
+    assert links.max() == 1.0 and set(np.flatnonzero(links == 1.0)) >= {node}  # cited by the paper
+    text = cite.toarray().ravel()
+    for scorer, expect_cite in ((coupled, np.maximum(np.maximum(bib, links), text)), (plain, np.maximum(bib, links))):
+        got = scorer.citation_rows([{**record, "references": given}])[0].toarray().ravel()
+        np.testing.assert_allclose(got, expect_cite, atol=1e-6)
+    with_refs = {**record, "references": given}
     a, _ = coupled.rows(with_refs)
-    b, _ = plain.rows(with_refs)
+    expect_cite = sp.csr_matrix(np.maximum(np.maximum(bib, links), text)[None, :].astype(np.float32))
     for f in FACETS:
-        assert a[f].indices.tolist() == b[f].indices.tolist() and np.allclose(a[f].data, b[f].data)
+        query = group_items(np.zeros(len(vectors[f]), dtype=np.int64), vectors[f], 1)
+        expect = external_facet_row(query, coupled.items[f], expect_cite, coupled.params)
+        assert a[f].indices.tolist() == expect.indices.tolist()
+        np.testing.assert_allclose(a[f].data, expect.data, atol=1e-6)
+    # posed as a record under its own id, a corpus paper is never its own neighbour
+    own = coupled.citation_rows([{**record, "id": row["paper_id"], "references": given}])[0]
+    assert node not in own.indices.tolist() and own.nnz > 0
     # an index built before embeddings/papers.npy scores text-only papers as before, and says why
     shutil.copytree(cs768_index[0], tmp_path / "older")
     (tmp_path / "older" / "embeddings" / "papers.npy").unlink()
