@@ -163,6 +163,10 @@ def query(
     fusion: str | None = typer.Option(None, "--fusion", help="graph-rrf or rrf (graft; the teacher uses rrf)."),
     k: int = typer.Option(20, "--k", help="Results to return."),
     beams: int = typer.Option(20, "--beams", help="Beams per facet item (graft retriever)."),
+    references: str | None = typer.Option(None, "--references",
+                                          help="With --text/--record (teacher): comma-separated ids of corpus "
+                                               "papers the query paper cites; their citation links and "
+                                               "coupling shape the result, and they are not returned."),
     text_neighbours: int = typer.Option(10, "--text-neighbours",
                                         help="Teacher, a paper without references into the corpus: its N nearest "
                                              "papers by title + abstract stand in for its citations (0 = off)."),
@@ -202,7 +206,8 @@ def query(
                     if outside["scorer"].text_coupling_off and text_neighbours and not as_json:
                         err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
                 rows, _ = outside["scorer"].rows(rec)
-                return idx.query_rows(rows, query_id=qid, k=k), heading
+                known = {idx.row_of[r] for r in rec.get("references") or [] if r in idx.row_of}
+                return idx.query_rows(rows, query_id=qid, k=k, exclude=known), heading
             if "facets" not in outside:
                 outside["facets"] = RecordFacets(idx)
             return idx.query(facets=outside["facets"](rec), retriever=chosen, fusion=fusion, k=k, beams=beams,
@@ -216,6 +221,17 @@ def query(
             from graphbuild.external import read_record, record_from_text
 
             recs = [record_from_text(text) if text is not None else read_record(record)]
+            if references is not None:
+                given = [r.strip() for r in references.split(",") if r.strip()]
+                unknown = [r for r in given if r not in idx.row_of]
+                if unknown:
+                    raise GraftError(f"--references: {len(unknown)} id(s) not in the index, e.g. {unknown[0]!r}")
+                if chosen != "teacher":
+                    raise GraftError("--references needs --retriever teacher: the generative retriever "
+                                     "decodes from the paper's facet text alone")
+                recs[0]["references"] = list(dict.fromkeys([*(recs[0].get("references") or []), *given]))
+        if references is not None and (paper is not None or queries is not None):
+            raise GraftError("--references goes with --text or --record (a paper outside the corpus)")
         results = [run(r) for r in recs]
     except (GraftError, ValueError) as exc:
         _fail(exc)

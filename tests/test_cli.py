@@ -86,6 +86,34 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
     assert res.exit_code != 0 and "text_neighbours must be >= 0" in res.output
 
 
+def test_query_references_shape_the_result_and_are_not_returned(built, encoder) -> None:
+    from graft.index import Index
+    from graphbuild.external import ExternalScorer, record_from_text
+
+    out, _ = built
+    idx = Index.open(out)
+    cited = idx.citations["cited"].value_counts(sort=True)["cited"].to_list()[:2]  # the most cited papers
+    text = ("Graph neural networks for molecule property prediction. We propose a message passing "
+            "network that outperforms baselines on several benchmarks.")
+    args = ["query", str(out), "--text", text, "--k", "10", "--json", "--retriever", "teacher"]
+    res = runner.invoke(app, args + ["--references", ",".join(cited)])
+    assert res.exit_code == 0, res.output
+    got = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
+    record = {**record_from_text(text), "references": cited}
+    rows, _ = ExternalScorer(idx, encoder=encoder).rows(record)
+    want = idx.query_rows(rows, k=10, exclude={idx.row_of[p] for p in cited})
+    assert got == [(h.paper_id, round(h.score, 6)) for h in want.hits]
+    assert not {p for p, _ in got} & set(cited)
+    plain = runner.invoke(app, args)
+    assert [h["paper_id"] for h in json.loads(plain.stdout)] != [p for p, _ in got]
+    for extra, message in ((["--references", "nope"], "not in the index"),
+                           (["--references", cited[0], "--retriever", "graft"], "needs --retriever teacher")):
+        res = runner.invoke(app, ["query", str(out), "--text", text, *extra])
+        assert res.exit_code == 2 and message in res.output, res.output
+    res = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--references", cited[1]])
+    assert res.exit_code == 2 and "goes with --text or --record" in res.output
+
+
 def test_query_errors(built, tmp_path) -> None:
     out, _ = built
     res = runner.invoke(app, ["query", str(out), "--paper", "no-such-paper"])
