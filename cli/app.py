@@ -170,6 +170,9 @@ def query(
     text_neighbours: int = typer.Option(10, "--text-neighbours",
                                         help="Teacher, a paper without references into the corpus: its N nearest "
                                              "papers by title + abstract stand in for its citations (0 = off)."),
+    feedback: int = typer.Option(3, "--feedback",
+                                 help="Teacher, a paper without references into the corpus: the citation links "
+                                      "of the N papers a first pass ranks highest join its citation half (0 = off)."),
     as_json: bool = typer.Option(False, "--json", help="Print results as a JSON list."),
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
@@ -202,7 +205,7 @@ def query(
                 if fusion not in (None, "rrf"):
                     raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
                 if "scorer" not in outside:
-                    outside["scorer"] = ExternalScorer(idx, text_neighbours=text_neighbours)
+                    outside["scorer"] = ExternalScorer(idx, text_neighbours=text_neighbours, feedback=feedback)
                     if outside["scorer"].text_coupling_off and text_neighbours and not as_json:
                         err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
                 rows, _ = outside["scorer"].rows(rec)

@@ -21,7 +21,8 @@ def survey_tools(index: Any, encoder: Any = None, text_neighbours: int | None = 
 
     if text_neighbours is None:
         text_neighbours = SurveyConfig().text_neighbours
-    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder, text_neighbours=text_neighbours))
+    # no feedback pass: topic descriptions are not papers, and it was not measured on them
+    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder, text_neighbours=text_neighbours, feedback=0))
 
 
 def resolve_local_model(model: str | None) -> str:

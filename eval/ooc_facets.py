@@ -12,9 +12,9 @@ File format (JSON lines): a header `{"format", "version", "key", "created"}`, th
 query, sorted by qid: `{"qid", "text_sha", "facets": {facet: [items]}, "rows": {facet: [[column
 indices], [weights]]}, "facet_only_rows": (the same form)}`. The key names what the entries depend
 on: the index's corpus hash and the graph settings of its build (top-K, alpha, beta, candidates,
-citation rescaling, title weight), the extractor and its settings, the encoder, and the text
-coupling of the rows (`text_neighbours`). A file with another key or version is stale and rebuilt
-whole; an entry whose query text changed (`text_sha`) is recomputed. Weights are float32 values
+citation rescaling, title weight), the extractor and its settings, the encoder, the text
+coupling of the rows (`text_neighbours`) and their feedback pass (`feedback`). A file with another
+key or version is stale and rebuilt whole; an entry whose query text changed (`text_sha`) is recomputed. Weights are float32 values
 written as JSON floats, which read back bit for bit.
 """
 
@@ -61,7 +61,7 @@ def text_sha(title: str, abstract: str) -> str:
 
 
 def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dict[str, Any],
-              encoder: str, text_neighbours: int) -> dict[str, Any]:
+              encoder: str, text_neighbours: int, feedback: int) -> dict[str, Any]:
     """What the cached entries depend on.
 
     Args:
@@ -70,6 +70,7 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
         extractor_config: its settings.
         encoder: the sentence encoder's name (`all-MiniLM-L6-v2` or a local folder).
         text_neighbours: M of the rows' text coupling (`graphbuild.external.TEXT_NEIGHBOURS`; 0 = none).
+        feedback: R of their second pass (`graphbuild.external.FEEDBACK`; 0 = none).
     Returns:
         The key written into, and compared with, the file's header.
     """
@@ -79,23 +80,25 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
     graph = {k: getattr(build, k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale",
                                             "title_weight")}
     return {"corpus_hash": manifest.get("corpus_hash"), "graph": graph, "extractor": extractor,
-            "extractor_config": extractor_config, "encoder": encoder, "text_neighbours": text_neighbours}
+            "extractor_config": extractor_config, "encoder": encoder, "text_neighbours": text_neighbours,
+            "feedback": feedback}
 
 
 def default_key(manifest: dict[str, Any], encoder_name: str | None = None) -> dict[str, Any]:
     """The key of entries made as `ExternalScorer` makes them for this index: the heuristic extractor
-    with its default settings, the index's embedding model (or `encoder_name`) and the default text
-    coupling where the build wrote paper embeddings (none where it predates them). Computed from
+    with its default settings, the index's embedding model (or `encoder_name`), the default text
+    coupling where the build wrote paper embeddings (none where it predates them) and the default
+    feedback pass. Computed from
     the manifest, without loading the encoder or the index's files."""
     from graphbuild.embeddings import model_name
-    from graphbuild.external import TEXT_NEIGHBOURS
+    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS
     from graphbuild.facets_heuristic import HeuristicConfig, HeuristicFacetExtractor
 
     build = manifest.get("stages", {}).get("build", {})
     papers = bool((build.get("counts") or {}).get("paper_embeddings"))
     return cache_key(manifest, extractor=HeuristicFacetExtractor.name, extractor_config=asdict(HeuristicConfig()),
                      encoder=encoder_name or model_name((build.get("config") or {}).get("embedding_model")),
-                     text_neighbours=TEXT_NEIGHBOURS if papers else 0)
+                     text_neighbours=TEXT_NEIGHBOURS if papers else 0, feedback=FEEDBACK)
 
 
 def _row_json(row: sp.csr_matrix) -> list[list[Any]]:

@@ -391,7 +391,8 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
         lines.append(f"Index build: {b['extractor']} facets · top-K {b['top_k']} · alpha {b['alpha']} · "
                      f"beta {b['beta']} · title weight {b['title_weight']}"
                      + (f" · out-of-corpus rows: text coupling with {m['text_neighbours']} nearest papers"
-                        if m.get("text_neighbours") else "") + "  ")
+                        if m.get("text_neighbours") else "")
+                     + (f", feedback from the first {m['feedback']}" if m.get("feedback") else "") + "  ")
     lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items())), ""]
     lines += markdown_table(table["rows"])
     lines += [""] + [f"- {n}" for n in table["notes"]]
@@ -410,8 +411,8 @@ _DEFINITIONS = {
                  "facet similarity (mean over facets of the max item-item cosine); correct@20 counts them"],
     "ooc": ["query = title + abstract of a paper removed before the build (no references given to any "
             "system); gold = its references into the corpus; its facet items and edge rows from its text "
-            "(citation half: text coupling with its nearest papers by title + abstract; facet-only rows for the "
-            "facet system) are extracted once (heuristic extractor, the index's encoder) into "
+            "(citation half: text coupling with its nearest papers by title + abstract, then a second pass adding "
+            "the citation links of the papers the first ranks highest; facet-only rows for the facet system) are extracted once (heuristic extractor, the index's encoder) into "
             "SPLITDIR/ooc/facets.jsonl",
             f"non_obvious@20 as in corpus ({OBVIOUS_M} nearest by facet similarity of the query's extracted items)"],
     "attribution": ["precision: share of credited facets of top-20 hits whose facet graph holds an edge "
@@ -520,6 +521,7 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         "papers": index.n,
         "build": build_settings(index),
         "text_neighbours": ctx.ooc_key["text_neighbours"] if suite in ("ooc", "attribution") else None,
+        "feedback": ctx.ooc_key.get("feedback") if suite in ("ooc", "attribution") else None,
         "queries": body.get("queries"),
         "qrels": body.get("qrels"),
         "part": options.part,

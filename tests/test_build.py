@@ -405,8 +405,8 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     node = idx.row_of[idx.citations["citing"][0]]  # a paper with references, posed first without them
     row = idx.papers.row(node, named=True)
     record = {"id": "new", "title": row["title"], "abstract": row["abstract"]}
-    coupled = ExternalScorer(idx, encoder=encoder)
-    plain = ExternalScorer(idx, encoder=encoder, extractor=coupled.facets_of.extractor, text_neighbours=0)
+    coupled = ExternalScorer(idx, encoder=encoder, feedback=0)
+    plain = ExternalScorer(idx, encoder=encoder, extractor=coupled.facets_of.extractor, text_neighbours=0, feedback=0)
     assert (coupled.text_neighbours, coupled.text_coupling_off) == (TEXT_NEIGHBOURS, None)
     assert (plain.text_neighbours, plain.text_coupling_off) == (0, "text_neighbours = 0")
     rows, facets = coupled.rows(record)
@@ -430,6 +430,28 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
             assert r[c] == pytest.approx(z[c] + coupled.params.beta * cite[0, c], abs=1e-5)
             raised += 1
     assert raised > 0
+    # the feedback pass: the citation links of the 3 papers the first rows rank highest join the half
+    from graphbuild.external import FEEDBACK
+
+    fed = ExternalScorer(idx, encoder=encoder, extractor=coupled.facets_of.extractor)
+    assert fed.feedback == FEEDBACK == 3
+    first = [idx.row_of[h.paper_id] for h in idx.query_rows(rows, k=3).hits]
+    a_dense = idx.citation_matrix.toarray()
+    linked = (a_dense + a_dense.T) > 0
+    fed_cite = sp.csr_matrix(np.maximum(cite.toarray().ravel(), linked[first].mean(axis=0))[None, :].astype(np.float32))
+    assert fed_cite.nnz > cite.nnz
+    fed_rows, _ = fed.rows(record)
+    for f in FACETS:
+        query = group_items(np.zeros(len(vectors[f]), dtype=np.int64), vectors[f], 1)
+        expect = external_facet_row(query, fed.items[f], fed_cite, fed.params)
+        assert fed_rows[f].indices.tolist() == expect.indices.tolist()
+        np.testing.assert_allclose(fed_rows[f].data, expect.data, atol=1e-6)
+    with_refs, _ = fed.rows({**record, "references": idx.citations["cited"].to_list()[:1]})
+    no_pass, _ = coupled.rows({**record, "references": idx.citations["cited"].to_list()[:1]})
+    for f in FACETS:  # a record with references gets no feedback pass
+        np.testing.assert_array_equal(with_refs[f].toarray(), no_pass[f].toarray())
+    with pytest.raises(Exception, match="feedback must be >= 0"):
+        ExternalScorer(idx, encoder=encoder, feedback=-1)
     # with references into the corpus: per paper the largest of bibliographic coupling, the share of
     # the references it cites or is cited by, and text coupling
     from graphbuild.citations import external_citation_row
@@ -439,8 +461,7 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     given = refs[:2] + ["not-in-the-corpus"]
     ref_rows = np.array(sorted(idx.row_of[r] for r in refs[:2]))
     bib = external_citation_row(idx.citation_matrix, ref_rows, coupled.coupling_row_log).toarray().ravel()
-    a_dense = idx.citation_matrix.toarray()
-    links = ((a_dense + a_dense.T) > 0)[ref_rows].mean(axis=0)
+    links = linked[ref_rows].mean(axis=0)
     assert links.max() == 1.0 and set(np.flatnonzero(links == 1.0)) >= {node}  # cited by the paper
     text = cite.toarray().ravel()
     for scorer, expect_cite in ((coupled, np.maximum(np.maximum(bib, links), text)), (plain, np.maximum(bib, links))):
@@ -460,7 +481,8 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     # an index built before embeddings/papers.npy scores text-only papers as before, and says why
     shutil.copytree(cs768_index[0], tmp_path / "older")
     (tmp_path / "older" / "embeddings" / "papers.npy").unlink()
-    older = ExternalScorer(Index.open(tmp_path / "older"), encoder=encoder, extractor=coupled.facets_of.extractor)
+    older = ExternalScorer(Index.open(tmp_path / "older"), encoder=encoder, extractor=coupled.facets_of.extractor,
+                           feedback=0)
     assert older.text_neighbours == 0 and "papers.npy" in older.text_coupling_off
     old_rows, _ = older.rows(record)
     for f in FACETS:
@@ -478,6 +500,7 @@ def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encod
     build_index(corpus, out, BuildConfig(), encoder=encoder)
     assert (out / "embeddings" / "papers.npy").is_file()
     assert default_key(Index.open(out).manifest)["text_neighbours"] == 10
+    assert default_key(Index.open(out).manifest)["feedback"] == 3
     summary = build_index(corpus, out, BuildConfig(paper_embeddings=False), encoder=encoder)
     assert "embed papers" not in summary.timings and summary.counts["paper_embeddings"] == 0
     idx = Index.open(out)  # the earlier build's vectors are gone with it

@@ -84,6 +84,16 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
     assert got[10] != got[0]
     res = runner.invoke(app, ["query", str(out), "--text", text, "--retriever", "teacher", "--text-neighbours", "-1"])
     assert res.exit_code != 0 and "text_neighbours must be >= 0" in res.output
+    # one pass only (--feedback 0): the scorer's rows without the feedback pass
+    res = runner.invoke(app, ["query", str(out), "--text", text, "--k", "10", "--json", "--retriever", "teacher",
+                              "--feedback", "0"])
+    assert res.exit_code == 0, res.output
+    one_pass = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
+    rows, _ = ExternalScorer(idx, encoder=encoder, feedback=0).rows(record_from_text(text))
+    assert one_pass == [(h.paper_id, round(h.score, 6)) for h in idx.query_rows(rows, query_id="query", k=10).hits]
+    assert one_pass != got[10]
+    res = runner.invoke(app, ["query", str(out), "--text", text, "--retriever", "teacher", "--feedback", "-1"])
+    assert res.exit_code != 0 and "feedback must be >= 0" in res.output
 
 
 def test_query_references_shape_the_result_and_are_not_returned(built, encoder) -> None:

@@ -261,9 +261,13 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
             a, b = reused.ooc_facet_only_rows(q)[f], ctx.ooc_facet_only_rows(q)[f]
             assert a.indices.tolist() == b.indices.tolist() and a.data.tobytes() == b.data.tobytes()
     # the facet-only rows weigh the same candidates by facet similarity alone (alpha 1, beta 0): where
-    # a column's citation half is zero (not a text-coupled neighbour), its weight is the rows' / alpha
+    # a column's citation half is zero (no text coupling, no feedback link), its weight is the rows' / alpha
     alpha = ctx.scorer.params.alpha
-    cites = ctx.scorer.citation_rows([q.record() for q in queries])
+    records = [q.record() for q in queries]
+    firsts = ctx.scorer.citation_rows(records)
+    vectors = ctx.scorer.embed_items(records, [ctx.ooc_rows(q)[1] for q in queries])
+    cites = [ctx.scorer.with_feedback(rec, ctx.scorer.rows_from(c, v), c) for rec, c, v in zip(records, firsts, vectors)]
+    assert sum(c.nnz for c in cites) > sum(c.nnz for c in firsts)  # the feedback pass added links
     checked = 0
     for q, cite in zip(queries, cites):
         for f in FACETS:
@@ -488,7 +492,8 @@ def test_text_coupling_benchmark_rows(built, tmp_path) -> None:
                  "--neighbours", "10", "--name", "slice", "--results", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "text_coupling_slice.json").read_text())
     by = {r["rows"]: r for r in saved["rows"]}
-    assert set(by) == {"dense (title + abstract)", "text only", "pseudo-references R = 5", "text coupling M = 10"}
+    assert set(by) == {"dense (title + abstract)", "text only", "pseudo-references R = 5", "text coupling M = 10",
+                       "text coupling M = 10, then links of its first R = 5"}
     assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in saved["rows"])
     assert by["text only"]["R@20 / text only"] == pytest.approx(1.0)
     # the dense row: cosine of the build's title + abstract embeddings, the query paper itself never returned
@@ -507,3 +512,22 @@ def test_text_coupling_benchmark_rows(built, tmp_path) -> None:
     assert saved["meta"]["queries"] == len(queries) == 12
     assert by["dense (title + abstract)"]["R@50"] == pytest.approx(float(np.mean(recalls)), abs=1e-6)
     assert "| text coupling M = 10 |" in (tmp_path / "text_coupling_slice.md").read_text()
+
+
+def test_known_references_benchmark_matches_the_scorer(built, tmp_path) -> None:
+    """eval/benchmarks/known_references.py: out-of-corpus papers posed with k known references; the
+    scorer's own rows give exactly the maximum of bibliographic coupling, text coupling and links."""
+    from eval.benchmarks.known_references import known_references, main
+
+    _, split = built
+    assert main(["--split", str(split), "--limit", "10", "--known", "1,2", "--name", "slice",
+                 "--results", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "known_references_slice.json").read_text())
+    for k in (1, 2):
+        by = {r["rows"]: r for r in saved["rows"] if r["known"] == k}
+        assert {"bibliographic", "text", "none", "dense", "max(bibliographic, text, links)",
+                "ExternalScorer (graft query --record)"} <= set(by)
+        assert by["ExternalScorer (graft query --record)"]["R@50"] == by["max(bibliographic, text, links)"]["R@50"]
+        assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in by.values())
+    assert known_references("q1", ["a", "b", "c", "d"], 2) == known_references("q1", ["d", "c", "b", "a"], 2)
+    assert len(set(known_references("q1", ["a", "b", "c", "d"], 3))) == 3

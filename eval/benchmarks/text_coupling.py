@@ -4,7 +4,7 @@ A paper outside the corpus (`graft query --text/--record` without references, th
 suite) has no citation links, so its facet edge rows carry only alpha * s_f(q, j) and their beta
 half is zero. This benchmark poses a split's in-corpus papers as text-only queries (their own facet
 item vectors, no references, the paper itself never returned; gold = its citation neighbours) and
-scores the graph teacher with the beta half filled in three ways:
+scores the graph teacher with the beta half filled in these ways:
 
 - `text only`: zero, as `graphbuild.external.ExternalScorer` scores a new paper with text coupling off;
 - `pseudo-references R`: bibliographic coupling (`external_citation_row`) with the teacher's own
@@ -13,6 +13,10 @@ scores the graph teacher with the beta half filled in three ways:
   as the dense baseline) with the query's M nearest papers, clipped to [0, 1]
   (`graphbuild.external.text_coupling_row`, what `ExternalScorer` now gives a paper without
   references, with M = `TEXT_NEIGHBOURS`);
+- `text coupling M, then links of its first R` (M the first of `--neighbours`, R each of
+  `--feedback`): a second pass, where the citation links of the R papers the text-coupled rows rank
+  highest (the share of them a paper cites or is cited by) raise that half (`ExternalScorer`'s second
+  pass, with M = `TEXT_NEIGHBOURS` and R = `FEEDBACK`);
 
 and `dense` (that cosine alone) for reference. The query papers sit in the graph, so their own
 citations shaped their neighbours' edges: compare rows with each other, not with the
@@ -109,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     encode_s = round(time.perf_counter() - t0, 1)
 
     empty = sp.csr_matrix((1, n), dtype=np.float32)
+    linked = scorer.linked
     runs: dict[str, dict[str, list[int]]] = {}
     seconds: dict[str, float] = {}
 
@@ -133,7 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         for m in neighbours:
             t = time.perf_counter()
             cite = text_coupling_row(dense, dense[node], m, exclude=node)
-            record(f"text coupling M = {m}", qid, ranked(rows_for(node, cite), node), t)
+            coupled = record(f"text coupling M = {m}", qid, ranked(rows_for(node, cite), node), t)
+            for r in (feedback if m == neighbours[0] else []):
+                t = time.perf_counter()
+                links = sp.csr_matrix(linked[np.asarray(coupled[:r], dtype=np.int64)].mean(axis=0))
+                record(f"text coupling M = {m}, then links of its first R = {r}", qid,
+                       ranked(rows_for(node, cite.maximum(links)), node), t)
 
     table = [{"rows": label, **mean_recalls(run, gold), "seconds": round(seconds[label], 1)}
              for label, run in runs.items()]
@@ -160,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
               "`--text-neighbours 0`); pseudo-references: "
               "beta half = bibliographic coupling with the teacher's first R papers; text coupling: beta half "
               "= clipped title + abstract cosine with the M nearest papers (M = 10: how `graft query --text` and the "
-              "out-of-corpus suite score a paper without references); dense: that cosine alone",
+              "out-of-corpus suite score a paper without references, before their second pass); then links of its "
+              "first R: beta half = the larger of that and the share of the R papers the text-coupled rows rank "
+              "highest that a paper cites or is cited by (R = 3: `graphbuild.external.FEEDBACK`, the second pass); "
+              "dense: that cosine alone",
               "- the query papers are in the graph (their citations shaped their neighbours' edges): compare "
               "the rows with each other, not with the out-of-corpus tables"]
     write_tables(args.results, f"text_coupling_{name}", meta, table, lines)
