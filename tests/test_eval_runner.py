@@ -531,3 +531,26 @@ def test_known_references_benchmark_matches_the_scorer(built, tmp_path) -> None:
         assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in by.values())
     assert known_references("q1", ["a", "b", "c", "d"], 2) == known_references("q1", ["d", "c", "b", "a"], 2)
     assert len(set(known_references("q1", ["a", "b", "c", "d"], 3))) == 3
+
+
+def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
+    """eval/benchmarks/incorpus_feedback.py: the teacher's graph rows against recomputed rows with and
+    without the feedback pass; the graph rows' recall is the teacher's own, recomputed here."""
+    from eval.benchmarks.incorpus_feedback import main
+    from eval.metrics import recall_at
+
+    _, split = built
+    assert main(["--split", str(split), "--part", "test", "--limit", "8", "--feedback", "3",
+                 "--name", "slice", "--results", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "incorpus_feedback_slice.json").read_text())
+    by = {r["rows"]: r for r in saved["rows"]}
+    assert set(by) == {"graph rows", "out-rows recomputed", "out-rows + links of the first 3 (graph)",
+                       "out-rows + links of the first 3 (out-rows)"}
+    assert by["graph rows"]["R@20 / graph rows"] == pytest.approx(1.0)
+    idx = Index.open(split / "index")
+    qrels = read_qrels(split / "incorpus" / "qrels.txt")
+    queries = sorted((r for r in read_queries(split, "incorpus", part="test") if qrels.get(r["qid"])),
+                     key=lambda r: r["qid"])[:8]
+    recalls = [recall_at([h.paper_id for h in idx.query_paper(q["paper_id"], k=50).hits], qrels[q["qid"]], 20)
+               for q in queries]
+    assert by["graph rows"]["R@20"] == pytest.approx(float(np.mean(recalls)), abs=1e-9)

@@ -1,0 +1,128 @@
+"""In-corpus queries: would the feedback pass of text-only papers help corpus papers too?
+
+Papers outside the corpus get a second pass (`graphbuild.external.ExternalScorer.with_feedback`):
+the citation links of the R papers their first rows rank highest raise the citation half of their
+rows. This benchmark asks the same of the split's in-corpus queries, which the graph teacher answers
+from the stored (symmetrised) graph rows. Rows compared, all walked by the graph teacher:
+
+- `graph rows`: the teacher as `graft query --paper` runs it (`Index.query_paper`);
+- `out-rows recomputed`: the paper's facet rows scored again from its own item vectors and its
+  citation score row (`external_facet_row`, out-edges only), the baseline of the next rows;
+- `out-rows + links of the first R (graph | out-rows)`: the same with the citation half raised,
+  per paper, to the share of the first R papers of the graph rows' (or the recomputed rows') ranking
+  that it cites or is cited by (the query paper's own links are never used).
+
+A measurement for a decision, not a shipped path: `Index.query_paper` does not use feedback. Tune on dev.
+
+    python -m eval.benchmarks.incorpus_feedback --split SPLITDIR [--part dev] [--feedback 3,5] [--limit N]
+
+Writes eval/results/incorpus_feedback_{name}.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from eval.benchmarks.split_queries import add_split_arguments, open_split_queries, write_tables  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--feedback", default="3,5", help="R: first papers whose links are used (comma-separated)")
+    add_split_arguments(ap, table="incorpus_feedback", part="dev")
+    args = ap.parse_args(argv)
+    try:
+        feedback = sorted({int(v) for v in args.feedback.split(",") if v.strip()})
+    except ValueError:
+        feedback = []
+    if not feedback or feedback[0] < 1:
+        ap.error(f"--feedback takes comma-separated integers >= 1, got {args.feedback!r}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import scipy.sparse as sp
+
+    from eval.benchmarks.distill_ceiling import mean_recalls
+    from eval.runner import corpus_name
+    from graft.facets import FACETS
+    from graphbuild.external import ExternalScorer
+    from graphbuild.graph import external_facet_row
+    from graphbuild.similarity import group_items
+
+    opened = open_split_queries(args)
+    idx = opened.index
+    scorer = ExternalScorer(idx, feedback=0)  # its grouped items and links; the encoder is not used
+    vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
+    owner, facet_col = idx.item_rows, idx.facets["facet"].to_numpy()
+    wider = replace(scorer.params, top_k=scorer.params.top_k + 1)  # room for the query paper itself
+    cite_score = idx.citation_score.tocsr()
+    n, depth = idx.n, 50
+
+    def rows_for(node: int, cite: sp.csr_matrix) -> dict[str, sp.csr_matrix]:
+        out = {}
+        for facet in FACETS:
+            mine = (owner == node) & (facet_col == facet)
+            query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), vectors[mine], 1)
+            row = external_facet_row(query, scorer.items[facet], cite, wider).tocoo()
+            keep = row.col != node
+            cols, w = row.col[keep], row.data[keep]
+            top = np.argsort(-w, kind="stable")[: scorer.params.top_k]
+            out[facet] = sp.csr_matrix((w[top], (np.zeros(len(top), dtype=np.int64), cols[top])), shape=(1, n))
+        return out
+
+    def walked(rows: dict[str, sp.csr_matrix], node: int) -> list[int]:
+        return [idx.row_of[h.paper_id] for h in idx.query_rows(rows, k=depth, exclude={node}).hits]
+
+    runs: dict[str, dict[str, list[int]]] = {}
+    t0 = time.perf_counter()
+    for qid, node in opened.rows.items():
+        graph = [idx.row_of[h.paper_id] for h in idx.query_paper(idx.paper_ids[node], k=depth).hits]
+        runs.setdefault("graph rows", {})[qid] = graph
+        cite = cite_score[node]
+        own = walked(rows_for(node, cite), node)
+        runs.setdefault("out-rows recomputed", {})[qid] = own
+        for r in feedback:
+            for source, first in (("graph", graph), ("out-rows", own)):
+                raised = sp.csr_matrix(cite.maximum(sp.csr_matrix(scorer.linked[np.asarray(first[:r])].mean(axis=0))))
+                raised.data[raised.indices == node] = 0
+                raised.eliminate_zeros()
+                runs.setdefault(f"out-rows + links of the first {r} ({source})", {})[qid] = walked(
+                    rows_for(node, raised), node)
+    seconds = round(time.perf_counter() - t0, 1)
+
+    table = [{"rows": label, **mean_recalls(run, opened.gold)} for label, run in runs.items()]
+    base = table[0]["R@20"]
+    for row in table:
+        row["R@20 / graph rows"] = row["R@20"] / base if base else float("nan")
+    name = args.name or corpus_name(opened.split)
+    command = "python -m eval.benchmarks.incorpus_feedback " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": opened.split.get("corpus_hash"),
+            "index": str(opened.index_dir), "queries": len(opened.rows), "part": args.part, "seconds": seconds}
+    lines = [f"# In-corpus queries with a feedback pass through citation links — {name}", "",
+             f"Command: `{command}`  ",
+             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(opened.rows)} in-corpus "
+             f"{args.part} queries · graph teacher · {seconds} s", "",
+             "| rows of the query | R@20 | R@50 | R@20 / graph rows |", "|---|---:|---:|---:|"]
+    for row in table:
+        lines.append(f"| {row['rows']} | {row['R@20']:.3f} | {row['R@50']:.3f} | {row['R@20 / graph rows']:.2f} |")
+    lines += ["", "- graph rows: `Index.query_paper` (symmetrised stored rows); out-rows: the paper's rows scored "
+              "again from its item vectors and citation score row; + links: that citation half raised to the share "
+              "of the first R papers (of the graph rows' or the out-rows' ranking) a paper cites or is cited by",
+              "- a measurement for a decision: `graft query --paper` does not use feedback"]
+    write_tables(args.results, f"incorpus_feedback_{name}", meta, table, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
