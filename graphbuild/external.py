@@ -173,6 +173,7 @@ class ExternalScorer:
         #: 1 where a corpus paper cites or is cited by another (the citation links of known references)
         self.linked = sp.csr_matrix(((a + a.T) > 0).astype(np.float32))
         self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}
+        self._item_vectors, self._item_owner, self._item_facet = vectors, owner, facet_col
         papers = index.paper_embeddings if text_neighbours > 0 else None
         self.paper_vectors = None if papers is None else np.asarray(papers, dtype=np.float32)
         #: M of text coupling in effect: 0 when switched off or the index has no paper embeddings
@@ -303,6 +304,23 @@ class ExternalScorer:
         if own is not None:
             out.data[out.indices == own] = 0
             out.eliminate_zeros()
+        return out
+
+    def paper_rows(self, node: int, cite: sp.csr_matrix) -> dict[str, sp.csr_matrix]:
+        """A corpus paper's facet rows (1 x n each) scored again as a new paper's are: from its own
+        item vectors and the citation row `cite`, with the paper itself left out of them (benchmarks
+        that pose corpus papers as new ones)."""
+        wider = replace(self.params, top_k=self.params.top_k + 1)  # room for the paper itself
+        out = {}
+        for facet in FACETS:
+            mine = (self._item_owner == node) & (self._item_facet == facet)
+            query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), self._item_vectors[mine], 1)
+            row = external_facet_row(query, self.items[facet], cite, wider).tocoo()
+            keep = row.col != node
+            cols, w = row.col[keep], row.data[keep]
+            top = np.argsort(-w, kind="stable")[: self.params.top_k]
+            out[facet] = sp.csr_matrix((w[top], (np.zeros(len(top), dtype=np.int64), cols[top])),
+                                       shape=(1, self.index.n))
         return out
 
     def rows_from(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray],

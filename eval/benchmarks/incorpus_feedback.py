@@ -26,7 +26,6 @@ import datetime as dt
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,31 +54,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.benchmarks.distill_ceiling import mean_recalls
     from eval.runner import corpus_name
-    from graft.facets import FACETS
     from graphbuild.external import ExternalScorer
-    from graphbuild.graph import external_facet_row
-    from graphbuild.similarity import group_items
 
     opened = open_split_queries(args)
     idx = opened.index
     scorer = ExternalScorer(idx, feedback=0)  # its grouped items and links; the encoder is not used
-    vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
-    owner, facet_col = idx.item_rows, idx.facets["facet"].to_numpy()
-    wider = replace(scorer.params, top_k=scorer.params.top_k + 1)  # room for the query paper itself
     cite_score = idx.citation_score.tocsr()
-    n, depth = idx.n, 50
-
-    def rows_for(node: int, cite: sp.csr_matrix) -> dict[str, sp.csr_matrix]:
-        out = {}
-        for facet in FACETS:
-            mine = (owner == node) & (facet_col == facet)
-            query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), vectors[mine], 1)
-            row = external_facet_row(query, scorer.items[facet], cite, wider).tocoo()
-            keep = row.col != node
-            cols, w = row.col[keep], row.data[keep]
-            top = np.argsort(-w, kind="stable")[: scorer.params.top_k]
-            out[facet] = sp.csr_matrix((w[top], (np.zeros(len(top), dtype=np.int64), cols[top])), shape=(1, n))
-        return out
+    depth = 50
+    rows_for = scorer.paper_rows  # the paper's rows scored again from its own items
 
     def walked(rows: dict[str, sp.csr_matrix], node: int) -> list[int]:
         return [idx.row_of[h.paper_id] for h in idx.query_rows(rows, k=depth, exclude={node}).hits]

@@ -35,7 +35,6 @@ import datetime as dt
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,33 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     from eval.benchmarks.distill_ceiling import mean_recalls
     from eval.metrics import KS
     from eval.runner import corpus_name
-    from graft.facets import FACETS
     from graft.text import paper_texts
     from graphbuild.citations import external_citation_row
     from graphbuild.external import ExternalScorer, text_coupling_row
-    from graphbuild.graph import external_facet_row
-    from graphbuild.similarity import group_items
 
     opened = open_split_queries(args)
     split, idx, queries, gold = opened.split, opened.index, opened.rows, opened.gold
     scorer = ExternalScorer(idx)
-    vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
-    owner, facet_col = idx.item_rows, idx.facets["facet"].to_numpy()
-    wider = replace(scorer.params, top_k=scorer.params.top_k + 1)  # room for the query paper itself
     n, k_out = idx.n, max(KS)
-
-    def rows_for(node: int, cite: Any) -> dict[str, Any]:
-        """The node's text-only rows (its own item vectors against the corpus, itself dropped)."""
-        out = {}
-        for facet in FACETS:
-            mine = (owner == node) & (facet_col == facet)
-            query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), vectors[mine], 1)
-            row = external_facet_row(query, scorer.items[facet], cite, wider).tocoo()
-            keep = row.col != node
-            cols, w = row.col[keep], row.data[keep]
-            top = np.argsort(-w, kind="stable")[: scorer.params.top_k]
-            out[facet] = sp.csr_matrix((w[top], (np.zeros(len(top), dtype=np.int64), cols[top])), shape=(1, n))
-        return out
+    rows_for = scorer.paper_rows  # the node's text-only rows (its own item vectors, itself dropped)
 
     def ranked(rows: dict[str, Any], node: int) -> list[int]:
         return [idx.row_of[h.paper_id] for h in idx.query_rows(rows, k=k_out, exclude={node}).hits]
