@@ -34,7 +34,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eval.benchmarks.split_queries import add_split_arguments, open_split_queries, write_tables  # noqa: E402
+from eval.benchmarks.split_queries import (  # noqa: E402
+    add_split_arguments,
+    int_list,
+    open_split_queries,
+    write_tables,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,12 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--feedback", default="3,5", help="R: first papers whose links are used (comma-separated)")
     add_split_arguments(ap, table="incorpus_feedback", part="dev")
     args = ap.parse_args(argv)
-    try:
-        feedback = sorted({int(v) for v in args.feedback.split(",") if v.strip()})
-    except ValueError:
-        feedback = []
-    if not feedback or feedback[0] < 1:
-        ap.error(f"--feedback takes comma-separated integers >= 1, got {args.feedback!r}")
+    feedback = int_list(ap, args.feedback, "--feedback")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import scipy.sparse as sp

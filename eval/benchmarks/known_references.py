@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eval.benchmarks.split_queries import write_tables  # noqa: E402
+from eval.benchmarks.split_queries import int_list, write_tables  # noqa: E402
 
 HALVES = ("A", "B")
 
@@ -67,12 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default=None, help="table name: known_references_{name}.md (default: the corpus)")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
     args = ap.parse_args(argv)
-    try:
-        knowns = sorted({int(v) for v in args.known.split(",") if v.strip()})
-    except ValueError:
-        knowns = []
-    if not knowns or knowns[0] < 1:
-        ap.error(f"--known takes comma-separated integers >= 1, got {args.known!r}")
+    knowns = int_list(ap, args.known, "--known")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import scipy.sparse as sp

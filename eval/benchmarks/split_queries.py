@@ -26,6 +26,18 @@ def add_split_arguments(ap: argparse.ArgumentParser, *, table: str, part: str) -
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
 
 
+def int_list(ap: argparse.ArgumentParser, text: str, flag: str, *, required: bool = True) -> list[int]:
+    """An option's comma-separated integers >= 1, in the order given; anything else is a usage error
+    (`ap.error`), and so is an empty list when `required`."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = [0]
+    if any(v < 1 for v in values) or (not values and (required or text.strip())):
+        ap.error(f"{flag} takes comma-separated integers >= 1, got {text!r}")
+    return values
+
+
 @dataclass
 class SplitQueries:
     """A split's in-corpus queries that have gold, with the index they are asked of."""

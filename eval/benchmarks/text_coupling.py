@@ -44,19 +44,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eval.benchmarks.split_queries import add_split_arguments, open_split_queries, write_tables  # noqa: E402
-
-
-def _ints(text: str, flag: str, ap: argparse.ArgumentParser) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if any(v < 1 for v in values):
-        values = []
-    if not values and text.strip():
-        ap.error(f"{flag} takes comma-separated integers >= 1, got {text!r}")
-    return values
+from eval.benchmarks.split_queries import (  # noqa: E402
+    add_split_arguments,
+    int_list,
+    open_split_queries,
+    write_tables,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--neighbours", default="20,100", help="text-coupling neighbour counts M (comma-separated)")
     add_split_arguments(ap, table="text_coupling", part="dev")
     args = ap.parse_args(argv)
-    feedback, neighbours = _ints(args.feedback, "--feedback", ap), _ints(args.neighbours, "--neighbours", ap)
+    feedback = int_list(ap, args.feedback, "--feedback", required=False)
+    neighbours = int_list(ap, args.neighbours, "--neighbours", required=False)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import scipy.sparse as sp
