@@ -141,9 +141,9 @@ class ExternalScorer:
     coupling alone, or c = 0 when `text_neighbours` is 0 or the index predates
     `embeddings/papers.npy` (`text_neighbours` is then 0 and `text_coupling_off` says why); such a
     paper is then scored a second time with the citation links of the `feedback` papers its first
-    rows rank highest added to that half (`with_feedback`). The
-    combination was chosen on out-of-corpus papers posed with 1, 2 or 5 known references
-    (`eval/benchmarks/known_references.py`).
+    rows rank highest added to that half (`with_feedback`). The maximum was chosen on out-of-corpus
+    papers posed with 1, 2 or 5 known references (`eval/benchmarks/known_references.py`), the
+    second pass on dev papers posed as text-only queries (`eval/benchmarks/text_coupling.py`).
 
     Args:
         index: the opened index.
