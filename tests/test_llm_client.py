@@ -64,6 +64,7 @@ class FakeLLMServer:
                     server.auth.append(self.headers.get("Authorization"))
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                done = False
                 try:
                     reply = server.behave(hit, body) if self.path == "/v1/chat/completions" else Reply(404)
                     time.sleep(reply.delay_s)
@@ -80,6 +81,11 @@ class FakeLLMServer:
                     else:
                         payload = json.dumps({"error": {"message": f"scripted {reply.status}"}})
                     data = payload.encode()
+                    # leave the count before replying: once the reply is out, the client may send its
+                    # next request before this handler could count down after writing
+                    done = True
+                    with server._lock:
+                        server.in_flight -= 1
                     self.send_response(reply.status)
                     for k, v in reply.headers.items():
                         self.send_header(k, v)
@@ -90,8 +96,9 @@ class FakeLLMServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and hung up
                 finally:
-                    with server._lock:
-                        server.in_flight -= 1
+                    if not done:
+                        with server._lock:
+                            server.in_flight -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
