@@ -12,17 +12,21 @@ import typer
 DEMO_TOPIC = "summarization of scientific documents"
 
 
-def survey_tools(index: Any, encoder: Any = None, text_neighbours: int | None = None) -> Any:
+def survey_tools(index: Any, encoder: Any = None, text_neighbours: int | None = None,
+                 feedback: int | None = None) -> Any:
     """`QueryTools` for an index: its encoder, the out-of-corpus edge-row scorer (text coupling with
-    `text_neighbours` papers; `SurveyConfig`'s default when None) and facet extractor."""
+    `text_neighbours` papers and a second pass with the links of the first `feedback`; `SurveyConfig`'s
+    defaults when None) and facet extractor."""
     from graft.survey.config import SurveyConfig
     from graft.survey.retrieve import QueryTools
     from graphbuild.external import ExternalScorer
 
     if text_neighbours is None:
         text_neighbours = SurveyConfig().text_neighbours
-    # no feedback pass: topic descriptions are not papers, and it was not measured on them
-    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder, text_neighbours=text_neighbours, feedback=0))
+    if feedback is None:
+        feedback = SurveyConfig().feedback
+    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder, text_neighbours=text_neighbours,
+                                                 feedback=feedback))
 
 
 def resolve_local_model(model: str | None) -> str:
@@ -50,7 +54,8 @@ def run_survey(index_dir: str | Path, topic: str, out: str | Path, config: Any =
     if config.llm == "local":
         config = replace(config, model=resolve_local_model(config.model))
     idx = Index.open(index_dir)
-    return write_survey(idx, topic, out, config, reporter, tools=survey_tools(idx, encoder, config.text_neighbours))
+    return write_survey(idx, topic, out, config, reporter, tools=survey_tools(idx, encoder, config.text_neighbours,
+                                                                                config.feedback))
 
 
 def demo_survey(index_dir: str | Path, reporter: Any = None, console: Any = None, *,

@@ -145,7 +145,7 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
                 f"index {index_dir} was not built from {split_dir / 'corpus.jsonl'} (corpus hash differs); "
                 f"build it with `graft build {split_dir / 'corpus.jsonl'} --out {split_dir / 'index'}`")
     base = config or SurveyConfig()
-    scorer = ExternalScorer(idx, encoder=encoder, text_neighbours=base.text_neighbours, feedback=0)  # as survey_tools
+    scorer = ExternalScorer(idx, encoder=encoder, text_neighbours=base.text_neighbours, feedback=base.feedback)
     tools = QueryTools.from_scorer(scorer)
     dense = None
     if "baseline-survey" in systems:

@@ -142,6 +142,9 @@ def test_config_rejects_bad_values_and_unknown_keys() -> None:
         SurveyConfig(verify_rounds=0)
     with pytest.raises(SurveyError, match="text_neighbours=-1"):
         SurveyConfig(text_neighbours=-1)
+    with pytest.raises(SurveyError, match="feedback=-2"):
+        SurveyConfig(feedback=-2)
+    assert SurveyConfig().feedback == 0 and SurveyConfig.from_dict({"feedback": 3}).feedback == 3
     with pytest.raises(SurveyError, match="base_url"):
         SurveyConfig(llm="openai")
     with pytest.raises(ValueError, match="unknown key"):
