@@ -209,7 +209,7 @@ def query(
                     if outside["scorer"].text_coupling_off and text_neighbours and not as_json:
                         err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
                 rows, _ = outside["scorer"].rows(rec)
-                known = {idx.row_of[r] for r in rec.get("references") or [] if r in idx.row_of}
+                known = set(outside["scorer"].reference_rows(rec).tolist())
                 return idx.query_rows(rows, query_id=qid, k=k, exclude=known), heading
             if "facets" not in outside:
                 outside["facets"] = RecordFacets(idx)

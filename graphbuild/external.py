@@ -59,6 +59,15 @@ def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
                          shape=(1, n), dtype=np.float32)
 
 
+def _without(row: sp.csr_matrix, node: int | None) -> sp.csr_matrix:
+    """A float32 copy of a 1 x n row with column `node` removed (None: the row as it is, as float32)."""
+    row = sp.csr_matrix(row, dtype=np.float32, copy=True)
+    if node is not None:  # a corpus paper posed as a record: not its own neighbour
+        row.data[row.indices == node] = 0
+        row.eliminate_zeros()
+    return row
+
+
 def record_from_text(text: str) -> dict[str, Any]:
     """`"Title. Abstract..."` -> a record: the first sentence is the title, the rest the abstract."""
     from graft.text import split_sentences
@@ -246,7 +255,7 @@ class ExternalScorer:
             cites = self.citation_rows(part)
             for rec, items, vectors, cite in zip(part, facets, self.embed_items(part, facets), cites):
                 rows = self.rows_from(cite, vectors)
-                if self.feedback and not len(self._references(rec)):
+                if self.feedback and not len(self.reference_rows(rec)):
                     rows = self.rows_from(self.with_feedback(rec, rows, cite), vectors)
                 out.append((rows, items, self.rows_from(cite, vectors, plain) if facet_only else None))
             if progress is not None:
@@ -260,16 +269,13 @@ class ExternalScorer:
         - text coupling with the record's `text_neighbours` nearest papers by title + abstract
           (all records' texts embedded in one encoder call; skipped when text coupling is off).
         A record whose id is a corpus paper never gets a weight for that paper."""
-        row_of = self.index.row_of
-        refs = [self._references(rec) for rec in records]
+        refs = [self.reference_rows(rec) for rec in records]
         out = []
         for r in refs:
             row = sp.csr_matrix(external_citation_row(self.index.citation_matrix, r, self.coupling_row_log),
                                 dtype=np.float32)
-            if len(r):
-                row = row.maximum(sp.csr_matrix(self.linked[r].mean(axis=0), dtype=np.float32))
-            out.append(row)
-        own = [row_of.get(str(rec.get("id"))) for rec in records]
+            out.append(row.maximum(self.link_share(r)) if len(r) else row)
+        own = [self._own_row(rec) for rec in records]
         if self.text_neighbours and records:
             from graft.text import paper_text
 
@@ -278,33 +284,32 @@ class ExternalScorer:
             for i, vec in enumerate(vecs):
                 out[i] = out[i].maximum(text_coupling_row(self.paper_vectors, vec, self.text_neighbours,
                                                           exclude=own[i]))
-        out = [sp.csr_matrix(row, dtype=np.float32) for row in out]
-        for row, node in zip(out, own):
-            if node is not None:  # a corpus paper posed as a record: not its own neighbour
-                row.data[row.indices == node] = 0
-                row.eliminate_zeros()
-        return out
+        return [_without(row, node) for row, node in zip(out, own)]
 
-    def _references(self, record: dict[str, Any]) -> np.ndarray:
+    def reference_rows(self, record: dict[str, Any]) -> np.ndarray:
         """Corpus rows of a record's references into the corpus (sorted, distinct)."""
         row_of = self.index.row_of
         return np.array(sorted({row_of[r] for r in record.get("references") or [] if r in row_of}), dtype=np.int64)
+
+    def link_share(self, papers: np.ndarray) -> sp.csr_matrix:
+        """1 x n: per corpus paper, the share of `papers` (corpus rows) that it cites or is cited by."""
+        return sp.csr_matrix(self.linked[np.asarray(papers, dtype=np.int64)].mean(axis=0), dtype=np.float32)
+
+    def _own_row(self, record: dict[str, Any]) -> int | None:
+        """The corpus row of a record whose id is a corpus paper (posed as a record), else None."""
+        return self.index.row_of.get(str(record.get("id")))
 
     def with_feedback(self, record: dict[str, Any], rows: dict[str, sp.csr_matrix],
                       cite: sp.csr_matrix) -> sp.csr_matrix:
         """The citation row `cite` raised, per paper, to the share of the `feedback` papers that the
         graph teacher ranks highest from `rows` (the record's first-pass edge rows) which the paper
         cites or is cited by. A record whose id is a corpus paper is never its own neighbour."""
-        own = self.index.row_of.get(str(record.get("id")))
+        own = self._own_row(record)
         hits = self.index.query_rows(rows, k=self.feedback, exclude=None if own is None else {own}).hits
-        first = np.array([self.index.row_of[h.paper_id] for h in hits], dtype=np.int64)
-        if not len(first):
+        first = [self.index.row_of[h.paper_id] for h in hits]
+        if not first:
             return cite
-        out = sp.csr_matrix(cite.maximum(sp.csr_matrix(self.linked[first].mean(axis=0))), dtype=np.float32)
-        if own is not None:
-            out.data[out.indices == own] = 0
-            out.eliminate_zeros()
-        return out
+        return _without(cite.maximum(self.link_share(first)), own)
 
     def paper_rows(self, node: int, cite: sp.csr_matrix) -> dict[str, sp.csr_matrix]:
         """A corpus paper's facet rows (1 x n each) scored again as a new paper's are: from its own

@@ -28,8 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -76,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.setdefault("out-rows recomputed", {})[qid] = own
         for r in feedback:
             for source, first in (("graph", graph), ("out-rows", own)):
-                raised = sp.csr_matrix(cite.maximum(sp.csr_matrix(scorer.linked[np.asarray(first[:r])].mean(axis=0))))
-                raised.data[raised.indices == node] = 0
-                raised.eliminate_zeros()
+                raised = cite.maximum(scorer.link_share(first[:r]))  # paper_rows leaves the node out
                 runs.setdefault(f"out-rows + links of the first {r} ({source})", {})[qid] = walked(
                     rows_for(node, raised), node)
     seconds = round(time.perf_counter() - t0, 1)

@@ -106,7 +106,6 @@ def main(argv: list[str] | None = None) -> int:
 
     n, depth = idx.n, 50
     cite_score = idx.citation_score.tocsr()
-    linked = sp.csr_matrix(((idx.citation_matrix + idx.citation_matrix.T) > 0).astype(np.float32))
     empty = sp.csr_matrix((1, n), dtype=np.float32)
     table, seconds = [], {}
     for k in knowns:
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             skip = set(given_rows.tolist())
             bib = external_citation_row(idx.citation_matrix, given_rows, scorer.coupling_row_log)
             seeds = sp.csr_matrix(cite_score[given_rows].mean(axis=0))  # the known papers' own citation rows
-            links = sp.csr_matrix(linked[given_rows].mean(axis=0))  # share of the known papers each cites or is cited by
+            links = scorer.link_share(given_rows)  # share of the known papers each cites or is cited by
             text = text_rows[i]
             variants = (("bibliographic", bib), ("text", text), ("none", empty),
                         ("known papers' rows", seeds), ("known papers' links", links),

@@ -88,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     encode_s = round(time.perf_counter() - t0, 1)
 
     empty = sp.csr_matrix((1, n), dtype=np.float32)
-    linked = scorer.linked
     runs: dict[str, dict[str, list[int]]] = {}
     seconds: dict[str, float] = {}
 
@@ -116,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             coupled = record(f"text coupling M = {m}", qid, ranked(rows_for(node, cite), node), t)
             for r in (feedback if m == neighbours[0] else []):
                 t = time.perf_counter()
-                links = sp.csr_matrix(linked[np.asarray(coupled[:r], dtype=np.int64)].mean(axis=0))
+                links = scorer.link_share(coupled[:r])
                 record(f"text coupling M = {m}, then links of its first R = {r}", qid,
                        ranked(rows_for(node, cite.maximum(links)), node), t)
 
