@@ -171,8 +171,9 @@ def query(
                                         help="Teacher, a paper without references into the corpus: its N nearest "
                                              "papers by title + abstract stand in for its citations (0 = off)."),
     feedback: int = typer.Option(3, "--feedback",
-                                 help="Teacher, a paper without references into the corpus: the citation links "
-                                      "of the N papers a first pass ranks highest join its citation half (0 = off)."),
+                                 help="Teacher: the citation links of the N papers a first pass ranks highest "
+                                      "join the query's citation half (a corpus paper, or a paper without "
+                                      "references into the corpus; 0 = off: a corpus paper's stored graph rows)."),
     as_json: bool = typer.Option(False, "--json", help="Print results as a JSON list."),
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
@@ -195,8 +196,14 @@ def query(
             pid = rec.get("id")
             if pid is not None and not rec.get("title") and not rec.get("abstract"):
                 pid = str(pid)
-                result = idx.query(paper=pid, retriever=chosen, fusion=fusion, k=k, beams=beams)
-                return result, f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
+                heading = f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
+                if chosen == "teacher" and feedback and fusion in (None, "rrf"):
+                    if "corpus" not in outside:
+                        from graphbuild.external import CorpusScorer
+
+                        outside["corpus"] = CorpusScorer(idx, feedback=feedback)
+                    return outside["corpus"].query_paper(pid, k=k), heading
+                return idx.query(paper=pid, retriever=chosen, fusion=fusion, k=k, beams=beams), heading
             from graphbuild.external import ExternalScorer, RecordFacets
 
             qid = str(rec.get("id") or "query")

@@ -183,6 +183,13 @@ def _ooc_stamp(ctx: EvalContext) -> dict[str, Any]:
     return {"key": ctx.ooc_key, "version": CACHE_VERSION}
 
 
+def _feedback_stamp() -> int:
+    """R of the feedback pass the `teacher-fb` runs walk with (`graphbuild.external.FEEDBACK`)."""
+    from graphbuild.external import FEEDBACK
+
+    return FEEDBACK
+
+
 def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queries: list[EvalQuery],
                options: RunOptions, reporter: Reporter) -> tuple[SystemRun, dict[str, Any]]:
     """A system's run over the queries: reused from `SPLITDIR/runs` when the same queries, index
@@ -196,7 +203,8 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
     want = {"suite": suite, "system": system, "queries": len(queries), "qids_sha": _sha([q.qid for q in queries]),
             "corpus_hash": ctx.index.manifest.get("corpus_hash"), "build": _graph_stamp(index, system),
             "model": _model_stamp(index) if system.startswith("graft") else None,
-            "ooc_rows": _ooc_stamp(ctx) if suite == "ooc" and system not in TEXT_SYSTEMS else None}
+            "ooc_rows": _ooc_stamp(ctx) if suite == "ooc" and system not in TEXT_SYSTEMS else None,
+            "feedback": _feedback_stamp() if system == "teacher-fb" else None}
     if not options.force and meta_path.is_file() and trec.is_file():
         old = read_json(meta_path)
         if all(old.get(k) == v for k, v in want.items()):

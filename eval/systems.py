@@ -6,7 +6,8 @@
 | dense | MiniLM cosine of title + abstract embeddings | same, the query's text embedded |
 | citation | the coupling / co-citation score row of the query | n/a: a held-out paper has no citations to the corpus without its reference list, which is the gold |
 | facet | graph teacher over facet-only graphs (beta = 0, rebuilt from the index's items) | teacher walk over those graphs from the query's facet-only edge rows |
-| teacher | the graph teacher over the index | teacher walk from `ExternalScorer` rows built from title + abstract only |
+| teacher | the graph teacher over the index (the stored rows: what the generative retriever learns) | teacher walk from `ExternalScorer` rows built from title + abstract only (with the feedback pass) |
+| teacher-fb | the teacher walking the query's rows with the feedback pass (`CorpusScorer.feedback_rows`, `graft query --paper`'s default) | n/a: the teacher's out-of-corpus rows already have the pass |
 | graft | the trained generative retriever, graph-RRF | the same from the query's extracted facets (mutual corroboration) |
 | graft-rrf | the same with plain RRF | the same with plain RRF |
 | graft-naive | graph-RRF with a model trained on naive pairs (`naive_index`) | likewise |
@@ -48,9 +49,9 @@ if TYPE_CHECKING:
     from eval.ooc_facets import OocEntry
 
 #: Every system name `graft eval run --systems` accepts, in table order.
-SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "graft", "graft-rrf", "graft-naive")
+SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "teacher-fb", "graft", "graft-rrf", "graft-naive")
 #: Systems whose hits carry facet credits (the attribution suite).
-ATTRIBUTED = ("facet", "teacher", "graft", "graft-rrf", "graft-naive")
+ATTRIBUTED = ("facet", "teacher", "teacher-fb", "graft", "graft-rrf", "graft-naive")
 #: Ranked results kept per query (R@50 needs 50; the rest lets a run be re-scored deeper).
 DEPTH = 100
 
@@ -165,6 +166,13 @@ class EvalContext:
         from graphbuild.external import ExternalScorer
 
         return ExternalScorer(self.index, encoder=self.encoder)
+
+    @cached_property
+    def corpus_scorer(self) -> Any:
+        """Corpus papers' rows with the feedback pass (no encoder needed)."""
+        from graphbuild.external import CorpusScorer
+
+        return CorpusScorer(self.index)
 
     @cached_property
     def ooc_key(self) -> dict[str, Any]:
@@ -340,9 +348,10 @@ def _citation(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int
 
 
 def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, queries: list[EvalQuery],
-                  advance: Callable[[int], None]) -> SystemRun:
+                  advance: Callable[[int], None], *, feedback: bool = False) -> SystemRun:
     """The graph teacher's walks over the index's graphs (None), or over facet-only `graphs` from
-    the out-of-corpus queries' facet-only rows."""
+    the out-of-corpus queries' facet-only rows; with `feedback`, a corpus paper's walk starts from
+    its rows with the feedback pass instead of its stored rows."""
     from graft.teacher import GraphTeacher
 
     idx = ctx.index
@@ -351,7 +360,8 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
     for q in queries:
         if q.in_corpus:
             node = idx.row_of[q.paper_id]
-            fused, per_facet = teacher.retrieve(teacher.node_rows(node), exclude={node}, k=DEPTH)
+            rows = ctx.corpus_scorer.feedback_rows(node) if feedback else teacher.node_rows(node)
+            fused, per_facet = teacher.retrieve(rows, exclude={node}, k=DEPTH)
         else:
             rows = ctx.ooc_rows(q)[0] if graphs is None else ctx.ooc_facet_only_rows(q)
             fused, per_facet = teacher.retrieve(rows, k=DEPTH)
@@ -404,6 +414,8 @@ def run_system(name: str, ctx: EvalContext, queries: list[EvalQuery], reporter: 
     """
     if name not in SYSTEMS:
         raise GraftError(f"unknown system {name!r}; allowed: {', '.join(SYSTEMS)}")
+    if name == "teacher-fb" and any(not q.in_corpus for q in queries):
+        raise NotApplicable("out of corpus the teacher's rows already have the feedback pass (the teacher row)")
     if name == "graft-naive" and ctx.naive_index is None:
         raise NotApplicable("graft-naive needs an index holding a model trained with --sampling naive "
                             "(pass --naive-index DIR)")
@@ -419,6 +431,8 @@ def run_system(name: str, ctx: EvalContext, queries: list[EvalQuery], reporter: 
             return _teacher_over(ctx, ctx.facet_only_graphs, queries, advance)
         if name == "teacher":
             return _teacher_over(ctx, None, queries, advance)
+        if name == "teacher-fb":
+            return _teacher_over(ctx, None, queries, advance, feedback=True)
         if name == "graft":
             return _generative(ctx, ctx.index, "graph-rrf", queries, advance)
         if name == "graft-rrf":

@@ -491,6 +491,59 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
         ExternalScorer(idx, encoder=encoder, text_neighbours=-1)
 
 
+def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
+    """CorpusScorer (no encoder): a corpus paper's citation score row raised to the share of the
+    teacher's first 3 papers (stored rows) that each paper cites or is cited by, its facet rows scored
+    again from its own items; the walk of those rows is `graft query --paper`'s teacher default."""
+    from dataclasses import replace
+
+    from graphbuild.external import FEEDBACK, CorpusScorer
+    from graphbuild.graph import external_facet_row
+    from graphbuild.similarity import group_items
+
+    idx = Index.open(cs768_index[0])
+    scorer = CorpusScorer(idx)
+    assert scorer.feedback == FEEDBACK == 3 and not hasattr(scorer, "encoder")
+    cited = idx.citations["cited"].value_counts().sort("count", descending=True)["cited"].to_list()
+    node = idx.row_of[cited[0]]
+    first = [idx.row_of[h.paper_id] for h in idx.query_paper(cited[0], k=3).hits]
+    a = idx.citation_matrix.toarray()
+    linked = (a + a.T) > 0
+    by_hand = np.maximum(idx.citation_score.toarray()[node], linked[first].mean(axis=0))
+    by_hand[node] = 0
+    assert (by_hand > 0).sum() > (idx.citation_score.toarray()[node] > 0).sum()  # the pass adds papers
+    rows = scorer.feedback_rows(node)
+    owner, facet_col = idx.item_rows, idx.facets["facet"].to_numpy()
+    vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
+    wider = replace(scorer.params, top_k=scorer.params.top_k + 1)
+    for f in FACETS:
+        mine = (owner == node) & (facet_col == f)
+        query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), vectors[mine], 1)
+        expect = external_facet_row(query, scorer.items[f], sp.csr_matrix(by_hand[None, :].astype(np.float32)),
+                                    wider).toarray().ravel()
+        expect[node] = 0
+        keep = np.argsort(-expect, kind="stable")[: scorer.params.top_k]
+        keep = keep[expect[keep] > 0]
+        got = rows[f].toarray().ravel()
+        assert node not in rows[f].indices and set(rows[f].indices) == set(keep.tolist())
+        np.testing.assert_allclose(got[keep], expect[keep], atol=1e-6)
+    result = scorer.query_paper(cited[0], k=20)
+    walked = idx.query_rows(rows, query_id=cited[0], k=20, exclude={node})
+    assert [h.paper_id for h in result.hits] == [h.paper_id for h in walked.hits]
+    assert result.info["feedback"] == 3 and result.retriever == "teacher" and cited[0] not in {
+        h.paper_id for h in result.hits}
+    assert all(h.facets for h in result.hits)
+    stored = [h.paper_id for h in idx.query_paper(cited[0], k=20).hits]
+    assert [h.paper_id for h in result.hits] != stored  # the pass changes the ranking
+    # R = 0: the rows scored again from the citation score row alone
+    plain = CorpusScorer(idx, feedback=0).feedback_rows(node)
+    again = scorer.paper_rows(node, idx.citation_score.tocsr()[node])
+    for f in FACETS:
+        np.testing.assert_array_equal(plain[f].toarray(), again[f].toarray())
+    with pytest.raises(Exception, match="feedback must be >= 0"):
+        CorpusScorer(idx, feedback=-2)
+
+
 def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encoder) -> None:
     from eval.ooc_facets import default_key
     from graphbuild.external import ExternalScorer

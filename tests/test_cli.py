@@ -50,6 +50,32 @@ def test_query_json_and_table(built) -> None:
     assert any(f in res.stdout for f in ("problem 0.", "method 0.", "result 0.", "contribution 0."))
 
 
+def test_query_paper_feedback_default_and_off(built) -> None:
+    """`--paper` with the teacher walks the rows with the feedback pass (`--feedback 3` by default);
+    `--feedback 0` walks the stored graph rows (what the generative retriever learns)."""
+    out, _ = built
+    from graft.index import Index
+    from graphbuild.external import FEEDBACK, CorpusScorer
+
+    idx = Index.open(out)
+    cited = idx.citations["cited"].value_counts().sort("count", descending=True)["cited"].to_list()
+    changed = 0
+    for pid in cited[:3]:
+        res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher", "--json"])
+        assert res.exit_code == 0, res.output
+        fed = [h["paper_id"] for h in json.loads(res.stdout)]
+        assert fed == [h.paper_id for h in CorpusScorer(idx, feedback=FEEDBACK).query_paper(pid).hits]
+        res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher", "--feedback", "0",
+                                  "--json"])
+        stored = [h["paper_id"] for h in json.loads(res.stdout)]
+        assert stored == [h.paper_id for h in idx.query_paper(pid).hits]
+        changed += fed != stored
+    assert changed  # the pass changes at least one of the rankings
+    res = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher",
+                              "--fusion", "graph-rrf"])
+    assert res.exit_code != 0 and "plain rrf" in res.output
+
+
 def test_query_text_and_record(built, tmp_path) -> None:
     out, _ = built
     text = ("Graph neural networks for molecule property prediction. We propose a message passing "

@@ -13,9 +13,9 @@ import pytest
 from conftest import cs768_path
 from typer.testing import CliRunner
 
-from eval.runner import RunOptions, read_credits, run_paths, run_suite, score_run
+from eval.runner import RunOptions, load_queries, read_credits, run_paths, run_suite, score_run
 from eval.splits import SplitConfig, prepare_split, read_queries
-from eval.trec import read_qrels
+from eval.trec import read_qrels, read_run
 from graft.errors import GraftError
 from graft.index import Index
 from graphbuild.build import BuildConfig, build_index
@@ -140,6 +140,40 @@ def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path
     credits = read_credits(run_paths(split, "incorpus", "teacher")[1])
     assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
     assert any("bm25" in n for n in table["notes"])
+
+
+def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monkeypatch) -> None:
+    """teacher-fb: in corpus, `graft query --paper`'s teacher (rows with the feedback pass); out of
+    corpus not applicable (the teacher's rows have the pass there); its credits are attributed."""
+    from graphbuild.external import CorpusScorer
+
+    _, split = built
+    opts = RunOptions(systems=["teacher", "teacher-fb"], results_dir=tmp_path, limit=12)
+    table = run_suite(split, "incorpus", opts, encoder=encoder)
+    rows = {r["system"]: r for r in table["rows"]}
+    assert 0.0 < rows["teacher-fb"]["R@20"] <= rows["teacher-fb"]["R@50"] <= 1.0
+    idx = Index.open(split / "index")
+    run = read_run(run_paths(split, "incorpus", "teacher-fb")[0])
+    scorer = CorpusScorer(idx)
+    queries = load_queries(split, "incorpus", "test", 12)
+    assert len(run) == len(queries) == 12
+    for q in queries:
+        want = [h.paper_id for h in scorer.query_paper(q.paper_id, k=20).hits]
+        assert [d for d, _ in run[q.qid]][:20] == want
+    assert run != read_run(run_paths(split, "incorpus", "teacher")[0])
+    meta = json.loads(run_paths(split, "incorpus", "teacher-fb")[2].read_text())
+    assert meta["feedback"] == 3
+    # another R is another run: not reused
+    monkeypatch.setattr("eval.runner._feedback_stamp", lambda: 5)
+    run_suite(split, "incorpus", RunOptions(systems=["teacher-fb"], results_dir=tmp_path, limit=12), encoder=encoder)
+    assert json.loads(run_paths(split, "incorpus", "teacher-fb")[2].read_text())["feedback"] == 5
+    monkeypatch.undo()
+    ooc = run_suite(split, "ooc", RunOptions(systems=["teacher-fb"], results_dir=tmp_path), encoder=encoder)
+    assert ooc["rows"][0]["R@20"] is None and any("teacher-fb" in n and "already" in n for n in ooc["notes"])
+    att = run_suite(split, "attribution", RunOptions(systems=["teacher-fb"], results_dir=tmp_path, limit=12),
+                    encoder=encoder)
+    rows = {(r["system"], r["setting"]): r for r in att["rows"]}
+    assert set(rows) == {("teacher-fb", "incorpus")} and 0.0 < rows[("teacher-fb", "incorpus")]["precision"] <= 1.0
 
 
 def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkeypatch) -> None:
@@ -544,8 +578,11 @@ def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
                  "--name", "slice", "--results", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "incorpus_feedback_slice.json").read_text())
     by = {r["rows"]: r for r in saved["rows"]}
+    shipped = "graft query --paper (CorpusScorer, R = 3)"
     assert set(by) == {"graph rows", "out-rows recomputed", "out-rows + links of the first 3 (graph)",
-                       "out-rows + links of the first 3 (out-rows)"}
+                       "out-rows + links of the first 3 (out-rows)", shipped}
+    for k in ("R@20", "R@50"):  # the shipped path walks the `(graph)` rows
+        assert by[shipped][k] == by["out-rows + links of the first 3 (graph)"][k]
     assert by["graph rows"]["R@20 / graph rows"] == pytest.approx(1.0)
     idx = Index.open(split / "index")
     qrels = read_qrels(split / "incorpus" / "qrels.txt")

@@ -12,7 +12,9 @@ from the stored (symmetrised) graph rows. Rows compared, all walked by the graph
   per paper, to the share of the first R papers of the graph rows' (or the recomputed rows') ranking
   that it cites or is cited by (the query paper's own links are never used).
 
-A measurement for a decision, not a shipped path: `Index.query_paper` does not use feedback. Tune on dev.
+`graft query --paper` (teacher) walks the `out-rows + links of the first R (graph)` rows
+(`graphbuild.external.CorpusScorer.feedback_rows`, R = `FEEDBACK`); the last row runs that path
+and must equal that row. Tune on dev.
 
     python -m eval.benchmarks.incorpus_feedback --split SPLITDIR [--part dev] [--feedback 3,5] [--limit N]
 
@@ -52,11 +54,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.benchmarks.distill_ceiling import mean_recalls
     from eval.runner import corpus_name
-    from graphbuild.external import ExternalScorer
+    from graphbuild.external import FEEDBACK, CorpusScorer
 
     opened = open_split_queries(args)
     idx = opened.index
-    scorer = ExternalScorer(idx, feedback=0)  # its grouped items and links; the encoder is not used
+    scorer = CorpusScorer(idx, feedback=0)  # its grouped items and links
+    shipped = CorpusScorer(idx, feedback=FEEDBACK)
     cite_score = idx.citation_score.tocsr()
     depth = 50
     rows_for = scorer.paper_rows  # the paper's rows scored again from its own items
@@ -77,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                 raised = cite.maximum(scorer.link_share(first[:r]))  # paper_rows leaves the node out
                 runs.setdefault(f"out-rows + links of the first {r} ({source})", {})[qid] = walked(
                     rows_for(node, raised), node)
+        runs.setdefault(f"graft query --paper (CorpusScorer, R = {FEEDBACK})", {})[qid] = [
+            idx.row_of[h.paper_id] for h in shipped.query_paper(idx.paper_ids[node], k=depth).hits]
     seconds = round(time.perf_counter() - t0, 1)
 
     table = [{"rows": label, **mean_recalls(run, opened.gold)} for label, run in runs.items()]
@@ -97,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "- graph rows: `Index.query_paper` (symmetrised stored rows); out-rows: the paper's rows scored "
               "again from its item vectors and citation score row; + links: that citation half raised to the share "
               "of the first R papers (of the graph rows' or the out-rows' ranking) a paper cites or is cited by",
-              "- a measurement for a decision: `graft query --paper` does not use feedback"]
+              f"- `graft query --paper` (teacher, `--feedback {FEEDBACK}` by default) walks the rows of "
+              f"`CorpusScorer.feedback_rows`: the `first {FEEDBACK} (graph)` rows"]
     write_tables(args.results, f"incorpus_feedback_{name}", meta, table, lines)
     return 0
 
