@@ -172,8 +172,8 @@ def query(
                                              "papers by title + abstract stand in for its citations (0 = off)."),
     feedback: int = typer.Option(3, "--feedback",
                                  help="Teacher: the citation links of the N papers a first pass ranks highest "
-                                      "join the query's citation half (a corpus paper, or a paper without "
-                                      "references into the corpus; 0 = off: a corpus paper's stored graph rows)."),
+                                      "(never the query's references) join the query's citation half "
+                                      "(0 = off; for --paper: its stored graph rows)."),
     as_json: bool = typer.Option(False, "--json", help="Print results as a JSON list."),
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:

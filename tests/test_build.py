@@ -446,10 +446,19 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
         expect = external_facet_row(query, fed.items[f], fed_cite, fed.params)
         assert fed_rows[f].indices.tolist() == expect.indices.tolist()
         np.testing.assert_allclose(fed_rows[f].data, expect.data, atol=1e-6)
-    with_refs, _ = fed.rows({**record, "references": idx.citations["cited"].to_list()[:1]})
-    no_pass, _ = coupled.rows({**record, "references": idx.citations["cited"].to_list()[:1]})
-    for f in FACETS:  # a record with references gets no feedback pass
-        np.testing.assert_array_equal(with_refs[f].toarray(), no_pass[f].toarray())
+    # a record with references gets the pass too; its references are never among the first papers
+    cited_record = {**record, "references": idx.citations["cited"].to_list()[:1]}
+    with_refs, _ = fed.rows(cited_record)
+    no_pass, _ = coupled.rows(cited_record)
+    given = idx.row_of[cited_record["references"][0]]
+    first = [idx.row_of[h.paper_id] for h in idx.query_rows(no_pass, k=3, exclude={given}).hits]
+    assert len(first) == 3 and given not in first
+    raised = coupled.citation_rows([cited_record])[0].maximum(sp.csr_matrix(linked[first].mean(axis=0)[None, :]))
+    expect = coupled.rows_from(sp.csr_matrix(raised, dtype=np.float32), vectors)
+    assert any(with_refs[f].nnz != no_pass[f].nnz or (with_refs[f] != no_pass[f]).nnz for f in FACETS)
+    for f in FACETS:
+        assert with_refs[f].indices.tolist() == expect[f].indices.tolist()
+        np.testing.assert_allclose(with_refs[f].data, expect[f].data, atol=1e-6)
     with pytest.raises(Exception, match="feedback must be >= 0"):
         ExternalScorer(idx, encoder=encoder, feedback=-1)
     # with references into the corpus: per paper the largest of bibliographic coupling, the share of
@@ -540,6 +549,12 @@ def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
     again = scorer.paper_rows(node, idx.citation_score.tocsr()[node])
     for f in FACETS:
         np.testing.assert_array_equal(plain[f].toarray(), again[f].toarray())
+    # nothing to add (R = 0, or no citation links in the index): the stored rows answer
+    for quiet in (CorpusScorer(idx, feedback=0), CorpusScorer(idx)):
+        if quiet.feedback:
+            quiet.linked = sp.csr_matrix(quiet.linked.shape, dtype=np.float32)
+        got = quiet.query_paper(cited[0], k=20)
+        assert [h.paper_id for h in got.hits] == stored and got.info["feedback"] == 0
     with pytest.raises(Exception, match="feedback must be >= 0"):
         CorpusScorer(idx, feedback=-2)
 

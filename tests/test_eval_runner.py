@@ -560,8 +560,8 @@ def test_known_references_benchmark_matches_the_scorer(built, tmp_path) -> None:
     for k in (1, 2):
         by = {r["rows"]: r for r in saved["rows"] if r["known"] == k}
         assert {"bibliographic", "text", "none", "dense", "max(bibliographic, text, links)",
-                "ExternalScorer (graft query --record)"} <= set(by)
-        assert by["ExternalScorer (graft query --record)"]["R@50"] == by["max(bibliographic, text, links)"]["R@50"]
+                "ExternalScorer first pass", "ExternalScorer + feedback 3"} <= set(by)
+        assert by["ExternalScorer first pass"]["R@50"] == by["max(bibliographic, text, links)"]["R@50"]
         assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in by.values())
     assert known_references("q1", ["a", "b", "c", "d"], 2) == known_references("q1", ["d", "c", "b", "a"], 2)
     assert len(set(known_references("q1", ["a", "b", "c", "d"], 3))) == 3

@@ -15,8 +15,11 @@ never returned by any system. The citation half (beta) of the query's edge rows 
   co-citation with the corpus, `graph/citation.npz`);
 - `known papers' links`: the share of the known papers that each paper cites or is cited by;
 - `max(...)`: the element-wise maximum of those named;
-- `ExternalScorer`: what `graft query --record` computes for the record with its k references
+- `ExternalScorer first pass`: `ExternalScorer.citation_rows` of the record with its k references
   (since this benchmark: max(bibliographic, text, links));
+- `ExternalScorer + feedback R`: that row raised by the citation links of the R papers its first
+  rows rank highest, the known references left out of them (`ExternalScorer.with_feedback`); with
+  R = `FEEDBACK` (3) what `graft query --record` computes;
 
 and `dense` (title + abstract cosine, references ignored) for reference. The papers are split by
 qid into halves A and B, so a choice made on one half can be checked on the other.
@@ -63,11 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", required=True, help="split directory (graft eval prepare + graft build)")
     ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
     ap.add_argument("--known", default="1,2,5", help="numbers of known references k (comma-separated)")
+    ap.add_argument("--feedback", default="3", help="R of the feedback pass rows (comma-separated; 0 = none)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N queries by qid")
     ap.add_argument("--name", default=None, help="table name: known_references_{name}.md (default: the corpus)")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
     args = ap.parse_args(argv)
     knowns = int_list(ap, args.known, "--known")
+    feedback = [r for r in int_list(ap, args.feedback, "--feedback") if r > 0]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import scipy.sparse as sp
@@ -122,14 +127,18 @@ def main(argv: list[str] | None = None) -> int:
             seeds = sp.csr_matrix(cite_score[given_rows].mean(axis=0))  # the known papers' own citation rows
             links = scorer.link_share(given_rows)  # share of the known papers each cites or is cited by
             text = text_rows[i]
+            record = {**records[i], "references": given}
+            scored = scorer.citation_rows([record])[0]
+            first_rows = scorer.rows_from(scored, vectors[i])
+            fed = [(f"ExternalScorer + feedback {r}", scorer.with_feedback(record, first_rows, scored, r))
+                   for r in feedback]
             variants = (("bibliographic", bib), ("text", text), ("none", empty),
                         ("known papers' rows", seeds), ("known papers' links", links),
                         ("max(bibliographic, text)", bib.maximum(text)),
                         ("max(text, links)", text.maximum(links)),
                         ("max(bibliographic, text, links)", bib.maximum(text).maximum(links)),
                         ("max(bibliographic, text, links, rows)", bib.maximum(text).maximum(links).maximum(seeds)),
-                        ("ExternalScorer (graft query --record)",
-                         scorer.citation_rows([{**records[i], "references": given}])[0]))
+                        ("ExternalScorer first pass", scored), *fed)
             for label, cite in variants:
                 cite = sp.csr_matrix(cite, dtype=np.float32)
                 t = time.perf_counter()
@@ -171,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{scorer.text_neighbours} nearest papers by title + abstract, references ignored; none: facet "
               "similarity alone; known papers' rows: mean of their citation score rows (coupling, co-citation); "
               "links: share of the known papers a paper cites or is cited by; max: the largest of those named, "
-              "per paper; ExternalScorer: the rows `graft query --record` makes for the record with the k "
-              "references (max of bibliographic, text, links); dense: title + abstract cosine alone"]
+              "per paper; ExternalScorer first pass: its citation row for the record with the k references (max of "
+              "bibliographic, text, links); + feedback R: that row raised by the citation links of the R papers its "
+              "first rows rank highest (the known references left out), with R = 3 the rows `graft query --record` "
+              "makes; dense: title + abstract cosine alone"]
     write_tables(args.results, f"known_references_{name}", meta, table, lines)
     return 0
 
