@@ -301,7 +301,9 @@ def demo(
         if paper is None:
             degree = sum(np.asarray((g > 0).sum(axis=0)).ravel() for g in idx.graphs.values())
             paper = idx.paper_ids[int(np.argmax(degree))]
-        result = idx.query_paper(paper, k=10)
+        from graphbuild.external import CorpusScorer
+
+        result = CorpusScorer(idx).query_paper(paper, k=10)  # as `graft query --paper` answers
         print_hits(result, f"related to {paper}: {idx.papers['title'][idx.row(paper)]}")
         survey_md = demo_survey(out, Reporter(quiet=quiet), console)
     except (GraftError, ValueError) as exc:

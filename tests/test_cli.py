@@ -218,6 +218,12 @@ def test_demo_runs_on_aclsum(tmp_path) -> None:
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "related to" in res.stdout and "graft query" in res.stdout
+    # the papers shown are the ones the suggested `graft query --paper` returns
+    paper = res.stdout.split("--paper ", 1)[1].split()[0]
+    again = runner.invoke(app, ["query", str(tmp_path / "demo"), "--paper", paper, "--k", "10", "--json"])
+    assert again.exit_code == 0, again.output
+    hits = [h["paper_id"] for h in json.loads(again.stdout)]
+    assert hits and all(h in res.stdout for h in hits)
 
 
 def test_readme_commands_are_the_ci_commands() -> None:
