@@ -180,6 +180,13 @@ class CorpusScorer:
         """1 x n: per corpus paper, the share of `papers` (corpus rows) that it cites or is cited by."""
         return sp.csr_matrix(self.linked[np.asarray(papers, dtype=np.int64)].mean(axis=0), dtype=np.float32)
 
+    def raised(self, cite: sp.csr_matrix, first: list[int], own: int | None = None) -> sp.csr_matrix:
+        """The feedback pass's citation row: `cite` raised, per paper, to its `link_share` of the
+        papers `first` (unchanged when `first` is empty), column `own` left out (the query paper)."""
+        if not len(first):
+            return cite
+        return _without(cite.maximum(self.link_share(np.asarray(first, dtype=np.int64))), own)
+
     def paper_rows(self, node: int, cite: sp.csr_matrix) -> dict[str, sp.csr_matrix]:
         """A corpus paper's facet rows (1 x n each) scored again as a new paper's are: from its own
         item vectors and the citation row `cite`, with the paper itself left out of them."""
@@ -205,9 +212,7 @@ class CorpusScorer:
         cite = sp.csr_matrix(self.index.citation_score.tocsr()[node], dtype=np.float32)
         if self.feedback:
             hits = self.index.query_paper(self.index.paper_ids[node], k=self.feedback).hits
-            first = [self.index.row_of[h.paper_id] for h in hits]
-            if first:
-                cite = _without(cite.maximum(self.link_share(first)), node)
+            cite = self.raised(cite, [self.index.row_of[h.paper_id] for h in hits], node)
         return self.paper_rows(node, cite)
 
     def query_paper(self, paper_id: str, *, k: int = 20) -> QueryResult:
@@ -380,9 +385,7 @@ class ExternalScorer(CorpusScorer):
         skip = set(self.reference_rows(record).tolist()) | (set() if own is None else {own})
         first = [self.index.row_of[h.paper_id] for h in self.index.query_rows(rows, k=r, exclude=skip).hits] \
             if r > 0 else []
-        if not first:
-            return cite
-        return _without(cite.maximum(self.link_share(first)), own)
+        return self.raised(cite, first, own)
 
     def rows_from(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray],
                   params: GraphParams | None = None) -> dict[str, sp.csr_matrix]:

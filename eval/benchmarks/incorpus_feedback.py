@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.setdefault("out-rows recomputed", {})[qid] = own
         for r in feedback:
             for source, first in (("graph", graph), ("out-rows", own)):
-                raised = cite.maximum(scorer.link_share(first[:r]))  # paper_rows leaves the node out
+                raised = scorer.raised(cite, first[:r], node)
                 runs.setdefault(f"out-rows + links of the first {r} ({source})", {})[qid] = walked(
                     rows_for(node, raised), node)
         runs.setdefault(f"graft query --paper (CorpusScorer, R = {FEEDBACK})", {})[qid] = [

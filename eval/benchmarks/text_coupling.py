@@ -115,9 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             coupled = record(f"text coupling M = {m}", qid, ranked(rows_for(node, cite), node), t)
             for r in (feedback if m == neighbours[0] else []):
                 t = time.perf_counter()
-                links = scorer.link_share(coupled[:r])
                 record(f"text coupling M = {m}, then links of its first R = {r}", qid,
-                       ranked(rows_for(node, cite.maximum(links)), node), t)
+                       ranked(rows_for(node, scorer.raised(cite, coupled[:r], node)), node), t)
 
     table = [{"rows": label, **mean_recalls(run, gold), "seconds": round(seconds[label], 1)}
              for label, run in runs.items()]
