@@ -71,6 +71,16 @@ def test_query_paper_feedback_default_and_off(built) -> None:
         assert stored == [h.paper_id for h in idx.query_paper(pid).hits]
         changed += fed != stored
     assert changed  # the pass changes at least one of the rankings
+    # a batch of corpus papers: the same rows, one scorer for all
+    qfile, run = out.parent / "fb_queries.txt", out.parent / "fb_run.txt"
+    qfile.write_text("\n".join(cited[:3]) + "\n")
+    res = runner.invoke(app, ["query", str(out), "--queries", str(qfile), "--retriever", "teacher", "--k", "5",
+                              "--trec-out", str(run)])
+    assert res.exit_code == 0, res.output
+    lines = [line.split() for line in run.read_text().splitlines()]
+    scorer = CorpusScorer(idx)
+    for pid in cited[:3]:
+        assert [x[2] for x in lines if x[0] == pid] == [h.paper_id for h in scorer.query_paper(pid, k=5).hits]
     res = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher",
                               "--fusion", "graph-rrf"])
     assert res.exit_code != 0 and "plain rrf" in res.output
