@@ -42,6 +42,18 @@ from graft.teacher import symmetrise
 FUSIONS = ("graph-rrf", "rrf")
 
 
+def corroboration(walk: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
+    """Mutual-corroboration support of the candidates `rows` (corpus rows) of one facet list: per
+    candidate, its strongest edge in `walk` (the facet's symmetrised graph) to another candidate of
+    the list; 0 where none (module docstring)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return np.zeros(0, dtype=np.float64)
+    sub = walk[rows][:, rows].toarray()
+    np.fill_diagonal(sub, 0.0)
+    return sub.max(axis=1)
+
+
 class GenerativeRetriever:
     """Facet-attributed retrieval with a trained DocID model.
 
@@ -162,10 +174,7 @@ class GenerativeRetriever:
         """
         def support(facet: str, cands: list[str]) -> dict[str, float]:
             rows = np.array([self.index.row_of[c] for c in cands], dtype=np.int64)
-            sub = self.walk[facet][rows][:, rows].toarray()
-            np.fill_diagonal(sub, 0.0)
-            best = sub.max(axis=1) if len(rows) else np.zeros(0)
-            return {c: float(w) for c, w in zip(cands, best)}
+            return {c: float(w) for c, w in zip(cands, corroboration(self.walk[facet], rows))}
 
         return self._fuse(query_id, lists, support, k, fusion, rrf_k)
 

@@ -548,6 +548,43 @@ def test_text_coupling_benchmark_rows(built, tmp_path) -> None:
     assert "| text coupling M = 10 |" in (tmp_path / "text_coupling_slice.md").read_text()
 
 
+def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
+    """eval/benchmarks/ooc_fusion_proxy.py: stand-in decoded lists fused as GRAFT fuses them out of
+    corpus; its teacher row is text_coupling's `graft query --text` row on the same queries (its
+    graph-RRF support is the retriever's own `corroboration`, checked by hand below)."""
+    from eval.benchmarks.ooc_fusion_proxy import main
+    from eval.benchmarks.text_coupling import main as text_main
+
+    _, split = built
+    common = ["--split", str(split), "--part", "test", "--limit", "8", "--name", "slice", "--results", str(tmp_path)]
+    assert main([*common, "--list-length", "10"]) == 0
+    saved = json.loads((tmp_path / "ooc_fusion_proxy_slice.json").read_text())
+    by = {r["fusion"]: r for r in saved["rows"]}
+    assert list(by) == ["rrf", "graph-rrf (corroboration)", "graph walk from the corroborated lists",
+                        "graph walk from the corroborated lists + links of its first 3", "teacher (graft query --text)"]
+    assert saved["meta"]["list_length"] == 10 and by["teacher (graft query --text)"]["R@20 / teacher"] == 1.0
+    assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in by.values())
+    assert text_main([*common, "--feedback", "3", "--neighbours", "10"]) == 0
+    text = {r["rows"]: r for r in json.loads((tmp_path / "text_coupling_slice.json").read_text())["rows"]}
+    for k in ("R@20", "R@50"):
+        assert by["teacher (graft query --text)"][k] == text["text coupling M = 10, then links of its first R = 3"][k]
+    with pytest.raises(SystemExit):
+        main([*common, "--list-length", "0"])
+
+
+def test_corroboration_support_by_hand() -> None:
+    """graft.retriever.corroboration: each candidate's strongest edge to another candidate of the list."""
+    import scipy.sparse as sp
+
+    from graft.retriever import corroboration
+
+    walk = sp.csr_matrix(np.array([[0, .5, .2, 0], [.5, 0, 0, .9], [.2, 0, 0, 0], [0, .9, 0, 0]], dtype=np.float32))
+    np.testing.assert_allclose(corroboration(walk, np.array([0, 1, 2])), [.5, .5, .2])
+    np.testing.assert_allclose(corroboration(walk, np.array([2, 3])), [0, 0])  # no edge between them
+    np.testing.assert_allclose(corroboration(walk, np.array([3, 1, 0])), [.9, .9, .5])
+    assert corroboration(walk, np.array([], dtype=np.int64)).shape == (0,)
+
+
 def test_known_references_benchmark_matches_the_scorer(built, tmp_path) -> None:
     """eval/benchmarks/known_references.py: out-of-corpus papers posed with k known references; the
     scorer's own rows give exactly the maximum of bibliographic coupling, text coupling and links."""
