@@ -277,9 +277,10 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
         rows.append({"system": system, **{f"R@{k}": mean_recall(sub, qrels, k, qids) for k in KS},
                      "non_obvious@20": no["share"], "correct@20": no["correct"], "seconds": meta.get("seconds")})
         runs[system] = str(run_paths(split_dir, suite, system)[0])
-    if {"graft", "graft-rrf"} <= set(runs):
-        notes.append("graft and graft-rrf decode each query once (one model, two fusions): the one computed "
-                     "first carries the decoding time")
+    fusions = [s for s in ("graft", "graft-rrf", "graft-walk") if s in runs]
+    if len(fusions) > 1:
+        notes.append(f"{', '.join(fusions)} decode each query once (one model, {len(fusions)} fusions): the one "
+                     "computed first carries the decoding time")
     return {"rows": rows, "notes": notes, "runs": runs, "queries": len(queries),
             "qrels": sum(len(qrels[q]) for q in qids)}
 

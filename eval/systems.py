@@ -10,6 +10,7 @@
 | teacher-fb | the teacher walking the query's rows with the feedback pass (`CorpusScorer.feedback_rows`, `graft query --paper`'s default) | n/a: the teacher's out-of-corpus rows already have the pass |
 | graft | the trained generative retriever, graph-RRF | the same from the query's extracted facets (mutual corroboration) |
 | graft-rrf | the same with plain RRF | the same with plain RRF |
+| graft-walk | the same model, graph-RRF's candidates walked two hops by the graph teacher (`graph-walk`) | likewise |
 | graft-naive | graph-RRF with a model trained on naive pairs (`naive_index`) | likewise |
 
 Out-of-corpus queries never carry their references: `ExternalScorer.rows` scores bibliographic
@@ -21,7 +22,7 @@ in `SPLITDIR/ooc/facets.jsonl` (`eval.ooc_facets`), so the generative systems, t
 the attribution checks of later runs read them without the sentence encoder.
 
 The generative systems decode the facet items of several queries in shared `generate` calls, and
-`graft` and `graft-rrf` (one model, two fusions) decode each query once.
+`graft`, `graft-rrf` and `graft-walk` (one model, three fusions) decode each query once.
 
 A system returns a `SystemRun`: the ranked list per query and, for facet-attributed systems, the
 credited facets of each hit with the hops of the evidence (1 = direct edge, 2 = through a neighbour).
@@ -49,9 +50,10 @@ if TYPE_CHECKING:
     from eval.ooc_facets import OocEntry
 
 #: Every system name `graft eval run --systems` accepts, in table order.
-SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "teacher-fb", "graft", "graft-rrf", "graft-naive")
+SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "teacher-fb", "graft", "graft-rrf", "graft-walk",
+           "graft-naive")
 #: Systems whose hits carry facet credits (the attribution suite).
-ATTRIBUTED = ("facet", "teacher", "teacher-fb", "graft", "graft-rrf", "graft-naive")
+ATTRIBUTED = ("facet", "teacher", "teacher-fb", "graft", "graft-rrf", "graft-walk", "graft-naive")
 #: Ranked results kept per query (R@50 needs 50; the rest lets a run be re-scored deeper).
 DEPTH = 100
 
@@ -137,7 +139,7 @@ class EvalContext:
         self.decode_batch = max(1, decode_batch)
         self.deadline = deadline
         self._ooc: dict[str, OocEntry] = {}
-        # (index path, qid) -> decoded facet lists, kept for the other fusion of the same model
+        # (index path, qid) -> decoded facet lists, kept for the other fusions of the same model
         self._lists: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
 
     @property
@@ -229,11 +231,11 @@ class EvalContext:
 
     def facet_lists(self, index: Index, queries: list[EvalQuery]) -> list[dict[str, dict[str, float]]]:
         """Decoded facet lists of queries under an index's model, decoded together; each query's
-        lists are kept until the other fusion of the same model asks for them (graft and
-        graft-rrf decode once)."""
+        lists are kept for the other fusions of the same model (graft, graft-rrf and graft-walk
+        decode once; a few KiB per query)."""
         gen = index.generative(device=self.device)
         keys = [(str(index.path), q.qid) for q in queries]
-        have = {k: self._lists.pop(k) for k in keys if k in self._lists}
+        have = {k: self._lists[k] for k in keys if k in self._lists}
         todo = [(k, q) for k, q in zip(keys, queries) if k not in have]
         if todo:
             specs = [(index.paper_facets(q.paper_id), {q.paper_id}) if q.in_corpus else (self.ooc_rows(q)[1], set())
@@ -437,4 +439,6 @@ def run_system(name: str, ctx: EvalContext, queries: list[EvalQuery], reporter: 
             return _generative(ctx, ctx.index, "graph-rrf", queries, advance)
         if name == "graft-rrf":
             return _generative(ctx, ctx.index, "rrf", queries, advance)
+        if name == "graft-walk":
+            return _generative(ctx, ctx.index, "graph-walk", queries, advance)
         return _generative(ctx, ctx.naive_index, "graph-rrf", queries, advance)

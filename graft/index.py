@@ -217,7 +217,7 @@ class Index:
         Args:
             retriever: "graft" (the trained generative retriever) or "teacher" (graph walks);
                 default graft when the index holds a trained model, else teacher.
-            fusion: "graph-rrf" or "rrf" for graft (default graph-rrf); the teacher uses "rrf".
+            fusion: "graph-rrf", "rrf" or "graph-walk" for graft (default graph-rrf); the teacher uses "rrf".
             k: results returned; beams: beams per facet item (graft).
         Raises:
             GraftError: bad combination of arguments, unknown paper, or no trained model for graft.

@@ -17,6 +17,12 @@ Support w_f(q, c), the weight of graph-RRF's terms:
   query. A candidate that no other candidate of the list corroborates gets w = 0 and drops out of
   that facet, as an in-corpus candidate without an edge to the query does.
 
+Fusions (`FUSIONS`): `graph-rrf` (above), `rrf` (plain, for comparison) and `graph-walk`: the
+candidates graph-RRF keeps, with their support weights, taken as the query's facet rows and walked
+by the graph teacher (two hops over the symmetrised graphs, RRF over facets). Graph-RRF can return
+only candidates with a direct edge to the query; the walk also reaches their neighbours, and its
+evidence says which (one hop: a decoded candidate; two hops: through one, named in `via`).
+
 The query path needs the model, the tries, the DocID table and the sparse graphs only: no sentence
 encoder and no nearest-neighbour index.
 """
@@ -39,7 +45,23 @@ from graft.index import Index
 from graft.results import Evidence, Hit, QueryResult
 from graft.teacher import symmetrise
 
-FUSIONS = ("graph-rrf", "rrf")
+FUSIONS = ("graph-rrf", "rrf", "graph-walk")
+
+
+def support_rows(support: dict[str, dict[int, float]], n: int) -> dict[str, sp.csr_matrix]:
+    """The `graph-walk` fusion's query rows: per facet, a 1 x n row holding each candidate's
+    support weight (candidates without support left out).
+
+    Args:
+        support: facet -> corpus row -> support weight w_f(q, c) >= 0.
+        n: corpus size.
+    """
+    rows = {}
+    for facet, weights in support.items():
+        kept = sorted(c for c, w in weights.items() if w > 0)
+        rows[facet] = sp.csr_matrix(([float(weights[c]) for c in kept], ([0] * len(kept), kept)),
+                                    shape=(1, n), dtype=np.float32)
+    return rows
 
 
 def corroboration(walk: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
@@ -102,7 +124,7 @@ class GenerativeRetriever:
             paper_id: a paper of the index; its own facet items are the queries.
             k: results returned.
             beams: beams per facet item.
-            fusion: `graph-rrf` (support = the query's edges) or `rrf`.
+            fusion: `graph-rrf` (support = the query's edges), `rrf` or `graph-walk`.
             rrf_k: the RRF constant.
         Returns:
             the ranked, facet-attributed result; `info` has the per-facet candidate counts and, for
@@ -162,7 +184,7 @@ class GenerativeRetriever:
             weights = dict(zip(row.indices.tolist(), row.data.tolist()))
             return {c: float(weights.get(self.index.row_of[c], 0.0)) for c in cands}
 
-        return self._fuse(paper_id, lists, support, k, fusion, rrf_k)
+        return self._fuse(paper_id, lists, support, k, fusion, rrf_k, exclude={q})
 
     def fuse_items(self, query_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
                    fusion: str = "graph-rrf", rrf_k: int = RRF_K) -> QueryResult:
@@ -180,12 +202,19 @@ class GenerativeRetriever:
 
     # ---- internals -------------------------------------------------------------------------
     def _fuse(self, query_id: str, lists: dict[str, dict[str, float]], support: Any, k: int, fusion: str,
-              rrf_k: int) -> QueryResult:
+              rrf_k: int, exclude: set[int] | None = None) -> QueryResult:
         if fusion not in FUSIONS:
             raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
         runs = {f: ranked(s) for f, s in lists.items()}
         weights = {f: support(f, r) for f, r in runs.items()}
         info: dict[str, Any] = {"candidates": {f: len(r) for f, r in runs.items()}}
+        if fusion == "graph-walk":
+            row_of = self.index.row_of
+            rows = support_rows({f: {row_of[c]: w for c, w in ws.items()} for f, ws in weights.items()},
+                                self.index.n)
+            info["seeds"] = {f: int(r.nnz) for f, r in rows.items()}
+            walked = self.index.query_rows(rows, query_id=query_id, k=k, exclude=exclude)
+            return QueryResult(query_id, "graft", fusion, walked.hits, info)
         if fusion == "graph-rrf":
             out = graph_rrf(runs, weights, k=rrf_k)
             fused = out.fused

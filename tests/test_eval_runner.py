@@ -184,16 +184,17 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     index = tmp_path / "index"
     shutil.copytree(split / "index", index)
     train_index(index, TrainConfig(max_steps=4, lr=2e-3, save_every_steps=0, logging_steps=2), base_model="tiny")
-    opts = RunOptions(systems=["graft", "graft-rrf", "graft-naive"], index_dir=index, limit=2, beams=2,
+    opts = RunOptions(systems=["graft", "graft-rrf", "graft-walk", "graft-naive"], index_dir=index, limit=2, beams=2,
                       results_dir=tmp_path / "res")
     table = run_suite(split, "incorpus", opts, encoder=encoder)
     rows = {r["system"]: r for r in table["rows"]}
-    assert rows["graft"]["R@20"] is not None and rows["graft-rrf"]["R@20"] is not None
+    assert all(rows[s]["R@20"] is not None for s in ("graft", "graft-rrf", "graft-walk"))
+    assert any("graft, graft-rrf, graft-walk decode each query once" in n for n in table["notes"])
     assert rows["graft-naive"]["R@20"] is None and any("--naive-index" in n for n in table["notes"])
     assert "pipeline check" in table["meta"]["label"]
     assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus_*.md")).read_text()
-    # graft and graft-rrf decode each query once, the items of several queries in shared calls, and
-    # the runs equal one query at a time through Index.query
+    # graft, graft-rrf and graft-walk decode each query once, the items of several queries in shared
+    # calls, and the runs equal one query at a time through Index.query
     from eval.runner import load_queries
     from eval.systems import DEPTH, EvalContext, run_system
     from graft.retriever import GenerativeRetriever
@@ -211,7 +212,8 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     for suite in ("incorpus", "ooc"):
         queries = load_queries(split, suite, "test", 3)
         decoded.clear()
-        runs = {f: run_system(s, ctx, queries) for f, s in (("graph-rrf", "graft"), ("rrf", "graft-rrf"))}
+        runs = {f: run_system(s, ctx, queries) for f, s in (("graph-rrf", "graft"), ("rrf", "graft-rrf"),
+                                                             ("graph-walk", "graft-walk"))}
         assert len(decoded) == len(queries)
         for fusion, run in runs.items():
             for q in queries:
@@ -437,16 +439,22 @@ def test_distill_ceiling_lists_by_hand() -> None:
             return pl.DataFrame({"paper_ids": [["a"], ["b"], ["c", "d"], ["q"]]})
 
     row_of = {"q": 0, "a": 1, "b": 2, "c": 3, "d": 4}
-    w = sp.csr_matrix(np.array([[0, .2, .5, .3, 0], [.2, 0, 0, 0, 0], [.5, 0, 0, 0, 0],
-                                [.3, 0, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=np.float32))
+    w = sp.csr_matrix(np.array([[0, .2, .5, .3, 0], [.2, 0, 0, 0, 0], [.5, 0, 0, 0, .4],
+                                [.3, 0, 0, 0, 0], [0, 0, .4, 0, 0]], dtype=np.float32))
     pairs = pl.DataFrame({"facet": ["method"] * 6, "source_paper": ["q", "q", "q", "q", "q", "a"],
                           "target_docid_id": [0, 0, 1, 2, 3, 1]})
     lists = facet_lists_from_pairs(pairs, Docids(), row_of, {"method": w}, {"q"})
     # a twice; then b (0.5) before c (0.3) before d (no edge); q (self) and a's own pair are absent.
     assert lists == {"q": {"method": [1, 2, 3, 4]}}
-    assert fused_rows(lists["q"], 0, {"method": w}, graph=False) == [1, 2, 3, 4]
+    assert fused_rows(lists["q"], 0, {"method": w}, fusion="rrf") == [1, 2, 3, 4]
     # graph-RRF: 0.2/61, 0.5/62, 0.3/63, d dropped.
-    assert fused_rows(lists["q"], 0, {"method": w}, graph=True) == [2, 3, 1]
+    assert fused_rows(lists["q"], 0, {"method": w}, fusion="graph-rrf") == [2, 3, 1]
+    # graph-walk: rows {a: .2, b: .5, c: .3} walked; d comes back two hops through b:
+    # 0.5 x (0.5 x 0.4) / (0.2 + 0.5 + 0.3) = 0.1, below a's one-hop 0.2
+    from graft.teacher import GraphTeacher
+
+    assert fused_rows(lists["q"], 0, {"method": w}, fusion="graph-walk", teacher=GraphTeacher({"method": w})) == [
+        2, 3, 1, 4]
 
 
 def test_distill_ceiling_benchmark_on_the_slice(built, tmp_path) -> None:
@@ -463,6 +471,8 @@ def test_distill_ceiling_benchmark_on_the_slice(built, tmp_path) -> None:
     assert few["R@50"] <= many["R@50"]  # two taught neighbours per facet cannot reach more of the gold
     assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in rows)
     assert "| every symmetric edge | graph-rrf |" in (tmp_path / "distill_ceiling_slice.md").read_text()
+    walked = by[("pairs: coverage-aware N=2", "graph-walk")]
+    assert walked["pairs"] == few["pairs"] and walked["R@50"] >= few["R@50"]  # here: graph-RRF's papers and more
 
 
 def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(built, tmp_path) -> None:

@@ -200,3 +200,34 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
                 {"facets": {"method": ["x"]}, "retriever": "teacher"}, {}):
         with pytest.raises(GraftError):
             idx.query(**bad)
+
+
+def test_graph_walk_walks_the_graph_rrf_candidates(retriever) -> None:
+    """graph-walk: graph-RRF's kept candidates, weighted by their support, walked two hops by the
+    teacher; one-hop hits are those candidates, two-hop hits come through one of them."""
+    from graft.retriever import support_rows
+
+    pid = _query_paper(retriever)
+    idx, n = retriever.index, retriever.index.n
+    q = idx.row(pid)
+    kept = retriever.query_paper(pid, k=n, beams=4)  # graph-RRF: every supported candidate
+    walked = retriever.query_paper(pid, k=n, beams=4, fusion="graph-walk")
+    assert walked.retriever == "graft" and walked.fusion == "graph-walk" and walked.hits
+    seeds = {f: {idx.row(h.paper_id): h.evidence[f].weight for h in kept.hits if f in h.facets}
+             for f in ("problem", "method", "result", "contribution")}
+    assert walked.info["seeds"] == {f: len(s) for f, s in seeds.items()}
+    want = idx.query_rows(support_rows(seeds, n), k=n, exclude={q})
+    assert [h.paper_id for h in walked.hits] == [h.paper_id for h in want.hits]
+    got = {h.paper_id: h for h in walked.hits}
+    assert {h.paper_id for h in kept.hits} <= set(got) and pid not in got
+    two_hop = 0
+    for h in walked.hits:
+        for f, ev in h.evidence.items():
+            if ev.hops == 1:  # a decoded, supported candidate of that facet, with its edge weight
+                assert ev.weight == pytest.approx(seeds[f][idx.row(h.paper_id)], abs=1e-5)
+            else:
+                two_hop += 1
+                assert idx.row(ev.via) in seeds[f]
+    assert two_hop > 0  # the walk reaches beyond the decoded candidates
+    outside = retriever.query_items(idx.paper_facets(pid), k=20, beams=4, query_id="new", fusion="graph-walk")
+    assert outside.fusion == "graph-walk" and outside.query_id == "new" and all(h.facets for h in outside.hits)

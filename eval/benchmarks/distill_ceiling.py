@@ -14,7 +14,8 @@ Rows:
 - every symmetric edge          each facet list = all of q's neighbours in max(W_f, W_f^T), by
                                 weight: graph-RRF drops every candidate without a direct edge to
                                 q, so this is what a model that returned all of them would reach
-- pairs: SAMPLING N=..          the memorisation ceiling of one pair set (graph-RRF and plain RRF)
+- pairs: SAMPLING N=..          the memorisation ceiling of one pair set (graph-RRF, plain RRF, and
+                                graph-walk: the graph-RRF candidates walked two hops by the teacher)
 
     python -m eval.benchmarks.distill_ceiling --split SPLITDIR [--index SPLITDIR/index] \\
         [--base-model smollm2-135m] [--max-edges 10,20] [--part test] [--name cs768]
@@ -79,17 +80,26 @@ def facet_lists_from_pairs(pairs: Any, docids: Any, row_of: dict[str, int], walk
     return out
 
 
-def fused_rows(lists: dict[str, list[int]], q: int, walk: dict[str, Any], *, graph: bool) -> list[int]:
-    """GRAFT's fusion of per-facet lists: graph-weighted RRF (weights = symmetrised edges) or plain RRF."""
+def fused_rows(lists: dict[str, list[int]], q: int, walk: dict[str, Any], *, fusion: str,
+               teacher: Any = None) -> list[int]:
+    """GRAFT's fusion of per-facet lists of corpus rows, as `graft.retriever` fuses a corpus paper's:
+    `graph-rrf` (weights = symmetrised edges), `rrf`, or `graph-walk` (the graph-RRF candidates
+    and weights walked by `teacher`, a `graft.teacher.GraphTeacher`; needed for it)."""
+    from eval.metrics import KS
     from graft.fusion import graph_rrf, rrf
+    from graft.retriever import support_rows
 
-    if not graph:
+    if fusion == "rrf":
         return [int(x.doc) for x in rrf(lists)]
     support = {}
     for facet, ranked in lists.items():
         row = walk[facet][q]
         weight = dict(zip(row.indices.tolist(), row.data.tolist()))
         support[facet] = {c: weight.get(c, 0.0) for c in ranked}
+    if fusion == "graph-walk":
+        n = next(iter(walk.values())).shape[0]
+        fused, _ = teacher.retrieve(support_rows(support, n), exclude={q}, k=max(KS))
+        return [int(c) for c, *_ in fused]
     return [int(x.doc) for x in graph_rrf(lists, support).fused]
 
 
@@ -101,7 +111,8 @@ def mean_recalls(ranked: dict[str, list[int]], gold: dict[str, set[int]]) -> dic
 
 
 def ceiling_recalls(lists: dict[str, dict[str, list[int]]], queries: list[Any], row_of: dict[str, int],
-                    gold: dict[str, set[int]], walk: dict[str, Any], *, graph: bool) -> dict[str, float]:
+                    gold: dict[str, set[int]], walk: dict[str, Any], *, fusion: str,
+                    teacher: Any = None) -> dict[str, float]:
     """`mean_recalls` of a perfect memoriser: each query's `facet_lists_from_pairs` lists, fused.
 
     Args:
@@ -110,9 +121,9 @@ def ceiling_recalls(lists: dict[str, dict[str, list[int]]], queries: list[Any], 
         row_of: paper id -> corpus row.
         gold: qid -> gold rows.
         walk: facet -> symmetrised facet graph.
-        graph: graph-weighted RRF (True) or plain RRF.
+        fusion / teacher: as `fused_rows`.
     """
-    ranked = {q.qid: fused_rows(lists.get(q.paper_id, {}), row_of[q.paper_id], walk, graph=graph)
+    ranked = {q.qid: fused_rows(lists.get(q.paper_id, {}), row_of[q.paper_id], walk, fusion=fusion, teacher=teacher)
               for q in queries if q.qid in gold}
     return mean_recalls(ranked, gold)
 
@@ -156,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             r = walk[f][q]
             order = np.lexsort((r.indices, -r.data))
             lists[f] = [int(c) for c in r.indices[order] if c != q]
-        every[qid] = fused_rows(lists, q, walk, graph=True)
+        every[qid] = fused_rows(lists, q, walk, fusion="graph-rrf")
     table.append({"system": "every symmetric edge", "fusion": "graph-rrf", "pairs": None, **mean_recalls(every, gold),
                   "seconds": round(time.perf_counter() - t0, 1)})
 
@@ -169,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         lists = facet_lists_from_pairs(pairs, docids, idx.row_of, walk, papers)
         label = (f"pairs: coverage-aware N={config.max_edges_per_source}" if config.sampling == "coverage"
                  else "pairs: naive (every edge)")
-        for graph in (True, False):
-            table.append({"system": label, "fusion": "graph-rrf" if graph else "rrf", "pairs": pairs.height,
-                          **ceiling_recalls(lists, queries, idx.row_of, gold, walk, graph=graph),
+        for fusion in ("graph-rrf", "rrf", "graph-walk"):
+            table.append({"system": label, "fusion": fusion, "pairs": pairs.height,
+                          **ceiling_recalls(lists, queries, idx.row_of, gold, walk, fusion=fusion, teacher=teacher),
                           "seconds": round(time.perf_counter() - t0, 1)})
         print(f"{label}: {pairs.height:,} pairs", file=sys.stderr, flush=True)
 
@@ -197,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
               "its pairs taught it (ranked by pair count, then edge weight) and nothing else; a real "
               "model can exceed it only by returning papers it was never taught for this query",
               "- every symmetric edge: graph-RRF keeps only candidates with a direct edge to the query; "
-              "this row returns all of them, ranked by edge weight"]
+              "this row returns all of them, ranked by edge weight",
+              "- graph-walk: the graph-RRF candidates, weighted by their edges, walked two hops by the graph "
+              "teacher (`graft query --fusion graph-walk`): it also returns their neighbours"]
     write_tables(args.results, f"distill_ceiling_{name}", meta, table, lines)
     return 0
 

@@ -1,5 +1,5 @@
 """Issue #5's GPU run: train the generative retriever on a split's graph twice (coverage-aware and
-naive distillation pairs) and evaluate `graft`, `graft-rrf` and `graft-naive` where they were
+naive distillation pairs) and evaluate `graft`, `graft-rrf`, `graft-walk` and `graft-naive` where they were
 trained, in one command (a trained model is too large to come back from the device machine).
 
 Three sub-commands (eval/benchmarks/GPU.md says how to stage and run them with the device tool):
@@ -70,7 +70,7 @@ SPLIT_FILES = ("split.json", "incorpus/queries.jsonl", "incorpus/qrels.txt", "oo
                "ooc/facets.jsonl", "runs/incorpus.obvious.json", "runs/ooc.obvious.json")
 #: Wheels the device image lacks (versions pinned to this environment's).
 WHEELS = ("polars", "polars-runtime-32", "marisa-trie", "gguf")
-GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-naive")
+GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-walk", "graft-naive")
 #: Largest file the device machine returns is 16 MiB; the results bundle stays under this.
 BUNDLE_LIMIT = 15 * 2**20
 SUITES = ("incorpus", "ooc", "attribution")
@@ -649,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--max-edges", type=int, default=10,
                     help="N of the coverage-aware pairs (GRAFT: 10); eval/results/distill_ceiling_*.md")
     pr.add_argument("--quiet", action="store_true")
-    r = sub.add_parser("run", help="GPU: train coverage + naive models, evaluate graft, graft-rrf, graft-naive")
+    r = sub.add_parser("run", help="GPU: train coverage + naive models, evaluate graft, graft-rrf, graft-walk, graft-naive")
     r.add_argument("--stage", required=True, help="comma-separated folders holding the staged pieces "
                    "(the machine's copy folder and the carried last folder)")
     r.add_argument("--out", default=None, help="output folder (default $OUT)")

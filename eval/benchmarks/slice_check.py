@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     qrels = read_qrels(split_dir / "incorpus" / "qrels.txt")
     lists = facet_lists_from_pairs(pairs, load_docids(index_dir), idx.row_of, walk, sources)
     gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries if qrels.get(q.qid)}
-    ceiling = {"graph-rrf" if graph else "rrf": ceiling_recalls(lists, queries, idx.row_of, gold, walk, graph=graph)
-               for graph in (True, False)}
+    ceiling = {fusion: ceiling_recalls(lists, queries, idx.row_of, gold, walk, fusion=fusion)
+               for fusion in ("graph-rrf", "rrf")}
     rows = {r["system"]: r for r in table["rows"]}
     teacher = rows["teacher"]["R@20"]
     out_rows = []
