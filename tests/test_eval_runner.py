@@ -570,8 +570,8 @@ def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
     assert main([*common, "--list-length", "10"]) == 0
     saved = json.loads((tmp_path / "ooc_fusion_proxy_slice.json").read_text())
     by = {r["fusion"]: r for r in saved["rows"]}
-    assert list(by) == ["rrf", "graph-rrf (corroboration)", "graph walk from the corroborated lists",
-                        "graph walk from the corroborated lists + links of its first 3", "teacher (graft query --text)"]
+    assert list(by) == ["rrf", "graph-rrf (corroboration)", "graph-walk", "graph-walk + links of its first 3",
+                        "teacher (graft query --text)"]
     assert saved["meta"]["list_length"] == 10 and by["teacher (graft query --text)"]["R@20 / teacher"] == 1.0
     assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in by.values())
     assert text_main([*common, "--feedback", "3", "--neighbours", "10"]) == 0

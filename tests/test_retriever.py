@@ -147,6 +147,11 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     assert res.exit_code == 2 and "rrf" in res.output
     res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--fusion", "bogus"])
     assert res.exit_code == 2
+    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--fusion", "graph-walk", "--beams", "3",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    want = Index.open(trained).query(paper=ids[0], retriever="graft", fusion="graph-walk", beams=3)
+    assert [h["paper_id"] for h in json.loads(res.stdout)] == [h.paper_id for h in want.hits]
 
 
 def test_latency_benchmark_smoke(trained, tmp_path) -> None:

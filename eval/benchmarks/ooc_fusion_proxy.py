@@ -10,10 +10,10 @@ neighbours), and these fusions are compared:
 
 - `rrf`: plain RRF of the four lists;
 - `graph-rrf (corroboration)`: GRAFT's out-of-corpus fusion;
-- `graph walk from the corroborated lists`: the lists' support weights taken as the query's facet
-  rows and walked by the graph teacher (two hops over the stored graph): an expansion through the
-  sparse graph the retriever already holds;
-- `... + links of its first R`: that walk again with beta x the share of its first R papers that
+- `graph-walk`: the lists' support weights taken as the query's facet rows and walked by the
+  graph teacher (two hops over the stored graph; `graft query --fusion graph-walk`, built by
+  `graft.retriever.support_rows`): an expansion through the sparse graph the retriever holds;
+- `graph-walk + links of its first R`: that walk again with beta x the share of its first R papers that
   a paper cites or is cited by added to the rows (the feedback pass of the teacher's rows);
 - `teacher (graft query --text)`: the graph teacher from the paper's text-only rows, text coupling
   and the feedback pass (`ExternalScorer`'s rows with M = `TEXT_NEIGHBOURS`, R = `FEEDBACK`): the
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from eval.runner import corpus_name
     from graft.facets import FACETS
     from graft.fusion import graph_rrf, rrf
-    from graft.retriever import corroboration
+    from graft.retriever import corroboration, support_rows
     from graft.teacher import symmetrise
     from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer, text_coupling_row
     from graphbuild.graph import external_facet_row
@@ -107,16 +107,12 @@ def main(argv: list[str] | None = None) -> int:
                    for f, c in lists.items()}
         runs.setdefault("graph-rrf (corroboration)", {})[qid] = [int(x.doc) for x in graph_rrf(lists, support).fused][
             :depth]
-        rows = {}
-        for f, cands in lists.items():
-            kept = [c for c in cands if support[f][c] > 0]
-            rows[f] = sp.csr_matrix(([support[f][c] for c in kept], ([0] * len(kept), kept)), shape=(1, n),
-                                    dtype=np.float32)
+        rows = support_rows(support, n)
         first = walked(rows, node)
-        runs.setdefault("graph walk from the corroborated lists", {})[qid] = first
+        runs.setdefault("graph-walk", {})[qid] = first
         for r in feedback:
             links = scorer.params.beta * scorer.raised(empty, first[:r], node)
-            runs.setdefault(f"graph walk from the corroborated lists + links of its first {r}", {})[qid] = walked(
+            runs.setdefault(f"graph-walk + links of its first {r}", {})[qid] = walked(
                 {f: rows[f] + links for f in FACETS}, node)
         cite = text_coupling_row(dense, dense[node], TEXT_NEIGHBOURS, exclude=node)
         own = scorer.paper_rows(node, cite)
@@ -144,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {row['fusion']} | {row['R@20']:.3f} | {row['R@50']:.3f} | {row['R@20 / teacher']:.2f} |")
     lines += ["", "- stand-in decoder: no model; each facet list is the papers whose items are most similar to the "
               "query's (facet similarity alone); a trained model's lists differ",
-              "- graph walk: the lists' corroboration weights as the query's facet rows, walked two hops by the graph "
-              "teacher; + links: beta x the share of the walk's first R papers a paper cites or is cited by, added",
+              "- graph-walk: the lists' corroboration weights as the query's facet rows, walked two hops by the graph "
+              "teacher (GRAFT's `graph-walk` fusion); + links: beta x the share of the walk's first R papers a paper "
+              "cites or is cited by, added to every facet row",
               f"- teacher: `graft query --text` rows (text coupling M = {TEXT_NEIGHBOURS}, feedback R = {FEEDBACK})"]
     write_tables(args.results, f"ooc_fusion_proxy_{name}", meta, table, lines)
     return 0
