@@ -43,7 +43,7 @@ from graft.facets import FACETS
 from graft.fusion import RRF_K, graph_rrf, rrf
 from graft.index import Index
 from graft.results import Evidence, Hit, QueryResult
-from graft.teacher import symmetrise
+from graft.teacher import TeacherConfig, symmetrise
 
 FUSIONS = ("graph-rrf", "rrf", "graph-walk")
 
@@ -213,7 +213,8 @@ class GenerativeRetriever:
             rows = support_rows({f: {row_of[c]: w for c, w in ws.items()} for f, ws in weights.items()},
                                 self.index.n)
             info["seeds"] = {f: int(r.nnz) for f, r in rows.items()}
-            walked = self.index.query_rows(rows, query_id=query_id, k=k, exclude=exclude)
+            walked = self.index.query_rows(rows, query_id=query_id, k=k, exclude=exclude,
+                                           config=TeacherConfig(rrf_k=rrf_k))
             return QueryResult(query_id, "graft", fusion, walked.hits, info)
         if fusion == "graph-rrf":
             out = graph_rrf(runs, weights, k=rrf_k)
