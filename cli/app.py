@@ -179,8 +179,7 @@ def query(
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
     """Related papers, each with the facet(s) that surfaced it."""
-    from graft.index import RETRIEVERS, Index
-    from graft.retriever import has_model
+    from graft.index import RETRIEVERS, Index, has_model
 
     try:
         given = [x for x in (paper, text, record, queries) if x is not None]

@@ -104,7 +104,7 @@ def _sha(items: list[str]) -> str:
 
 def _model_stamp(index: Index | None) -> dict[str, Any] | None:
     """What identifies a trained model: base model and when training finished (None: no model)."""
-    from graft.retriever import has_model
+    from graft.index import has_model
 
     if index is None or not has_model(index.path):
         return None

@@ -376,7 +376,7 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
 
 def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQuery],
                 advance: Callable[[int], None]) -> SystemRun:
-    from graft.retriever import has_model
+    from graft.index import has_model
 
     if not has_model(index.path):
         raise NotApplicable(f"no trained model in {index.path / 'model'}; train one with "

@@ -1,12 +1,19 @@
-"""Rank fusion as pure functions: plain RRF and graph-weighted RRF."""
+"""Rank fusion as pure functions: plain RRF, graph-weighted RRF, and the support the generative
+retriever's fusions weigh candidates with (`support_rows`, `corroboration`)."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import scipy.sparse as sp
+
 #: RRF constant of Cormack et al. (2009); it damps the head of each list, it is not a cut-off.
 RRF_K = 60
+#: The generative retriever's fusions (`graft.retriever`): graph-weighted RRF, plain RRF, and the
+#: graph-RRF candidates walked by the graph teacher.
+FUSIONS = ("graph-rrf", "rrf", "graph-walk")
 
 
 @dataclass
@@ -92,3 +99,31 @@ def graph_rrf(
             entry.terms[name] = entry.terms.get(name, 0.0) + term
     dropped = sorted(seen - set(fused), key=str)
     return GraphFused(sorted(fused.values(), key=lambda f: (-f.score, str(f.doc))), dropped)
+
+
+def support_rows(support: dict[str, dict[int, float]], n: int) -> dict[str, sp.csr_matrix]:
+    """The `graph-walk` fusion's query rows: per facet, a 1 x n row holding each candidate's
+    support weight (candidates without support left out).
+
+    Args:
+        support: facet -> corpus row -> support weight w_f(q, c) >= 0.
+        n: corpus size.
+    """
+    rows = {}
+    for facet, weights in support.items():
+        kept = sorted(c for c, w in weights.items() if w > 0)
+        rows[facet] = sp.csr_matrix(([float(weights[c]) for c in kept], ([0] * len(kept), kept)),
+                                    shape=(1, n), dtype=np.float32)
+    return rows
+
+
+def corroboration(walk: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
+    """Mutual-corroboration support of the candidates `rows` (corpus rows) of one facet list: per
+    candidate, its strongest edge in `walk` (the facet's symmetrised graph) to another candidate of
+    the list; 0 where none (`graft.retriever`'s module docstring)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return np.zeros(0, dtype=np.float64)
+    sub = walk[rows][:, rows].toarray()
+    np.fill_diagonal(sub, 0.0)
+    return sub.max(axis=1)

@@ -21,6 +21,11 @@ from graft.teacher import GraphTeacher, TeacherConfig
 RETRIEVERS = ("graft", "teacher")
 
 
+
+def has_model(index_dir: str | Path) -> bool:
+    """True when the index holds a trained generative retriever (`INDEX/model/config.json`)."""
+    return (Path(index_dir) / "model" / "config.json").is_file()
+
 class Index:
     """An opened index directory. Artefacts load lazily, on first use.
 
@@ -222,7 +227,7 @@ class Index:
         Raises:
             GraftError: bad combination of arguments, unknown paper, or no trained model for graft.
         """
-        from graft.retriever import FUSIONS, has_model
+        from graft.fusion import FUSIONS
 
         if (paper is None) == (facets is None):
             raise GraftError("give exactly one of paper= (a corpus paper id) or facets= (a paper outside the corpus)")

@@ -17,7 +17,7 @@ Support w_f(q, c), the weight of graph-RRF's terms:
   query. A candidate that no other candidate of the list corroborates gets w = 0 and drops out of
   that facet, as an in-corpus candidate without an edge to the query does.
 
-Fusions (`FUSIONS`): `graph-rrf` (above), `rrf` (plain, for comparison) and `graph-walk`: the
+Fusions (`graft.fusion.FUSIONS`): `graph-rrf` (above), `rrf` (plain, for comparison) and `graph-walk`: the
 candidates graph-RRF keeps, with their support weights, taken as the query's facet rows and walked
 by the graph teacher (two hops over the symmetrised graphs, RRF over facets). Graph-RRF can return
 only candidates with a direct edge to the query; the walk also reaches their neighbours, and its
@@ -40,40 +40,10 @@ from graft.decoding import decode_items, facet_candidates, ranked
 from graft.docids import DocidTable, DocidTrie, load_docids, load_tries
 from graft.errors import GraftError
 from graft.facets import FACETS
-from graft.fusion import RRF_K, graph_rrf, rrf
+from graft.fusion import FUSIONS, RRF_K, corroboration, graph_rrf, rrf, support_rows
 from graft.index import Index
 from graft.results import Evidence, Hit, QueryResult
 from graft.teacher import TeacherConfig, symmetrise
-
-FUSIONS = ("graph-rrf", "rrf", "graph-walk")
-
-
-def support_rows(support: dict[str, dict[int, float]], n: int) -> dict[str, sp.csr_matrix]:
-    """The `graph-walk` fusion's query rows: per facet, a 1 x n row holding each candidate's
-    support weight (candidates without support left out).
-
-    Args:
-        support: facet -> corpus row -> support weight w_f(q, c) >= 0.
-        n: corpus size.
-    """
-    rows = {}
-    for facet, weights in support.items():
-        kept = sorted(c for c, w in weights.items() if w > 0)
-        rows[facet] = sp.csr_matrix(([float(weights[c]) for c in kept], ([0] * len(kept), kept)),
-                                    shape=(1, n), dtype=np.float32)
-    return rows
-
-
-def corroboration(walk: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
-    """Mutual-corroboration support of the candidates `rows` (corpus rows) of one facet list: per
-    candidate, its strongest edge in `walk` (the facet's symmetrised graph) to another candidate of
-    the list; 0 where none (module docstring)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if not len(rows):
-        return np.zeros(0, dtype=np.float64)
-    sub = walk[rows][:, rows].toarray()
-    np.fill_diagonal(sub, 0.0)
-    return sub.max(axis=1)
 
 
 class GenerativeRetriever:
@@ -247,11 +217,6 @@ def _load_model(folder: Path, tokenizer: Any = None) -> tuple[Any, Any]:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
-
-
-def has_model(index_dir: str | Path) -> bool:
-    """True when the index holds a trained generative retriever (`INDEX/model/config.json`)."""
-    return (Path(index_dir) / "model" / "config.json").is_file()
 
 
 def load_retriever(index_dir: str | Path | Index, *, device: str = "cpu") -> GenerativeRetriever:

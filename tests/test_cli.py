@@ -86,6 +86,30 @@ def test_query_paper_feedback_default_and_off(built) -> None:
     assert res.exit_code != 0 and "plain rrf" in res.output
 
 
+def test_teacher_query_loads_no_model_libraries(built) -> None:
+    """`graft query --paper` with the teacher reads the index only: neither torch nor transformers
+    is imported (they cost seconds of start-up), with or without the feedback pass."""
+    import os
+    import subprocess
+    import sys
+
+    out, _ = built
+    from graft.index import Index
+
+    pid = Index.open(out).paper_ids[0]
+    script = ("import sys\nfrom cli.app import app\n"
+              f"sys.argv = ['graft', 'query', {str(out)!r}, '--paper', {pid!r}, '--json', '--feedback', sys.argv[1]]\n"
+              "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+              "print('LOADED', sorted(m for m in ('torch', 'transformers', 'sentence_transformers') "
+              "if m in sys.modules))\n")
+    for fb in ("0", "3"):
+        done = subprocess.run([sys.executable, "-c", script, fb], cwd=REPO, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout[: done.stdout.rindex("LOADED")])  # the hits
+        assert done.stdout.strip().endswith("LOADED []"), done.stdout[-200:]
+
+
 def test_query_text_and_record(built, tmp_path) -> None:
     out, _ = built
     text = ("Graph neural networks for molecule property prediction. We propose a message passing "

@@ -583,10 +583,10 @@ def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
 
 
 def test_corroboration_support_by_hand() -> None:
-    """graft.retriever.corroboration: each candidate's strongest edge to another candidate of the list."""
+    """graft.fusion.corroboration: each candidate's strongest edge to another candidate of the list."""
     import scipy.sparse as sp
 
-    from graft.retriever import corroboration
+    from graft.fusion import corroboration
 
     walk = sp.csr_matrix(np.array([[0, .5, .2, 0], [.5, 0, 0, .9], [.2, 0, 0, 0], [0, .9, 0, 0]], dtype=np.float32))
     np.testing.assert_allclose(corroboration(walk, np.array([0, 1, 2])), [.5, .5, .2])

@@ -210,7 +210,7 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
 def test_graph_walk_walks_the_graph_rrf_candidates(retriever) -> None:
     """graph-walk: graph-RRF's kept candidates, weighted by their support, walked two hops by the
     teacher; one-hop hits are those candidates, two-hop hits come through one of them."""
-    from graft.retriever import support_rows
+    from graft.fusion import support_rows
 
     pid = _query_paper(retriever)
     idx, n = retriever.index, retriever.index.n

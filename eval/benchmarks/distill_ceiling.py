@@ -86,8 +86,7 @@ def fused_rows(lists: dict[str, list[int]], q: int, walk: dict[str, Any], *, fus
     `graph-rrf` (weights = symmetrised edges), `rrf`, or `graph-walk` (the graph-RRF candidates
     and weights walked by `teacher`, a `graft.teacher.GraphTeacher`; needed for it)."""
     from eval.metrics import KS
-    from graft.fusion import graph_rrf, rrf
-    from graft.retriever import support_rows
+    from graft.fusion import graph_rrf, rrf, support_rows
 
     if fusion == "rrf":
         return [int(x.doc) for x in rrf(lists)]

@@ -1,7 +1,7 @@
 """Out of corpus, what can the generative retriever's fusion reach? A proxy without a trained model.
 
 Out of corpus, GRAFT decodes each facet's list from the query's extracted items and fuses the lists
-by graph-RRF with support from *mutual corroboration* (`graft.retriever.corroboration`): the query
+by graph-RRF with support from *mutual corroboration* (`graft.fusion.corroboration`): the query
 has no row in the graph. No model is trained here. Each facet's decoded list is stood in for by the
 L papers whose facet items are most similar to the query's (facet similarity alone, what a decoder
 that generalised perfectly by meaning would return). The split's in-corpus papers are posed as
@@ -12,7 +12,7 @@ neighbours), and these fusions are compared:
 - `graph-rrf (corroboration)`: GRAFT's out-of-corpus fusion;
 - `graph-walk`: the lists' support weights taken as the query's facet rows and walked by the
   graph teacher (two hops over the stored graph; `graft query --fusion graph-walk`, built by
-  `graft.retriever.support_rows`): an expansion through the sparse graph the retriever holds;
+  `graft.fusion.support_rows`): an expansion through the sparse graph the retriever holds;
 - `graph-walk + links of its first R`: that walk again with beta x the share of its first R papers that
   a paper cites or is cited by added to the rows (the feedback pass of the teacher's rows);
 - `teacher (graft query --text)`: the graph teacher from the paper's text-only rows, text coupling
@@ -63,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from eval.benchmarks.distill_ceiling import mean_recalls
     from eval.runner import corpus_name
     from graft.facets import FACETS
-    from graft.fusion import graph_rrf, rrf
-    from graft.retriever import corroboration, support_rows
+    from graft.fusion import corroboration, graph_rrf, rrf, support_rows
     from graft.teacher import symmetrise
     from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer, text_coupling_row
     from graphbuild.graph import external_facet_row

@@ -243,7 +243,7 @@ class TopicRetriever:
     def __init__(self, index: Index, tools: QueryTools, retriever: str = "teacher", *,
                  dense: DenseIndex | None = None, device: str = "cpu", seeds: int = 0,
                  until_year: int | None = None) -> None:
-        from graft.retriever import has_model
+        from graft.index import has_model
 
         self.index = index
         self.tools = tools
