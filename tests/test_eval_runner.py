@@ -626,8 +626,9 @@ def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
     saved = json.loads((tmp_path / "incorpus_feedback_slice.json").read_text())
     by = {r["rows"]: r for r in saved["rows"]}
     shipped = "graft query --paper (CorpusScorer, R = 3)"
+    uncut = "graph rows + beta x links of the first 3, every facet, no top-K cut"
     assert set(by) == {"graph rows", "out-rows recomputed", "out-rows + links of the first 3 (graph)",
-                       "out-rows + links of the first 3 (out-rows)", shipped}
+                       "out-rows + links of the first 3 (out-rows)", shipped, uncut}
     for k in ("R@20", "R@50"):  # the shipped path walks the `(graph)` rows
         assert by[shipped][k] == by["out-rows + links of the first 3 (graph)"][k]
     assert by["graph rows"]["R@20 / graph rows"] == pytest.approx(1.0)
@@ -638,3 +639,18 @@ def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
     recalls = [recall_at([h.paper_id for h in idx.query_paper(q["paper_id"], k=50).hits], qrels[q["qid"]], 20)
                for q in queries]
     assert by["graph rows"]["R@20"] == pytest.approx(float(np.mean(recalls)), abs=1e-9)
+    # no top-K cut, by hand: 0.25 x the share of the first 3 each paper cites or is cited by, on every row
+    import scipy.sparse as sp
+
+    a = idx.citation_matrix.toarray()
+    linked = (a + a.T) > 0
+    teacher, uncut_recalls = idx.teacher(), []
+    for q in queries:
+        node = idx.row_of[q["paper_id"]]
+        first = [idx.row_of[h.paper_id] for h in idx.query_paper(q["paper_id"], k=3).hits]
+        share = linked[first].mean(axis=0).astype(np.float32)
+        share[node] = 0
+        rows = {f: r + sp.csr_matrix(0.25 * share[None, :]) for f, r in teacher.node_rows(node).items()}
+        hits = [h.paper_id for h in idx.query_rows(rows, k=50, exclude={node}).hits]
+        uncut_recalls.append(recall_at(hits, qrels[q["qid"]], 20))
+    assert by[uncut]["R@20"] == pytest.approx(float(np.mean(uncut_recalls)), abs=1e-9)

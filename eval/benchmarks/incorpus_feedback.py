@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     feedback = int_list(ap, args.feedback, "--feedback")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    import numpy as np
     import scipy.sparse as sp
 
     from eval.benchmarks.distill_ceiling import mean_recalls
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: dict[str, dict[str, list[int]]] = {}
     t0 = time.perf_counter()
+    stored = idx.teacher()
+    empty = sp.csr_matrix((1, idx.n), dtype=np.float32)
     for qid, node in opened.rows.items():
         graph = [idx.row_of[h.paper_id] for h in idx.query_paper(idx.paper_ids[node], k=depth).hits]
         runs.setdefault("graph rows", {})[qid] = graph
@@ -80,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                 raised = scorer.raised(cite, first[:r], node)
                 runs.setdefault(f"out-rows + links of the first {r} ({source})", {})[qid] = walked(
                     rows_for(node, raised), node)
+            links = scorer.params.beta * scorer.raised(empty, graph[:r], node)
+            uncut = {f: row + links for f, row in stored.node_rows(node).items()}
+            runs.setdefault(f"graph rows + beta x links of the first {r}, every facet, no top-K cut", {})[qid] = \
+                walked(uncut, node)
         runs.setdefault(f"graft query --paper (CorpusScorer, R = {FEEDBACK})", {})[qid] = [
             idx.row_of[h.paper_id] for h in shipped.query_paper(idx.paper_ids[node], k=depth).hits]
     seconds = round(time.perf_counter() - t0, 1)
@@ -102,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "- graph rows: `Index.query_paper` (symmetrised stored rows); out-rows: the paper's rows scored "
               "again from its item vectors and citation score row; + links: that citation half raised to the share "
               "of the first R papers (of the graph rows' or the out-rows' ranking) a paper cites or is cited by",
+              "- no top-K cut: beta x that share added to every stored facet row, so every paper linked to the first "
+              "R enters all four facet lists at one hop (credited with facets it may share no edge with); measured "
+              "as a lead, not shipped",
               f"- `graft query --paper` (teacher, `--feedback {FEEDBACK}` by default) walks the rows of "
               f"`CorpusScorer.feedback_rows`: the `first {FEEDBACK} (graph)` rows"]
     write_tables(args.results, f"incorpus_feedback_{name}", meta, table, lines)
