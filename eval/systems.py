@@ -362,7 +362,7 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
     for q in queries:
         if q.in_corpus:
             node = idx.row_of[q.paper_id]
-            rows = ctx.corpus_scorer.feedback_rows(node) if feedback else teacher.node_rows(node)
+            rows = ctx.corpus_scorer.walk_rows(node) if feedback else teacher.node_rows(node)
             fused, per_facet = teacher.retrieve(rows, exclude={node}, k=DEPTH)
         else:
             rows = ctx.ooc_rows(q)[0] if graphs is None else ctx.ooc_facet_only_rows(q)

@@ -215,17 +215,23 @@ class CorpusScorer:
             cite = self.raised(cite, [self.index.row_of[h.paper_id] for h in hits], node)
         return self.paper_rows(node, cite)
 
+    @property
+    def passes(self) -> bool:
+        """Whether the feedback pass can add anything: R > 0 and the index has citation links."""
+        return bool(self.feedback) and bool(self.linked.nnz)
+
+    def walk_rows(self, node: int) -> dict[str, sp.csr_matrix]:
+        """The rows the teacher walks for a corpus paper: `feedback_rows` when the pass `passes`,
+        else its stored rows (`GraphTeacher.node_rows`)."""
+        return self.feedback_rows(node) if self.passes else self.index.teacher().node_rows(node)
+
     def query_paper(self, paper_id: str, *, k: int = 20) -> QueryResult:
-        """Related papers of a corpus paper by the graph teacher walking its `feedback_rows`.
-        `Index.query_paper` (the stored rows) answers instead when the pass has nothing to add: R = 0,
-        or an index without citation links; `info["feedback"]` says which R was used."""
-        if not self.feedback or not self.linked.nnz:
-            result = self.index.query_paper(paper_id, k=k)
-            result.info["feedback"] = 0
-            return result
+        """Related papers of a corpus paper by the graph teacher walking its `walk_rows`: with R = 0 or
+        an index without citation links the stored rows, as `Index.query_paper`; `info["feedback"]`
+        says which R was used."""
         node = self.index.row(paper_id)
-        result = self.index.query_rows(self.feedback_rows(node), query_id=paper_id, k=k, exclude={node})
-        result.info["feedback"] = self.feedback
+        result = self.index.query_rows(self.walk_rows(node), query_id=paper_id, k=k, exclude={node})
+        result.info["feedback"] = self.feedback if self.passes else 0
         return result
 
 
