@@ -217,7 +217,9 @@ def query(
                         err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
                 rows, _ = outside["scorer"].rows(rec)
                 known = set(outside["scorer"].reference_rows(rec).tolist())
-                return idx.query_rows(rows, query_id=qid, k=k, exclude=known), heading
+                result = idx.query_rows(rows, query_id=qid, k=k, exclude=known)
+                result.info["feedback"] = outside["scorer"].feedback if outside["scorer"].passes else 0
+                return result, heading
             if "facets" not in outside:
                 outside["facets"] = RecordFacets(idx)
             return idx.query(facets=outside["facets"](rec), retriever=chosen, fusion=fusion, k=k, beams=beams,
@@ -258,6 +260,9 @@ def query(
         print_hits(result, heading)
         if "dropped" in result.info:
             console.print(f"{result.info['dropped']} candidates without a supporting edge dropped")
+        if result.info.get("feedback"):
+            console.print(f"feedback pass: the citation links of the first {result.info['feedback']} papers of a "
+                          "first pass joined the query's citation half (--feedback 0: one pass)")
     else:
         console.print(f"{len(results)} queries" + (f" · run file {trec_out}" if trec_out else ""))
 

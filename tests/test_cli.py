@@ -71,6 +71,12 @@ def test_query_paper_feedback_default_and_off(built) -> None:
         assert stored == [h.paper_id for h in idx.query_paper(pid).hits]
         changed += fed != stored
     assert changed  # the pass changes at least one of the rankings
+    shown = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher"],
+                          env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "feedback pass: the citation links of the first 3 papers" in shown.stdout
+    plain = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher", "--feedback", "0"],
+                          env={"COLUMNS": "200"})
+    assert plain.exit_code == 0 and "feedback pass" not in plain.stdout
     # a batch of corpus papers: the same rows, one scorer for all
     qfile, run = out.parent / "fb_queries.txt", out.parent / "fb_run.txt"
     qfile.write_text("\n".join(cited[:3]) + "\n")
