@@ -21,10 +21,10 @@ from graft.teacher import GraphTeacher, TeacherConfig
 RETRIEVERS = ("graft", "teacher")
 
 
-
 def has_model(index_dir: str | Path) -> bool:
     """True when the index holds a trained generative retriever (`INDEX/model/config.json`)."""
     return (Path(index_dir) / "model" / "config.json").is_file()
+
 
 class Index:
     """An opened index directory. Artefacts load lazily, on first use.

@@ -187,18 +187,34 @@ class CorpusScorer:
             return cite
         return _without(cite.maximum(self.link_share(np.asarray(first, dtype=np.int64))), own)
 
-    def paper_rows(self, node: int, cite: sp.csr_matrix) -> dict[str, sp.csr_matrix]:
-        """A corpus paper's facet rows (1 x n each) scored again as a new paper's are: from its own
-        item vectors and the citation row `cite`, with the paper itself left out of them."""
-        wider = replace(self.params, top_k=self.params.top_k + 1)  # room for the paper itself
-        out = {}
+    def rows_from(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray],
+                  params: GraphParams | None = None) -> dict[str, sp.csr_matrix]:
+        """Edge rows (1 x n per facet) from a paper's citation score row and its facet items'
+        vectors (`embed_items`, `own_vectors`), under the index's graph settings unless `params` is given."""
+        params = params or self.params
+        rows = {}
         for facet in FACETS:
-            mine = (self._item_owner == node) & (self._item_facet == facet)
-            query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), self._item_vectors[mine], 1)
-            row = external_facet_row(query, self.items[facet], cite, wider).tocoo()
+            query = group_items(np.zeros(len(vectors[facet]), dtype=np.int64), vectors[facet], 1)
+            rows[facet] = external_facet_row(query, self.items[facet], cite, params)
+        return rows
+
+    def own_vectors(self, node: int) -> dict[str, np.ndarray]:
+        """A corpus paper's facet items' vectors, per facet (as `embed_items` gives a new paper's)."""
+        return {f: self._item_vectors[(self._item_owner == node) & (self._item_facet == f)] for f in FACETS}
+
+    def paper_rows(self, node: int, cite: sp.csr_matrix, params: GraphParams | None = None,
+                   ) -> dict[str, sp.csr_matrix]:
+        """A corpus paper's facet rows (1 x n each) scored again as a new paper's are: from its own
+        item vectors and the citation row `cite` (`rows_from`, under `params` or the index's graph
+        settings), with the paper itself left out of them."""
+        params = params or self.params
+        wider = replace(params, top_k=params.top_k + 1)  # room for the paper itself
+        out = {}
+        for facet, row in self.rows_from(cite, self.own_vectors(node), wider).items():
+            row = row.tocoo()
             keep = row.col != node
             cols, w = row.col[keep], row.data[keep]
-            top = np.argsort(-w, kind="stable")[: self.params.top_k]
+            top = np.argsort(-w, kind="stable")[: params.top_k]
             out[facet] = sp.csr_matrix((w[top], (np.zeros(len(top), dtype=np.int64), cols[top])),
                                        shape=(1, self.index.n))
         return out
@@ -209,7 +225,7 @@ class CorpusScorer:
         graph-teacher ranking (stored rows) that the paper cites or is cited by; the facet rows then
         scored again from its own items (`paper_rows`). With `feedback` 0: the rows scored again
         from the citation score row alone."""
-        cite = sp.csr_matrix(self.index.citation_score.tocsr()[node], dtype=np.float32)
+        cite = sp.csr_matrix(self.index.citation_score[node], dtype=np.float32)
         if self.feedback:
             hits = self.index.query_paper(self.index.paper_ids[node], k=self.feedback).hits
             cite = self.raised(cite, [self.index.row_of[h.paper_id] for h in hits], node)
@@ -392,14 +408,3 @@ class ExternalScorer(CorpusScorer):
         first = [self.index.row_of[h.paper_id] for h in self.index.query_rows(rows, k=r, exclude=skip).hits] \
             if r > 0 else []
         return self.raised(cite, first, own)
-
-    def rows_from(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray],
-                  params: GraphParams | None = None) -> dict[str, sp.csr_matrix]:
-        """Edge rows (1 x n per facet) from a record's citation score row and its facet items'
-        embeddings (`embed_items`), under the index's graph settings unless `params` is given."""
-        params = params or self.params
-        rows = {}
-        for facet in FACETS:
-            query = group_items(np.zeros(len(vectors[facet]), dtype=np.int64), vectors[facet], 1)
-            rows[facet] = external_facet_row(query, self.items[facet], cite, params)
-        return rows

@@ -66,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     from graft.fusion import corroboration, graph_rrf, rrf, support_rows
     from graft.teacher import symmetrise
     from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer, text_coupling_row
-    from graphbuild.graph import external_facet_row
-    from graphbuild.similarity import group_items
 
     opened = open_split_queries(args)
     idx = opened.index
@@ -77,22 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     scorer = CorpusScorer(idx, feedback=FEEDBACK)
     walk, teacher = symmetrise(idx.graphs), idx.teacher()
     depth, length, n = 50, args.list_length, idx.n
-    similar = replace(scorer.params, alpha=1.0, beta=0.0, top_k=length + 1)  # facet similarity alone
+    similar = replace(scorer.params, alpha=1.0, beta=0.0, top_k=length)  # facet similarity alone
     dense = np.asarray(idx.paper_embeddings, dtype=np.float32)
     empty = sp.csr_matrix((1, n), dtype=np.float32)
-    owner, facet_of, vectors = scorer._item_owner, scorer._item_facet, scorer._item_vectors
 
     def decoded(node: int) -> dict[str, list[int]]:
         """The stand-in decoder: per facet, the L papers most similar to the node's items (not itself)."""
-        lists = {}
-        for f in FACETS:
-            mine = (owner == node) & (facet_of == f)
-            query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), vectors[mine], 1)
-            row = external_facet_row(query, scorer.items[f], empty, similar).tocoo()
-            keep = row.col != node
-            cols, w = row.col[keep], row.data[keep]
-            lists[f] = cols[np.lexsort((cols, -w))][:length].tolist()
-        return lists
+        rows = scorer.paper_rows(node, empty, similar)
+        return {f: row.indices[np.lexsort((row.indices, -row.data))].tolist() for f, row in rows.items()}
 
     def walked(rows: dict[str, sp.csr_matrix], node: int) -> list[int]:
         return [n_ for n_, _, _ in teacher.retrieve(rows, exclude={node}, k=depth)[0]]
