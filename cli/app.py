@@ -171,10 +171,15 @@ def query(
     text_neighbours: int = typer.Option(10, "--text-neighbours",
                                         help="Teacher, a paper without references into the corpus: its N nearest "
                                              "papers by title + abstract stand in for its citations (0 = off)."),
-    feedback: int = typer.Option(3, "--feedback",
-                                 help="Teacher: the citation links of the N papers a first pass ranks highest "
-                                      "(never the query's references) join the query's citation half "
-                                      "(0 = off; for --paper: its stored graph rows)."),
+    feedback: int | None = typer.Option(None, "--feedback",
+                                        help="Teacher: the citation links of the N papers a first pass ranks "
+                                             "highest (never the query's references) join the query's citation "
+                                             "half (default 3 for a paper outside the corpus, 0 for a corpus "
+                                             "paper, whose stored rows are walked; 0 = off)."),
+    citation_weight: float = typer.Option(3.0, "--citation-weight",
+                                          help="The citation channel: the papers that cite or are cited by the "
+                                               "first 3 results join the fusion as a fifth list of this weight "
+                                               "(each facet's weighs 1), labelled 'cited with' (0 = off)."),
     as_json: bool = typer.Option(False, "--json", help="Print results as a JSON list."),
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
@@ -190,6 +195,10 @@ def query(
         chosen = retriever or ("graft" if has_model(index) else "teacher")
         if chosen not in RETRIEVERS:
             raise GraftError(f"unknown --retriever {chosen!r}; use one of {', '.join(RETRIEVERS)}")
+        if citation_weight < 0:
+            raise GraftError(f"--citation-weight must be >= 0, got {citation_weight}")
+        if feedback is not None and feedback < 0:
+            raise GraftError(f"--feedback must be >= 0, got {feedback}")
         outside: dict = {}  # the extractor / scorer for papers outside the corpus, built once
 
         def run(rec: dict) -> tuple:
@@ -197,14 +206,15 @@ def query(
             if pid is not None and not rec.get("title") and not rec.get("abstract"):
                 pid = str(pid)
                 heading = f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
-                if chosen == "teacher" and feedback and fusion in (None, "rrf"):
+                if chosen == "teacher" and fusion in (None, "rrf"):
                     if "corpus" not in outside:
                         from graphbuild.external import CorpusScorer
 
-                        outside["corpus"] = CorpusScorer(idx, feedback=feedback)
+                        outside["corpus"] = CorpusScorer(idx, feedback=feedback or 0, citation_weight=citation_weight)
                     return outside["corpus"].query_paper(pid, k=k), heading
-                return idx.query(paper=pid, retriever=chosen, fusion=fusion, k=k, beams=beams), heading
-            from graphbuild.external import ExternalScorer, RecordFacets
+                return idx.query(paper=pid, retriever=chosen, fusion=fusion, k=k, beams=beams,
+                                 citation_weight=citation_weight), heading
+            from graphbuild.external import FEEDBACK, ExternalScorer, RecordFacets
 
             qid = str(rec.get("id") or "query")
             heading = f"related to: {str(rec.get('title', ''))[:80]}"
@@ -212,18 +222,20 @@ def query(
                 if fusion not in (None, "rrf"):
                     raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
                 if "scorer" not in outside:
-                    outside["scorer"] = ExternalScorer(idx, text_neighbours=text_neighbours, feedback=feedback)
+                    outside["scorer"] = ExternalScorer(idx, text_neighbours=text_neighbours,
+                                                       feedback=FEEDBACK if feedback is None else feedback,
+                                                       citation_weight=citation_weight)
                     if outside["scorer"].text_coupling_off and text_neighbours and not as_json:
                         err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
                 rows, _ = outside["scorer"].rows(rec)
                 known = set(outside["scorer"].reference_rows(rec).tolist())
-                result = idx.query_rows(rows, query_id=qid, k=k, exclude=known)
+                result = outside["scorer"].query_rows(rows, query_id=qid, k=k, exclude=known)
                 result.info["feedback"] = outside["scorer"].feedback if outside["scorer"].passes else 0
                 return result, heading
             if "facets" not in outside:
                 outside["facets"] = RecordFacets(idx)
             return idx.query(facets=outside["facets"](rec), retriever=chosen, fusion=fusion, k=k, beams=beams,
-                             query_id=qid), heading
+                             query_id=qid, citation_weight=citation_weight), heading
 
         if queries is not None:
             recs = _read_queries(queries)
@@ -263,6 +275,11 @@ def query(
         if result.info.get("feedback"):
             console.print(f"feedback pass: the citation links of the first {result.info['feedback']} papers of a "
                           "first pass joined the query's citation half (--feedback 0: one pass)")
+        cited = [h for h in result.hits if h.citation is not None]
+        if cited:
+            first = cited[0].citation.first
+            console.print(f"cited with: {len(cited)} results cite or are cited by some of the first {first} results of "
+                          f"the facet fusion (the citation channel; --citation-weight 0: off)")
     else:
         console.print(f"{len(results)} queries" + (f" · run file {trec_out}" if trec_out else ""))
 

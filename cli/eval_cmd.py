@@ -59,7 +59,7 @@ def prepare(
 def run(
     split_dir: Path = typer.Argument(..., help="Split directory from `graft eval prepare`."),
     systems: str = typer.Option("bm25,dense,teacher", help="Comma-separated: bm25, dense, citation, facet, "
-                                "teacher, teacher-fb, graft, graft-rrf, graft-walk, graft-naive."),
+                                "teacher, teacher-fb, teacher-cite, graft, graft-rrf, graft-walk, graft-naive, graft-cite."),
     suite: str = typer.Option("incorpus", help="incorpus, ooc, attribution, coverage or survey; several "
                               "comma-separated suites share one loaded index."),
     index: Path | None = typer.Option(None, "--index", help="Index directory (default SPLITDIR/index)."),

@@ -190,6 +190,13 @@ def _feedback_stamp() -> int:
     return FEEDBACK
 
 
+def _citation_stamp() -> dict[str, float]:
+    """The citation channel the `-cite` runs fuse (`graft.fusion`: W and R)."""
+    from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
+
+    return {"weight": CITATION_WEIGHT, "first": CITATION_FIRST}
+
+
 def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queries: list[EvalQuery],
                options: RunOptions, reporter: Reporter) -> tuple[SystemRun, dict[str, Any]]:
     """A system's run over the queries: reused from `SPLITDIR/runs` when the same queries, index
@@ -204,7 +211,8 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
             "corpus_hash": ctx.index.manifest.get("corpus_hash"), "build": _graph_stamp(index, system),
             "model": _model_stamp(index) if system.startswith("graft") else None,
             "ooc_rows": _ooc_stamp(ctx) if suite == "ooc" and system not in TEXT_SYSTEMS else None,
-            "feedback": _feedback_stamp() if system == "teacher-fb" else None}
+            "feedback": _feedback_stamp() if system == "teacher-fb" else None,
+            "citation": _citation_stamp() if system.endswith("-cite") else None}
     if not options.force and meta_path.is_file() and trec.is_file():
         old = read_json(meta_path)
         if all(old.get(k) == v for k, v in want.items()):
@@ -277,7 +285,7 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
         rows.append({"system": system, **{f"R@{k}": mean_recall(sub, qrels, k, qids) for k in KS},
                      "non_obvious@20": no["share"], "correct@20": no["correct"], "seconds": meta.get("seconds")})
         runs[system] = str(run_paths(split_dir, suite, system)[0])
-    fusions = [s for s in ("graft", "graft-rrf", "graft-walk") if s in runs]
+    fusions = [s for s in ("graft", "graft-rrf", "graft-walk", "graft-cite") if s in runs]
     if len(fusions) > 1:
         notes.append(f"{', '.join(fusions)} decode each query once (one model, {len(fusions)} fusions): the one "
                      "computed first carries the decoding time")

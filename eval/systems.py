@@ -7,11 +7,17 @@
 | citation | the coupling / co-citation score row of the query | n/a: a held-out paper has no citations to the corpus without its reference list, which is the gold |
 | facet | graph teacher over facet-only graphs (beta = 0, rebuilt from the index's items) | teacher walk over those graphs from the query's facet-only edge rows |
 | teacher | the graph teacher over the index (the stored rows: what the generative retriever learns) | teacher walk from `ExternalScorer` rows built from title + abstract only (with the feedback pass) |
-| teacher-fb | the teacher walking the query's rows with the feedback pass (`CorpusScorer.feedback_rows`, `graft query --paper`'s default) | n/a: the teacher's out-of-corpus rows already have the pass |
+| teacher-fb | the teacher walking the query's rows with the feedback pass (`CorpusScorer.feedback_rows`) | n/a: the teacher's out-of-corpus rows already have the pass |
+| teacher-cite | the teacher's stored rows with the citation channel (`graft.fusion.cited_with`, `graft query --paper`'s default) | the teacher's rows with the citation channel (`graft query --text`'s default) |
 | graft | the trained generative retriever, graph-RRF | the same from the query's extracted facets (mutual corroboration) |
 | graft-rrf | the same with plain RRF | the same with plain RRF |
 | graft-walk | the same model, graph-RRF's candidates walked two hops by the graph teacher (`graph-walk`) | likewise |
 | graft-naive | graph-RRF with a model trained on naive pairs (`naive_index`) | likewise |
+| graft-cite | the same model as graft, graph-RRF with the citation channel (`graft query`'s default) | likewise |
+
+The citation channel fuses a fifth run with the facet lists: the papers that cite or are cited by the
+first results of the facet fusion. Its hits carry no facet credit for it, so the attribution suite
+counts the facets the others credit; `teacher` and `graft` are the design's, without it.
 
 Out-of-corpus queries never carry their references: `ExternalScorer.rows` scores bibliographic
 coupling only from a record's `references`, and the records built here have none, so every
@@ -22,7 +28,7 @@ in `SPLITDIR/ooc/facets.jsonl` (`eval.ooc_facets`), so the generative systems, t
 the attribution checks of later runs read them without the sentence encoder.
 
 The generative systems decode the facet items of several queries in shared `generate` calls, and
-`graft`, `graft-rrf` and `graft-walk` (one model, three fusions) decode each query once.
+`graft`, `graft-rrf`, `graft-walk` and `graft-cite` (one model, four fusions) decode each query once.
 
 A system returns a `SystemRun`: the ranked list per query and, for facet-attributed systems, the
 credited facets of each hit with the hops of the evidence (1 = direct edge, 2 = through a neighbour).
@@ -41,6 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graft.errors import GraftError
+from graft.fusion import CITATION, CITATION_WEIGHT
 from graft.index import Index
 from graft.progress import Reporter
 from graft.results import QueryResult
@@ -50,10 +57,14 @@ if TYPE_CHECKING:
     from eval.ooc_facets import OocEntry
 
 #: Every system name `graft eval run --systems` accepts, in table order.
-SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "teacher-fb", "graft", "graft-rrf", "graft-walk",
-           "graft-naive")
+SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "teacher-fb", "teacher-cite", "graft", "graft-rrf",
+           "graft-walk", "graft-naive", "graft-cite")
 #: Systems whose hits carry facet credits (the attribution suite).
-ATTRIBUTED = ("facet", "teacher", "teacher-fb", "graft", "graft-rrf", "graft-walk", "graft-naive")
+ATTRIBUTED = ("facet", "teacher", "teacher-fb", "teacher-cite", "graft", "graft-rrf", "graft-walk", "graft-naive",
+              "graft-cite")
+#: The generative systems' fusions: (fusion, citation channel weight W).
+GENERATIVE = {"graft": ("graph-rrf", 0.0), "graft-rrf": ("rrf", 0.0), "graft-walk": ("graph-walk", 0.0),
+              "graft-naive": ("graph-rrf", 0.0), "graft-cite": ("graph-rrf", CITATION_WEIGHT)}
 #: Ranked results kept per query (R@50 needs 50; the rest lets a run be re-scored deeper).
 DEPTH = 100
 
@@ -172,9 +183,9 @@ class EvalContext:
     @cached_property
     def corpus_scorer(self) -> Any:
         """Corpus papers' rows with the feedback pass (no encoder needed)."""
-        from graphbuild.external import CorpusScorer
+        from graphbuild.external import FEEDBACK, CorpusScorer
 
-        return CorpusScorer(self.index)
+        return CorpusScorer(self.index, feedback=FEEDBACK)
 
     @cached_property
     def ooc_key(self) -> dict[str, Any]:
@@ -350,14 +361,16 @@ def _citation(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int
 
 
 def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, queries: list[EvalQuery],
-                  advance: Callable[[int], None], *, feedback: bool = False) -> SystemRun:
+                  advance: Callable[[int], None], *, feedback: bool = False,
+                  citation_weight: float = 0.0) -> SystemRun:
     """The graph teacher's walks over the index's graphs (None), or over facet-only `graphs` from
     the out-of-corpus queries' facet-only rows; with `feedback`, a corpus paper's walk starts from
-    its rows with the feedback pass instead of its stored rows."""
-    from graft.teacher import GraphTeacher
+    its rows with the feedback pass instead of its stored rows; `citation_weight` W > 0 adds the
+    citation channel to the index's teacher (its hits credit no facet for it)."""
+    from graft.teacher import GraphTeacher, TeacherConfig
 
     idx = ctx.index
-    teacher = idx.teacher() if graphs is None else GraphTeacher(graphs)
+    teacher = idx.teacher(TeacherConfig(citation_weight=citation_weight)) if graphs is None else GraphTeacher(graphs)
     out = SystemRun(credits={})
     for q in queries:
         if q.in_corpus:
@@ -368,14 +381,14 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
             rows = ctx.ooc_rows(q)[0] if graphs is None else ctx.ooc_facet_only_rows(q)
             fused, per_facet = teacher.retrieve(rows, k=DEPTH)
         out.run[q.qid] = [(idx.paper_ids[node], float(score)) for node, score, _ in fused]
-        out.credits[q.qid] = [(idx.paper_ids[node], {f: per_facet[f][node].hops for f in terms})
+        out.credits[q.qid] = [(idx.paper_ids[node], {f: per_facet[f][node].hops for f in terms if f != CITATION})
                               for node, _, terms in fused]
         advance(1)
     return out
 
 
 def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQuery],
-                advance: Callable[[int], None]) -> SystemRun:
+                advance: Callable[[int], None], citation_weight: float = 0.0) -> SystemRun:
     from graft.index import has_model
 
     if not has_model(index.path):
@@ -391,9 +404,9 @@ def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQ
         chunk = queries[start : start + step]
         for q, lists in zip(chunk, ctx.facet_lists(index, chunk)):
             if q.in_corpus:
-                result = gen.fuse_paper(q.paper_id, lists, k=DEPTH, fusion=fusion)
+                result = gen.fuse_paper(q.paper_id, lists, k=DEPTH, fusion=fusion, citation_weight=citation_weight)
             else:
-                result = gen.fuse_items(q.qid, lists, k=DEPTH, fusion=fusion)
+                result = gen.fuse_items(q.qid, lists, k=DEPTH, fusion=fusion, citation_weight=citation_weight)
             out.run[q.qid], out.credits[q.qid] = _from_result(result)
         advance(len(chunk))
     return out
@@ -435,10 +448,8 @@ def run_system(name: str, ctx: EvalContext, queries: list[EvalQuery], reporter: 
             return _teacher_over(ctx, None, queries, advance)
         if name == "teacher-fb":
             return _teacher_over(ctx, None, queries, advance, feedback=True)
-        if name == "graft":
-            return _generative(ctx, ctx.index, "graph-rrf", queries, advance)
-        if name == "graft-rrf":
-            return _generative(ctx, ctx.index, "rrf", queries, advance)
-        if name == "graft-walk":
-            return _generative(ctx, ctx.index, "graph-walk", queries, advance)
-        return _generative(ctx, ctx.naive_index, "graph-rrf", queries, advance)
+        if name == "teacher-cite":
+            return _teacher_over(ctx, None, queries, advance, citation_weight=CITATION_WEIGHT)
+        fusion, weight = GENERATIVE[name]
+        index = ctx.naive_index if name == "graft-naive" else ctx.index
+        return _generative(ctx, index, fusion, queries, advance, citation_weight=weight)

@@ -35,6 +35,7 @@ from transformers import LogitsProcessor
 from transformers.generation import utils as _generation_utils
 
 from graft.docids import DocidTrie
+from graft.fusion import ranked  # noqa: F401  (re-exported: the decoder's lists, best first)
 from graft.prompts import encode_prompt
 
 #: New tokens per DocID: 12 DocID tokens (graft.docids.MAX_TOKENS) plus the end marker.
@@ -221,8 +222,3 @@ def facet_candidates(items: Sequence[tuple[str, str]], beams: Sequence[Sequence[
                 scores = out.setdefault(facet, {})
                 scores[pid] = scores.get(pid, 0.0) + beam.prob
     return out
-
-
-def ranked(scores: Mapping[str, float]) -> list[str]:
-    """Candidates best first, ties broken by paper id (deterministic)."""
-    return sorted(scores, key=lambda p: (-scores[p], p))

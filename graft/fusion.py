@@ -1,9 +1,10 @@
-"""Rank fusion as pure functions: plain RRF, graph-weighted RRF, and the support the generative
-retriever's fusions weigh candidates with (`support_rows`, `corroboration`)."""
+"""Rank fusion as pure functions: plain RRF, graph-weighted RRF, the support the generative
+retriever's fusions weigh candidates with (`support_rows`, `corroboration`), and the citation
+channel's run (`cited_with`)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,24 @@ RRF_K = 60
 #: graph-RRF candidates walked by the graph teacher.
 FUSIONS = ("graph-rrf", "rrf", "graph-walk")
 
+#: The citation channel: a fifth run fused next to the four facet lists, of the papers that cite or are
+#: cited by the first results of the facet fusion (`cited_with`); its hits carry citation evidence,
+#: never a facet credit.
+CITATION = "citation"
+#: R: first results of the facet fusion whose citation links make the channel's run.
+CITATION_FIRST = 3
+#: W: the channel's weight in the fusion (each facet list weighs 1). Chosen on cs768's dev papers, in
+#: corpus (graph teacher), posed as text-only queries (graph teacher and a stand-in for the generative
+#: retriever's decoder): eval/results/citation_channel_cs768.md.
+CITATION_WEIGHT = 3.0
+#: Papers kept in the channel's run.
+CITATION_DEPTH = 100
+
+
+def ranked(scores: Mapping[str, float]) -> list[str]:
+    """Candidates best first, ties broken by paper id (deterministic)."""
+    return sorted(scores, key=lambda p: (-scores[p], p))
+
 
 @dataclass
 class Fused:
@@ -25,25 +44,34 @@ class Fused:
     terms: dict[str, float] = field(default_factory=dict)
 
 
-def rrf(runs: Mapping[str, Sequence[Hashable]], k: int = RRF_K) -> list[Fused]:
+def rrf(runs: Mapping[str, Sequence[Hashable]], k: int = RRF_K,
+        weights: Mapping[str, float] | None = None) -> list[Fused]:
     """Reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009).
 
-    score(d) = sum over runs r containing d of 1 / (k + rank_r(d)), ranks starting at 1.
+    score(d) = sum over runs r containing d of m_r / (k + rank_r(d)), ranks starting at 1, m_r = 1
+    unless `weights` says otherwise.
 
     Args:
         runs: run name -> ranked documents, best first (a document appears at most once per run).
         k: the RRF constant (60 in the paper). It flattens the contribution of top ranks; it is not
             the number of documents kept.
+        weights: run name -> m_r >= 0 (missing: 1).
     Returns:
         Fused documents sorted by (-score, doc) so the order is deterministic; `terms` says which
         runs contributed and how much.
     """
     if k < 0:
         raise ValueError(f"rrf: k must be >= 0, got {k}")
+    weights = weights or {}
+    if any(m < 0 for m in weights.values()):
+        raise ValueError(f"rrf: run weights must be >= 0, got {dict(weights)}")
     fused: dict[Hashable, Fused] = {}
     for name, docs in runs.items():
+        m = float(weights.get(name, 1.0))
+        if m == 0.0:
+            continue
         for rank, doc in enumerate(docs, start=1):
-            term = 1.0 / (k + rank)
+            term = m / (k + rank)
             entry = fused.setdefault(doc, Fused(doc, 0.0))
             entry.score += term
             entry.terms[name] = entry.terms.get(name, 0.0) + term
@@ -127,3 +155,56 @@ def corroboration(walk: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
     sub = walk[rows][:, rows].toarray()
     np.fill_diagonal(sub, 0.0)
     return sub.max(axis=1)
+
+
+def cited_with(links: sp.csr_matrix, first: Sequence[int], order: Sequence[int],
+               exclude: Iterable[int] = (), depth: int = CITATION_DEPTH) -> list[tuple[int, float]]:
+    """The citation channel's run: the corpus papers that cite or are cited by one of `first`.
+
+    These are the first results of a query's facet fusion. Each paper gets the share of `first` it
+    is linked to. Papers are ranked by that share, then by position in `order` (the facet fusion's
+    ranking; papers not in it come after), then by row.
+
+    Args:
+        links: n x n symmetric 0/1 citation links (`Index.citation_links`).
+        first: corpus rows of the first results.
+        order: corpus rows of the facet fusion's ranking, best first.
+        exclude: rows never returned (the query paper, a query's known references).
+        depth: papers kept.
+    Returns:
+        [(row, share)] best first, share in (0, 1].
+    """
+    first = np.asarray(list(first), dtype=np.int64)
+    if not len(first) or depth <= 0:
+        return []
+    share = np.asarray(links[first].sum(axis=0), dtype=np.float64).ravel() / len(first)
+    for row in exclude:
+        share[row] = 0.0
+    cand = np.flatnonzero(share > 0)
+    if not len(cand):
+        return []
+    pos = {int(c): i for i, c in enumerate(order)}
+    tie = np.array([pos.get(int(c), len(pos)) for c in cand], dtype=np.int64)
+    top = cand[np.lexsort((cand, tie, -share[cand]))][:depth]
+    return [(int(c), float(share[c])) for c in top]
+
+
+def add_citation_run(runs: dict[str, list[int]], fused: Sequence[Fused], links: sp.csr_matrix, weight: float, *,
+                     support: dict[str, dict[int, float]] | None = None, exclude: Iterable[int] = (),
+                     first: int = CITATION_FIRST) -> list[int]:
+    """Add the citation channel's run to `runs`, made from a facet fusion.
+
+    The run is `cited_with` over the first `first` documents of `fused`; runs and `fused` hold
+    corpus rows. With `support` (graph-RRF), each of the run's papers is supported by `weight` x
+    its share. Without it (plain RRF), fuse the runs again with `weights={CITATION: weight}`.
+
+    Returns:
+        The first results the run was made from (corpus rows).
+    """
+    order = [int(x.doc) for x in fused]
+    top = order[:first]
+    run = cited_with(links, top, order, exclude)
+    runs[CITATION] = [c for c, _ in run]
+    if support is not None:
+        support[CITATION] = {c: weight * share for c, share in run}
+    return top

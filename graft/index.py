@@ -12,8 +12,9 @@ import scipy.sparse as sp
 
 from graft.errors import GraftError, IndexFormatError
 from graft.facets import FACETS
+from graft.fusion import CITATION, CITATION_WEIGHT
 from graft.manifest import read_manifest
-from graft.results import Evidence, Hit, QueryResult
+from graft.results import CitationEvidence, Evidence, Hit, QueryResult
 from graft.store import read_npz
 from graft.teacher import GraphTeacher, TeacherConfig
 
@@ -170,21 +171,29 @@ class Index:
         """The graph teacher over this index, built once per config (its walk matrices are reused)."""
         config = config or TeacherConfig()
         if config not in self._teachers:
-            self._teachers[config] = GraphTeacher(self.graphs, config)
+            links = self.citation_links if config.citation_weight > 0 else None
+            self._teachers[config] = GraphTeacher(self.graphs, config, links)
         return self._teachers[config]
 
-    def _hits(self, fused: list[tuple[int, float, dict[str, float]]], per_facet: dict) -> list[Hit]:
+    def _hits(self, fused: list[tuple[int, float, dict[str, float]]], per_facet: dict, first: int = 0) -> list[Hit]:
+        """Hits of a teacher's fusion; `first` = R of its citation channel."""
         titles = self.papers["title"]
         years = self.papers["year"]
         hits = []
         for rank, (node, score, terms) in enumerate(fused, start=1):
-            evidence = {}
+            evidence, citation = {}, None
             for facet in terms:
                 c = per_facet[facet][node]
+                if facet == CITATION:
+                    citation = CitationEvidence(term=terms[facet], share=round(c.weight, 6),
+                                                papers=[self.paper_ids[p] for p in c.linked], first=first,
+                                                rank=c.rank)
+                    continue
                 via = self.paper_ids[c.via] if c.via is not None else None
                 evidence[facet] = Evidence(weight=round(c.weight, 6), hops=c.hops, via=via, rank=c.rank)
+            facets = {f: t for f, t in terms.items() if f != CITATION}
             hits.append(Hit(paper_id=self.paper_ids[node], title=titles[node], rank=rank, score=score,
-                            facets=terms, evidence=evidence, year=years[node]))
+                            facets=facets, evidence=evidence, year=years[node], citation=citation))
         return hits
 
     @cached_property
@@ -215,6 +224,7 @@ class Index:
         beams: int = 20,
         query_id: str = "query",
         device: str = "cpu",
+        citation_weight: float = CITATION_WEIGHT,
     ) -> QueryResult:
         """Facet-attributed related papers of a corpus paper (`paper`) or of a paper outside the
         corpus given by its facet items (`facets`).
@@ -224,6 +234,8 @@ class Index:
                 default graft when the index holds a trained model, else teacher.
             fusion: "graph-rrf", "rrf" or "graph-walk" for graft (default graph-rrf); the teacher uses "rrf".
             k: results returned; beams: beams per facet item (graft).
+            citation_weight: W of the citation channel (`graft.fusion.cited_with`; 0 = off); off
+                for an index without citation links.
         Raises:
             GraftError: bad combination of arguments, unknown paper, or no trained model for graft.
         """
@@ -243,18 +255,20 @@ class Index:
             if paper is None:
                 raise GraftError("the teacher scores a paper outside the corpus from its edge rows: use "
                                  "graphbuild.external.ExternalScorer(index).rows(record) and Index.query_rows")
-            return self.query_paper(paper, k=k)
+            weight = citation_weight if self.citation_links.nnz else 0.0
+            return self.query_paper(paper, k=k, config=TeacherConfig(citation_weight=weight))
         gen = self.generative(device=device)
         if paper is not None:
-            return gen.query_paper(paper, k=k, beams=beams, fusion=fusion)
-        return gen.query_items(facets, k=k, beams=beams, fusion=fusion, query_id=query_id)
+            return gen.query_paper(paper, k=k, beams=beams, fusion=fusion, citation_weight=citation_weight)
+        return gen.query_items(facets, k=k, beams=beams, fusion=fusion, query_id=query_id,
+                               citation_weight=citation_weight)
 
     def query_paper(self, paper_id: str, *, k: int = 20, config: TeacherConfig | None = None) -> QueryResult:
         """Related papers of a corpus paper by the graph teacher (facet-attributed)."""
         node = self.row(paper_id)
         teacher = self.teacher(config)
         fused, per_facet = teacher.retrieve(teacher.node_rows(node), exclude={node}, k=k)
-        return QueryResult(paper_id, "teacher", "rrf", self._hits(fused, per_facet))
+        return QueryResult(paper_id, "teacher", "rrf", self._hits(fused, per_facet, teacher.config.citation_first))
 
     def query_rows(
         self, rows: dict[str, sp.csr_matrix], *, query_id: str = "query", k: int = 20,
@@ -264,4 +278,4 @@ class Index:
         `exclude` = corpus rows never returned (left out of every facet list before fusion)."""
         teacher = self.teacher(config)
         fused, per_facet = teacher.retrieve(rows, k=k, exclude=exclude)
-        return QueryResult(query_id, "teacher", "rrf", self._hits(fused, per_facet))
+        return QueryResult(query_id, "teacher", "rrf", self._hits(fused, per_facet, teacher.config.citation_first))

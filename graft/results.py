@@ -18,6 +18,18 @@ class Evidence:
 
 
 @dataclass
+class CitationEvidence:
+    """Why the citation channel surfaced a result (`graft.fusion.cited_with`): it cites or is cited
+    by some of the query's first results (those of the facet fusion)."""
+
+    term: float  # its contribution to the hit's score
+    share: float  # share of the first results it is linked to
+    papers: list[str]  # paper ids of those first results
+    first: int  # how many first results the channel used
+    rank: int = 0  # rank of the result in the channel's run (1-based)
+
+
+@dataclass
 class Hit:
     """One retrieved paper."""
 
@@ -28,15 +40,19 @@ class Hit:
     facets: dict[str, float]  # facet -> its contribution to `score` (the attribution)
     evidence: dict[str, Evidence] = field(default_factory=dict)
     year: int | None = None
+    citation: CitationEvidence | None = None  # the citation channel's part of `score`, if any
 
     def facet_label(self) -> str:
-        """Human-readable attribution, strongest facet first: 'method 0.71 · problem 0.42'."""
+        """Human-readable attribution, strongest facet first, then the citation channel:
+        'method 0.71 · problem 0.42 (2-hop) · cited with 2 of the first 3'."""
         order = sorted(self.facets, key=lambda f: -self.evidence[f].weight if f in self.evidence else 0.0)
         parts = []
         for f in order:
             w = self.evidence[f].weight if f in self.evidence else self.facets[f]
             hop = "" if f not in self.evidence or self.evidence[f].hops == 1 else " (2-hop)"
             parts.append(f"{f} {w:.2f}{hop}")
+        if self.citation is not None:
+            parts.append(f"cited with {len(self.citation.papers)} of the first {self.citation.first}")
         return " · ".join(parts)
 
 

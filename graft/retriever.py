@@ -23,8 +23,13 @@ by the graph teacher (two hops over the symmetrised graphs, RRF over facets). Gr
 only candidates with a direct edge to the query; the walk also reaches their neighbours, and its
 evidence says which (one hop: a decoded candidate; two hops: through one, named in `via`).
 
-The query path needs the model, the tries, the DocID table and the sparse graphs only: no sentence
-encoder and no nearest-neighbour index.
+With `citation_weight` W > 0 every fusion gets the citation channel (`graft.fusion.cited_with`): a
+fifth run of the papers that cite or are cited by the first R results of the facet fusion, weighted W
+(in graph-RRF each of its papers is supported by W x the share of the first results it is linked to).
+Its hits carry citation evidence (`Hit.citation`), never a facet credit.
+
+The query path needs the model, the tries, the DocID table, the sparse graphs and the citation links
+only: no sentence encoder and no nearest-neighbour index.
 """
 
 from __future__ import annotations
@@ -33,20 +38,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import scipy.sparse as sp
-
-from graft.decoding import decode_items, facet_candidates, ranked
+from graft.candidates import CandidateFusion
+from graft.decoding import decode_items, facet_candidates
 from graft.docids import DocidTable, DocidTrie, load_docids, load_tries
 from graft.errors import GraftError
 from graft.facets import FACETS
-from graft.fusion import FUSIONS, RRF_K, corroboration, graph_rrf, rrf, support_rows
+from graft.fusion import CITATION_WEIGHT, RRF_K
 from graft.index import Index
-from graft.results import Evidence, Hit, QueryResult
-from graft.teacher import TeacherConfig, symmetrise
+from graft.results import QueryResult
 
 
-class GenerativeRetriever:
+class GenerativeRetriever(CandidateFusion):
     """Facet-attributed retrieval with a trained DocID model.
 
     Args:
@@ -64,16 +66,11 @@ class GenerativeRetriever:
             model, tokenizer = _load_model(Path(model), tokenizer)
         if tokenizer is None:
             raise ValueError("pass the tokenizer with an in-memory model")
-        self.index = index
+        super().__init__(index)
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.tries = tries if tries is not None else load_tries(index.path)
         self.docids = docids if docids is not None else load_docids(index.path, tokenizer)
-
-    @cached_property
-    def walk(self) -> dict[str, sp.csr_matrix]:
-        """max(W_f, W_f^T) per facet, as the teacher walks the graph."""
-        return symmetrise(self.index.graphs)
 
     @cached_property
     def _papers_of(self) -> dict[tuple[str, int], list[str]]:
@@ -87,7 +84,7 @@ class GenerativeRetriever:
 
     # ---- queries ---------------------------------------------------------------------------
     def query_paper(self, paper_id: str, k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
-                    *, rrf_k: int = RRF_K) -> QueryResult:
+                    *, rrf_k: int = RRF_K, citation_weight: float = CITATION_WEIGHT) -> QueryResult:
         """Related papers of a corpus paper.
 
         Args:
@@ -96,6 +93,7 @@ class GenerativeRetriever:
             beams: beams per facet item.
             fusion: `graph-rrf` (support = the query's edges), `rrf` or `graph-walk`.
             rrf_k: the RRF constant.
+            citation_weight: W of the citation channel (0 = off).
         Returns:
             the ranked, facet-attributed result; `info` has the per-facet candidate counts and, for
             graph-rrf, `dropped` (count) and `dropped_ids`.
@@ -104,17 +102,18 @@ class GenerativeRetriever:
         """
         self.index.row(paper_id)
         lists = self.facet_lists([(self.index.paper_facets(paper_id), {paper_id})], beams)[0]
-        return self.fuse_paper(paper_id, lists, k=k, fusion=fusion, rrf_k=rrf_k)
+        return self.fuse_paper(paper_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight)
 
     def query_items(self, facets: dict[str, list[str]], k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
-                    *, query_id: str = "query", rrf_k: int = RRF_K) -> QueryResult:
+                    *, query_id: str = "query", rrf_k: int = RRF_K,
+                    citation_weight: float = CITATION_WEIGHT) -> QueryResult:
         """Related papers of a paper outside the corpus, given its facet items.
 
         Support is estimated by mutual corroboration among the retrieved candidates (module
         docstring). Args and Returns as `query_paper`.
         """
         lists = self.facet_lists([(facets, set())], beams)[0]
-        return self.fuse_items(query_id, lists, k=k, fusion=fusion, rrf_k=rrf_k)
+        return self.fuse_items(query_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight)
 
     def facet_lists(self, queries: list[tuple[dict[str, list[str]], set[str]]], beams: int, *,
                     batch_size: int = 64) -> list[dict[str, dict[str, float]]]:
@@ -139,71 +138,6 @@ class GenerativeRetriever:
             out.append(facet_candidates(items, decoded[at : at + len(items)], self.papers_of, exclude))
             at += len(items)
         return out
-
-    def fuse_paper(self, paper_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
-                   fusion: str = "graph-rrf", rrf_k: int = RRF_K) -> QueryResult:
-        """Fuse a corpus paper's facet lists (`facet_lists`); graph-RRF support = the query's edges.
-
-        Raises:
-            GraftError: unknown paper id or fusion.
-        """
-        q = self.index.row(paper_id)
-
-        def support(facet: str, cands: list[str]) -> dict[str, float]:
-            row = self.walk[facet][q]
-            weights = dict(zip(row.indices.tolist(), row.data.tolist()))
-            return {c: float(weights.get(self.index.row_of[c], 0.0)) for c in cands}
-
-        return self._fuse(paper_id, lists, support, k, fusion, rrf_k, exclude={q})
-
-    def fuse_items(self, query_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
-                   fusion: str = "graph-rrf", rrf_k: int = RRF_K) -> QueryResult:
-        """Fuse the facet lists of a paper outside the corpus; graph-RRF support by mutual
-        corroboration among the candidates (module docstring).
-
-        Raises:
-            GraftError: unknown fusion.
-        """
-        def support(facet: str, cands: list[str]) -> dict[str, float]:
-            rows = np.array([self.index.row_of[c] for c in cands], dtype=np.int64)
-            return {c: float(w) for c, w in zip(cands, corroboration(self.walk[facet], rows))}
-
-        return self._fuse(query_id, lists, support, k, fusion, rrf_k)
-
-    # ---- internals -------------------------------------------------------------------------
-    def _fuse(self, query_id: str, lists: dict[str, dict[str, float]], support: Any, k: int, fusion: str,
-              rrf_k: int, exclude: set[int] | None = None) -> QueryResult:
-        if fusion not in FUSIONS:
-            raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
-        runs = {f: ranked(s) for f, s in lists.items()}
-        weights = {f: support(f, r) for f, r in runs.items()}
-        info: dict[str, Any] = {"candidates": {f: len(r) for f, r in runs.items()}}
-        if fusion == "graph-walk":
-            row_of = self.index.row_of
-            rows = support_rows({f: {row_of[c]: w for c, w in ws.items()} for f, ws in weights.items()},
-                                self.index.n)
-            info["seeds"] = {f: int(r.nnz) for f, r in rows.items()}
-            walked = self.index.query_rows(rows, query_id=query_id, k=k, exclude=exclude,
-                                           config=TeacherConfig(rrf_k=rrf_k))
-            return QueryResult(query_id, "graft", fusion, walked.hits, info)
-        if fusion == "graph-rrf":
-            out = graph_rrf(runs, weights, k=rrf_k)
-            fused = out.fused
-            info["dropped"] = len(out.dropped)
-            info["dropped_ids"] = [str(d) for d in out.dropped]
-        else:
-            fused = rrf(runs, k=rrf_k)
-        titles, years = self.index.papers["title"], self.index.papers["year"]
-        hits = []
-        for rank, entry in enumerate(fused[:k], start=1):
-            pid = str(entry.doc)
-            node = self.index.row_of[pid]
-            evidence = {f: Evidence(weight=round(weights[f].get(pid, 0.0), 6), hops=1,
-                                    rank=runs[f].index(pid) + 1) for f in entry.terms}
-            hits.append(Hit(paper_id=pid, title=titles[node], rank=rank, score=entry.score,
-                            facets=dict(entry.terms), evidence=evidence, year=years[node]))
-        return QueryResult(query_id, "graft", fusion, hits, info)
-
 
 def _load_model(folder: Path, tokenizer: Any = None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer

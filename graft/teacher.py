@@ -4,6 +4,11 @@ For a query row r (the query's out-edge weights in facet f):
     score_f(c) = r[c] + gamma * (r @ W_f)[c] / sum(r)
 i.e. the one-hop edge weight plus the weight-averaged two-hop weight through the query's
 neighbours. The per-facet lists are fused with reciprocal rank fusion (k = 60).
+
+With `citation_weight` W > 0 and the corpus's citation links, a fifth run joins the fusion: the
+papers that cite or are cited by the first R results of the facet fusion (`graft.fusion.cited_with`),
+weighted W. Its hits carry citation evidence, never a facet credit. The design's teacher (the
+distillation teacher, the `teacher` system of the evaluation) has W = 0.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import scipy.sparse as sp
 
 from graft.config import config_from_dict
 from graft.facets import FACETS
-from graft.fusion import RRF_K, rrf
+from graft.fusion import CITATION, CITATION_FIRST, RRF_K, cited_with, rrf
 
 
 def symmetrise(graphs: dict[str, sp.csr_matrix]) -> dict[str, sp.csr_matrix]:
@@ -33,6 +38,8 @@ class TeacherConfig:
     symmetric: bool = True  # walk in-edges too: "related" is symmetric, out-edges are a top-K cut
     depth: int = 100  # candidates kept per facet list before fusion
     rrf_k: int = RRF_K  # RRF constant (Cormack et al. 2009)
+    citation_weight: float = 0.0  # W of the citation channel (0 = off; `graft.fusion.CITATION_WEIGHT`)
+    citation_first: int = CITATION_FIRST  # R: first results whose citation links make the channel
 
     @classmethod
     def from_dict(cls, data: dict) -> TeacherConfig:
@@ -47,13 +54,28 @@ class FacetCandidate:
     hops: int
     via: int | None
     rank: int = 0  # 1-based position in its facet's list
+    linked: tuple[int, ...] = ()  # citation channel: the first results it cites or is cited by
 
 
 class GraphTeacher:
-    """Graph teacher over the per-facet top-K matrices."""
+    """Graph teacher over the per-facet top-K matrices.
 
-    def __init__(self, graphs: dict[str, sp.csr_matrix], config: TeacherConfig | None = None) -> None:
+    Args:
+        graphs: facet -> n x n top-K edge weights.
+        config: walk and fusion settings.
+        links: n x n symmetric 0/1 citation links, needed by the citation channel (config W > 0).
+    Raises:
+        ValueError: W > 0 without `links`, or W < 0.
+    """
+
+    def __init__(self, graphs: dict[str, sp.csr_matrix], config: TeacherConfig | None = None,
+                 links: sp.csr_matrix | None = None) -> None:
         self.config = config or TeacherConfig()
+        if self.config.citation_weight < 0:
+            raise ValueError(f"citation_weight must be >= 0, got {self.config.citation_weight}")
+        if self.config.citation_weight > 0 and links is None:
+            raise ValueError("the citation channel (citation_weight > 0) needs the citation links")
+        self.links = links
         self.walk: dict[str, sp.csr_matrix] = (
             symmetrise(graphs) if self.config.symmetric
             else {f: sp.csr_matrix(g, dtype=np.float32) for f, g in graphs.items()}
@@ -98,11 +120,29 @@ class GraphTeacher:
 
         Returns:
             (fused, per_facet): fused = [(node, score, facet -> RRF term)] best first, at most k;
-            per_facet = facet -> node -> FacetCandidate (provenance).
+            per_facet = facet -> node -> FacetCandidate (provenance). With the citation channel,
+            `CITATION` is a key of both, next to the facets.
         """
         exclude = exclude or set()
         lists = {f: self.facet_list(f, rows[f], exclude) for f in FACETS if f in rows}
         runs = {f: [c.node for c in cands] for f, cands in lists.items()}
-        fused = rrf(runs, k=self.config.rrf_k)[:k]
+        fused = rrf(runs, k=self.config.rrf_k)
+        if self.config.citation_weight > 0:
+            order = [int(x.doc) for x in fused]
+            lists[CITATION] = self.citation_list(order, exclude)
+            runs[CITATION] = [c.node for c in lists[CITATION]]
+            fused = rrf(runs, k=self.config.rrf_k, weights={CITATION: self.config.citation_weight})
         per_facet = {f: {c.node: c for c in cands} for f, cands in lists.items()}
-        return [(int(x.doc), x.score, dict(x.terms)) for x in fused], per_facet
+        return [(int(x.doc), x.score, dict(x.terms)) for x in fused[:k]], per_facet
+
+    def citation_list(self, order: list[int], exclude: set[int]) -> list[FacetCandidate]:
+        """The citation channel's run for a facet fusion's ranking `order`, as candidates (score and
+        weight = the share of the first R results a paper is linked to; `linked` = those results)."""
+        first = order[: self.config.citation_first]
+        run = cited_with(self.links, first, order, exclude)
+        out = []
+        for rank, (node, share) in enumerate(run, start=1):
+            row = self.links[node]
+            linked = tuple(p for p in first if row[0, p] > 0)
+            out.append(FacetCandidate(node, share, share, 1, None, rank, linked))
+        return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ import scipy.sparse as sp
 
 from graft.errors import InputValidationError
 from graft.facets import FACETS, FacetItems
+from graft.fusion import CITATION_WEIGHT
 from graft.index import Index
 from graft.results import QueryResult
+from graft.teacher import TeacherConfig
 from graphbuild.citations import coupling_row_log, external_citation_row
 from graphbuild.embeddings import embed_items
 from graphbuild.graph import GraphParams, external_facet_row
@@ -143,38 +146,71 @@ class RecordFacets:
 
 class CorpusScorer:
     """Edge rows scored as the build scores them, from the index alone (no sentence encoder): a
-    corpus paper's rows from its own item vectors (`paper_rows`), and the feedback pass for corpus
-    papers (`feedback_rows`, `query_paper`).
+    corpus paper's rows from its own item vectors (`paper_rows`), the feedback pass for corpus
+    papers (`feedback_rows`), and `graft query --paper`'s teacher (`query_paper`).
 
     The feedback pass: the citation links of the R papers the graph teacher ranks highest for a paper
     (the share of them that a corpus paper cites or is cited by) raise the citation half of its rows,
     and its rows are scored again. The query paper's own links are never used. On cs768's in-corpus
     dev queries it lifted the teacher's R@20 from 0.328 to 0.399 with R = 3
-    (`eval/benchmarks/incorpus_feedback.py`). The stored graph, which the generative retriever is
-    trained on, is not changed by it.
+    (`eval/benchmarks/incorpus_feedback.py`), but the citation channel on the stored rows does
+    better still (`eval/results/citation_channel_cs768.md`), so corpus papers are walked from their
+    stored rows by default (R = 0). The stored graph, which the generative retriever is trained on,
+    is not changed by either.
 
     Args:
         index: the opened index.
-        feedback: R (default `FEEDBACK`; 0 = off).
+        feedback: R of the feedback pass (default 0 = off: the stored rows).
+        citation_weight: W of the citation channel of the teacher's fusion (default
+            `graft.fusion.CITATION_WEIGHT`; 0 = off); the index's citation links make it.
     """
 
-    def __init__(self, index: Index, *, feedback: int = FEEDBACK) -> None:
+    def __init__(self, index: Index, *, feedback: int = 0, citation_weight: float = CITATION_WEIGHT) -> None:
         from graphbuild.build import BuildConfig
 
         if feedback < 0:
             raise InputValidationError(f"feedback must be >= 0, got {feedback}")
+        if citation_weight < 0:
+            raise InputValidationError(f"citation_weight must be >= 0, got {citation_weight}")
         self.feedback = feedback
+        self.citation_weight = float(citation_weight)
         self.index = index
         self.config = BuildConfig.from_manifest(index.manifest)
         self.params: GraphParams = self.config.graph_params()
-        facet_col = index.facets["facet"].to_numpy()
-        owner = index.item_rows
-        vectors = np.asarray(index.item_embeddings, dtype=np.float32)
-        a = index.citation_matrix
-        #: 1 where a corpus paper cites or is cited by another (the citation links of known references)
-        self.linked = sp.csr_matrix(((a + a.T) > 0).astype(np.float32))
-        self.items = {f: group_items(owner[facet_col == f], vectors[facet_col == f], index.n) for f in FACETS}
-        self._item_vectors, self._item_owner, self._item_facet = vectors, owner, facet_col
+
+    @cached_property
+    def linked(self) -> sp.csr_matrix:
+        """1 where a corpus paper cites or is cited by another (`Index.citation_links`)."""
+        return self.index.citation_links
+
+    @cached_property
+    def _item_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The corpus's facet items: (vectors, owner rows, facets), read on first use (a walk of the
+        stored rows needs none of them)."""
+        index = self.index
+        return (np.asarray(index.item_embeddings, dtype=np.float32), index.item_rows,
+                index.facets["facet"].to_numpy())
+
+    @cached_property
+    def items(self) -> dict[str, Any]:
+        """Per facet, the corpus's items grouped by paper (`group_items`), as the build scores them."""
+        vectors, owner, facet_col = self._item_table
+        return {f: group_items(owner[facet_col == f], vectors[facet_col == f], self.index.n) for f in FACETS}
+
+    @property
+    def teacher_config(self) -> TeacherConfig:
+        """The graph teacher's settings of this scorer's queries: the citation channel at W when
+        the index has citation links, off otherwise."""
+        return TeacherConfig(citation_weight=self.citation_weight if self.linked.nnz else 0.0)
+
+    def query_rows(self, rows: dict[str, sp.csr_matrix], *, query_id: str = "query", k: int = 20,
+                   exclude: set[int] | None = None) -> QueryResult:
+        """The graph teacher's answer for facet rows (`Index.query_rows`) under `teacher_config`;
+        `info["citation_weight"]` says the W used."""
+        config = self.teacher_config
+        result = self.index.query_rows(rows, query_id=query_id, k=k, exclude=exclude, config=config)
+        result.info["citation_weight"] = config.citation_weight
+        return result
 
     def link_share(self, papers: np.ndarray) -> sp.csr_matrix:
         """1 x n: per corpus paper, the share of `papers` (corpus rows) that it cites or is cited by."""
@@ -200,7 +236,8 @@ class CorpusScorer:
 
     def own_vectors(self, node: int) -> dict[str, np.ndarray]:
         """A corpus paper's facet items' vectors, per facet (as `embed_items` gives a new paper's)."""
-        return {f: self._item_vectors[(self._item_owner == node) & (self._item_facet == f)] for f in FACETS}
+        vectors, owner, facet_col = self._item_table
+        return {f: vectors[(owner == node) & (facet_col == f)] for f in FACETS}
 
     def paper_rows(self, node: int, cite: sp.csr_matrix, params: GraphParams | None = None,
                    ) -> dict[str, sp.csr_matrix]:
@@ -242,11 +279,11 @@ class CorpusScorer:
         return self.feedback_rows(node) if self.passes else self.index.teacher().node_rows(node)
 
     def query_paper(self, paper_id: str, *, k: int = 20) -> QueryResult:
-        """Related papers of a corpus paper by the graph teacher walking its `walk_rows`: with R = 0 or
-        an index without citation links the stored rows, as `Index.query_paper`; `info["feedback"]`
-        says which R was used."""
+        """Related papers of a corpus paper by the graph teacher walking its `walk_rows` (`query_rows`,
+        with the citation channel): with R = 0 or an index without citation links the stored rows;
+        `info["feedback"]` says which R was used. With R = 0 and W = 0, `Index.query_paper`."""
         node = self.index.row(paper_id)
-        result = self.index.query_rows(self.walk_rows(node), query_id=paper_id, k=k, exclude={node})
+        result = self.query_rows(self.walk_rows(node), query_id=paper_id, k=k, exclude={node})
         result.info["feedback"] = self.feedback if self.passes else 0
         return result
 
@@ -274,13 +311,15 @@ class ExternalScorer(CorpusScorer):
         text_neighbours: M of text coupling (default `TEXT_NEIGHBOURS`; 0 = off).
         feedback: R of the second pass (default `FEEDBACK`; 0 = off): the citation links of the R
             papers the first pass ranks highest join the citation half.
+        citation_weight: W of the citation channel when its rows are walked (`query_rows`).
     """
 
     def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None,
-                 text_neighbours: int = TEXT_NEIGHBOURS, feedback: int = FEEDBACK) -> None:
+                 text_neighbours: int = TEXT_NEIGHBOURS, feedback: int = FEEDBACK,
+                 citation_weight: float = CITATION_WEIGHT) -> None:
         if text_neighbours < 0:
             raise InputValidationError(f"text_neighbours must be >= 0, got {text_neighbours}")
-        super().__init__(index, feedback=feedback)
+        super().__init__(index, feedback=feedback, citation_weight=citation_weight)
         self.facets_of = RecordFacets(index, encoder=encoder, extractor=extractor)
         self.encoder = self.facets_of.encoder
         self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)

@@ -501,9 +501,9 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
 
 
 def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
-    """CorpusScorer (no encoder): a corpus paper's citation score row raised to the share of the
-    teacher's first 3 papers (stored rows) that each paper cites or is cited by, its facet rows scored
-    again from its own items; the walk of those rows is `graft query --paper`'s teacher default."""
+    """CorpusScorer (no encoder): with R = 3, a corpus paper's citation score row raised to the share
+    of the teacher's first 3 papers (stored rows) that each paper cites or is cited by, its facet rows
+    scored again from its own items (`teacher-fb`; `graft query --paper --feedback 3`)."""
     from dataclasses import replace
 
     from graphbuild.external import FEEDBACK, CorpusScorer
@@ -511,7 +511,8 @@ def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
     from graphbuild.similarity import group_items
 
     idx = Index.open(cs768_index[0])
-    scorer = CorpusScorer(idx)
+    assert CorpusScorer(idx).feedback == 0  # corpus papers: the stored rows by default
+    scorer = CorpusScorer(idx, feedback=FEEDBACK, citation_weight=0)
     assert scorer.feedback == FEEDBACK == 3 and not hasattr(scorer, "encoder")
     cited = idx.citations["cited"].value_counts().sort("count", descending=True)["cited"].to_list()
     node = idx.row_of[cited[0]]
@@ -549,12 +550,14 @@ def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
     again = scorer.paper_rows(node, idx.citation_score.tocsr()[node])
     for f in FACETS:
         np.testing.assert_array_equal(plain[f].toarray(), again[f].toarray())
-    # nothing to add (R = 0, or no citation links in the index): the stored rows answer
-    for quiet in (CorpusScorer(idx, feedback=0), CorpusScorer(idx)):
+    # nothing to add (R = 0, or no citation links in the index): the stored rows answer; without
+    # links there is no citation channel either
+    for quiet in (CorpusScorer(idx, feedback=0, citation_weight=0), CorpusScorer(idx, feedback=3)):
         if quiet.feedback:
             quiet.linked = sp.csr_matrix(quiet.linked.shape, dtype=np.float32)
         got = quiet.query_paper(cited[0], k=20)
         assert [h.paper_id for h in got.hits] == stored and got.info["feedback"] == 0
+        assert all(h.citation is None for h in got.hits)
     with pytest.raises(Exception, match="feedback must be >= 0"):
         CorpusScorer(idx, feedback=-2)
 

@@ -50,11 +50,13 @@ def test_query_json_and_table(built) -> None:
     assert any(f in res.stdout for f in ("problem 0.", "method 0.", "result 0.", "contribution 0."))
 
 
-def test_query_paper_feedback_default_and_off(built) -> None:
-    """`--paper` with the teacher walks the rows with the feedback pass (`--feedback 3` by default);
-    `--feedback 0` walks the stored graph rows (what the generative retriever learns)."""
+def test_query_paper_citation_channel_feedback_and_off(built) -> None:
+    """`--paper` with the teacher walks the stored graph rows with the citation channel (W = 3 by
+    default); `--citation-weight 0` is the stored rows alone (what the generative retriever learns);
+    `--feedback 3` walks the rows with the feedback pass."""
     out, _ = built
     from graft.index import Index
+    from graft.teacher import TeacherConfig
     from graphbuild.external import FEEDBACK, CorpusScorer
 
     idx = Index.open(out)
@@ -63,21 +65,36 @@ def test_query_paper_feedback_default_and_off(built) -> None:
     for pid in cited[:3]:
         res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher", "--json"])
         assert res.exit_code == 0, res.output
-        fed = [h["paper_id"] for h in json.loads(res.stdout)]
-        assert fed == [h.paper_id for h in CorpusScorer(idx, feedback=FEEDBACK).query_paper(pid).hits]
-        res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher", "--feedback", "0",
-                                  "--json"])
+        hits = json.loads(res.stdout)
+        node = idx.row(pid)
+        want = idx.query_rows(idx.teacher().node_rows(node), k=20, exclude={node},
+                              config=TeacherConfig(citation_weight=3.0))
+        assert [h["paper_id"] for h in hits] == [h.paper_id for h in want.hits]
+        assert [h["paper_id"] for h in hits] == [h.paper_id for h in idx.query(paper=pid, retriever="teacher").hits]
+        for h in hits:  # channel hits name the first results they are linked to; facets stay graph edges
+            if h["citation"] is not None:
+                assert h["citation"]["papers"] and h["citation"]["first"] == 3
+        res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher",
+                                  "--citation-weight", "0", "--json"])
         stored = [h["paper_id"] for h in json.loads(res.stdout)]
         assert stored == [h.paper_id for h in idx.query_paper(pid).hits]
-        changed += fed != stored
-    assert changed  # the pass changes at least one of the rankings
+        changed += [h["paper_id"] for h in hits] != stored
+        res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher", "--feedback", "3",
+                                  "--citation-weight", "0", "--json"])
+        fed = [h["paper_id"] for h in json.loads(res.stdout)]
+        assert fed == [h.paper_id for h in CorpusScorer(idx, feedback=FEEDBACK, citation_weight=0)
+                       .query_paper(pid).hits]
+    assert changed  # the channel changes at least one of the rankings
     shown = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher"],
                           env={"COLUMNS": "200"})
-    assert shown.exit_code == 0 and "feedback pass: the citation links of the first 3 papers" in shown.stdout
-    plain = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher", "--feedback", "0"],
-                          env={"COLUMNS": "200"})
-    assert plain.exit_code == 0 and "feedback pass" not in plain.stdout
-    # a batch of corpus papers: the same rows, one scorer for all
+    assert shown.exit_code == 0 and "cited with:" in shown.stdout and "feedback pass" not in shown.stdout
+    fed = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher", "--feedback", "3"],
+                        env={"COLUMNS": "200"})
+    assert fed.exit_code == 0 and "feedback pass: the citation links of the first 3 papers" in fed.stdout
+    plain = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher",
+                                "--citation-weight", "0"], env={"COLUMNS": "200"})
+    assert plain.exit_code == 0 and "cited with" not in plain.stdout
+    # a batch of corpus papers: the same answers, one scorer for all
     qfile, run = out.parent / "fb_queries.txt", out.parent / "fb_run.txt"
     qfile.write_text("\n".join(cited[:3]) + "\n")
     res = runner.invoke(app, ["query", str(out), "--queries", str(qfile), "--retriever", "teacher", "--k", "5",
@@ -144,8 +161,9 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
         res = runner.invoke(app, args + ([] if m == 10 else ["--text-neighbours", "0"]))
         assert res.exit_code == 0, res.output
         got[m] = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
-        rows, _ = ExternalScorer(idx, encoder=encoder, text_neighbours=m).rows(record_from_text(text))
-        want = idx.query_rows(rows, query_id="query", k=10)
+        scorer = ExternalScorer(idx, encoder=encoder, text_neighbours=m)
+        rows, _ = scorer.rows(record_from_text(text))
+        want = scorer.query_rows(rows, query_id="query", k=10)  # with the citation channel
         assert got[m] == [(h.paper_id, round(h.score, 6)) for h in want.hits]
     assert got[10] != got[0]
     res = runner.invoke(app, ["query", str(out), "--text", text, "--retriever", "teacher", "--text-neighbours", "-1"])
@@ -155,8 +173,9 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
                               "--feedback", "0"])
     assert res.exit_code == 0, res.output
     one_pass = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
-    rows, _ = ExternalScorer(idx, encoder=encoder, feedback=0).rows(record_from_text(text))
-    assert one_pass == [(h.paper_id, round(h.score, 6)) for h in idx.query_rows(rows, query_id="query", k=10).hits]
+    scorer = ExternalScorer(idx, encoder=encoder, feedback=0)
+    rows, _ = scorer.rows(record_from_text(text))
+    assert one_pass == [(h.paper_id, round(h.score, 6)) for h in scorer.query_rows(rows, query_id="query", k=10).hits]
     assert one_pass != got[10]
     res = runner.invoke(app, ["query", str(out), "--text", text, "--retriever", "teacher", "--feedback", "-1"])
     assert res.exit_code != 0 and "feedback must be >= 0" in res.output
@@ -176,8 +195,9 @@ def test_query_references_shape_the_result_and_are_not_returned(built, encoder) 
     assert res.exit_code == 0, res.output
     got = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
     record = {**record_from_text(text), "references": cited}
-    rows, _ = ExternalScorer(idx, encoder=encoder).rows(record)
-    want = idx.query_rows(rows, k=10, exclude={idx.row_of[p] for p in cited})
+    scorer = ExternalScorer(idx, encoder=encoder)
+    rows, _ = scorer.rows(record)
+    want = scorer.query_rows(rows, k=10, exclude={idx.row_of[p] for p in cited})
     assert got == [(h.paper_id, round(h.score, 6)) for h in want.hits]
     assert not {p for p, _ in got} & set(cited)
     plain = runner.invoke(app, args)

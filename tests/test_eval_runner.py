@@ -143,8 +143,8 @@ def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path
 
 
 def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monkeypatch) -> None:
-    """teacher-fb: in corpus, `graft query --paper`'s teacher (rows with the feedback pass); out of
-    corpus not applicable (the teacher's rows have the pass there); its credits are attributed."""
+    """teacher-fb: in corpus, the teacher over the rows with the feedback pass; out of corpus not
+    applicable (the teacher's rows have the pass there); its credits are attributed."""
     from graphbuild.external import CorpusScorer
 
     _, split = built
@@ -154,7 +154,7 @@ def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monk
     assert 0.0 < rows["teacher-fb"]["R@20"] <= rows["teacher-fb"]["R@50"] <= 1.0
     idx = Index.open(split / "index")
     run = read_run(run_paths(split, "incorpus", "teacher-fb")[0])
-    scorer = CorpusScorer(idx)
+    scorer = CorpusScorer(idx, feedback=3, citation_weight=0)
     queries = load_queries(split, "incorpus", "test", 12)
     assert len(run) == len(queries) == 12
     for q in queries:
@@ -176,6 +176,45 @@ def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monk
     assert set(rows) == {("teacher-fb", "incorpus")} and 0.0 < rows[("teacher-fb", "incorpus")]["precision"] <= 1.0
 
 
+def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch) -> None:
+    """teacher-cite: `graft query`'s teacher with the citation channel, in corpus (stored rows) and
+    out of corpus (the text-only rows); its credits are facets only; a change of W is another run."""
+    from eval.systems import EvalContext
+    from graft.fusion import CITATION_WEIGHT
+    from graphbuild.external import CorpusScorer
+
+    _, split = built
+    opts = RunOptions(systems=["teacher", "teacher-cite"], results_dir=tmp_path, limit=12)
+    table = run_suite(split, "incorpus", opts, encoder=encoder)
+    rows = {r["system"]: r for r in table["rows"]}
+    assert 0.0 < rows["teacher-cite"]["R@20"] <= rows["teacher-cite"]["R@50"] <= 1.0
+    idx = Index.open(split / "index")
+    scorer = CorpusScorer(idx)  # graft query --paper's teacher: stored rows, the channel at W
+    run = read_run(run_paths(split, "incorpus", "teacher-cite")[0])
+    for q in load_queries(split, "incorpus", "test", 12):
+        result = scorer.query_paper(q.paper_id, k=20)
+        assert [d for d, _ in run[q.qid]][:20] == [h.paper_id for h in result.hits]
+    assert any(h.citation is not None for h in result.hits)
+    assert run != read_run(run_paths(split, "incorpus", "teacher")[0])
+    meta = json.loads(run_paths(split, "incorpus", "teacher-cite")[2].read_text())
+    assert meta["citation"] == {"weight": CITATION_WEIGHT, "first": 3}
+    credits = read_credits(run_paths(split, "incorpus", "teacher-cite")[1])
+    assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
+    assert any(not f for hits in credits.values() for _, f in hits)  # hits surfaced by the channel alone
+
+    ooc = run_suite(split, "ooc", RunOptions(systems=["teacher-cite"], results_dir=tmp_path, limit=5),
+                    encoder=encoder)
+    assert ooc["rows"][0]["R@20"] is not None
+    ctx = EvalContext(idx, encoder=encoder, split_dir=split)
+    run = read_run(run_paths(split, "ooc", "teacher-cite")[0])
+    for q in load_queries(split, "ooc", "test", 5):
+        want = scorer.query_rows(ctx.ooc_rows(q)[0], query_id=q.qid, k=20)
+        assert [d for d, _ in run[q.qid]][:20] == [h.paper_id for h in want.hits]
+    monkeypatch.setattr("eval.runner._citation_stamp", lambda: {"weight": 1.0, "first": 3})
+    run_suite(split, "incorpus", RunOptions(systems=["teacher-cite"], results_dir=tmp_path, limit=12), encoder=encoder)
+    assert json.loads(run_paths(split, "incorpus", "teacher-cite")[2].read_text())["citation"]["weight"] == 1.0
+
+
 def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkeypatch) -> None:
     from training.pipeline import train_index
     from training.trainer import TrainConfig
@@ -184,12 +223,13 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     index = tmp_path / "index"
     shutil.copytree(split / "index", index)
     train_index(index, TrainConfig(max_steps=4, lr=2e-3, save_every_steps=0, logging_steps=2), base_model="tiny")
-    opts = RunOptions(systems=["graft", "graft-rrf", "graft-walk", "graft-naive"], index_dir=index, limit=2, beams=2,
+    opts = RunOptions(systems=["graft", "graft-rrf", "graft-walk", "graft-naive", "graft-cite"], index_dir=index,
+                      limit=2, beams=2,
                       results_dir=tmp_path / "res")
     table = run_suite(split, "incorpus", opts, encoder=encoder)
     rows = {r["system"]: r for r in table["rows"]}
-    assert all(rows[s]["R@20"] is not None for s in ("graft", "graft-rrf", "graft-walk"))
-    assert any("graft, graft-rrf, graft-walk decode each query once" in n for n in table["notes"])
+    assert all(rows[s]["R@20"] is not None for s in ("graft", "graft-rrf", "graft-walk", "graft-cite"))
+    assert any("graft, graft-rrf, graft-walk, graft-cite decode each query once" in n for n in table["notes"])
     assert rows["graft-naive"]["R@20"] is None and any("--naive-index" in n for n in table["notes"])
     assert "pipeline check" in table["meta"]["label"]
     assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus_*.md")).read_text()
@@ -212,16 +252,18 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     for suite in ("incorpus", "ooc"):
         queries = load_queries(split, suite, "test", 3)
         decoded.clear()
-        runs = {f: run_system(s, ctx, queries) for f, s in (("graph-rrf", "graft"), ("rrf", "graft-rrf"),
-                                                             ("graph-walk", "graft-walk"))}
+        runs = {(f, w): run_system(s, ctx, queries) for f, w, s in (
+            ("graph-rrf", 0, "graft"), ("rrf", 0, "graft-rrf"), ("graph-walk", 0, "graft-walk"),
+            ("graph-rrf", 3, "graft-cite"))}
         assert len(decoded) == len(queries)
-        for fusion, run in runs.items():
+        for (fusion, w), run in runs.items():
             for q in queries:
                 if q.in_corpus:
-                    one = idx.query(paper=q.paper_id, retriever="graft", fusion=fusion, k=DEPTH, beams=2)
+                    one = idx.query(paper=q.paper_id, retriever="graft", fusion=fusion, k=DEPTH, beams=2,
+                                    citation_weight=w)
                 else:
                     one = idx.query(facets=ctx.ooc_rows(q)[1], retriever="graft", fusion=fusion, k=DEPTH, beams=2,
-                                    query_id=q.qid)
+                                    query_id=q.qid, citation_weight=w)
                 assert [d for d, _ in run.run[q.qid]] == [h.paper_id for h in one.hits]
                 assert [s for _, s in run.run[q.qid]] == pytest.approx([h.score for h in one.hits])
     # a spent time budget stops the generative systems: n/a with a note, no run file
@@ -625,12 +667,12 @@ def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
                  "--name", "slice", "--results", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "incorpus_feedback_slice.json").read_text())
     by = {r["rows"]: r for r in saved["rows"]}
-    shipped = "graft query --paper (CorpusScorer, R = 3)"
+    teacher_fb = "teacher-fb (CorpusScorer, R = 3)"
     uncut = "graph rows + beta x links of the first 3, every facet, no top-K cut"
     assert set(by) == {"graph rows", "out-rows recomputed", "out-rows + links of the first 3 (graph)",
-                       "out-rows + links of the first 3 (out-rows)", shipped, uncut}
-    for k in ("R@20", "R@50"):  # the shipped path walks the `(graph)` rows
-        assert by[shipped][k] == by["out-rows + links of the first 3 (graph)"][k]
+                       "out-rows + links of the first 3 (out-rows)", teacher_fb, uncut}
+    for k in ("R@20", "R@50"):  # teacher-fb walks the `(graph)` rows
+        assert by[teacher_fb][k] == by["out-rows + links of the first 3 (graph)"][k]
     assert by["graph rows"]["R@20 / graph rows"] == pytest.approx(1.0)
     idx = Index.open(split / "index")
     qrels = read_qrels(split / "incorpus" / "qrels.txt")
@@ -654,3 +696,33 @@ def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
         hits = [h.paper_id for h in idx.query_rows(rows, k=50, exclude={node}).hits]
         uncut_recalls.append(recall_at(hits, qrels[q["qid"]], 20))
     assert by[uncut]["R@20"] == pytest.approx(float(np.mean(uncut_recalls)), abs=1e-9)
+
+
+def test_citation_channel_benchmark_rows(built, tmp_path) -> None:
+    """eval/benchmarks/citation_channel.py: W = 0 of the stored rows is the `teacher`, the shipped W
+    is `graft query --paper`'s teacher; every setting has its W = 0 baseline."""
+    from eval.benchmarks.citation_channel import main
+    from eval.metrics import recall_at
+    from graft.fusion import CITATION_WEIGHT
+    from graphbuild.external import CorpusScorer
+
+    _, split = built
+    assert main(["--split", str(split), "--part", "test", "--limit", "8", "--weights", f"1,{CITATION_WEIGHT:g}",
+                 "--name", "slice", "--results", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "citation_channel_slice.json").read_text())
+    by = {(r["setting"], r["W"]): r for r in saved["rows"]}
+    settings = {s for s, _ in by}
+    assert settings == {"in corpus, teacher, stored rows", "in corpus, teacher, feedback rows", "text-only, teacher",
+                        "text-only, stand-in decoder, graph-rrf", "text-only, stand-in decoder, rrf",
+                        "text-only, stand-in decoder, graph-walk"}
+    assert all((s, 0.0) in by and (s, CITATION_WEIGHT) in by for s in settings)
+    idx = Index.open(split / "index")
+    qrels = read_qrels(split / "incorpus" / "qrels.txt")
+    queries = sorted((r for r in read_queries(split, "incorpus", part="test") if qrels.get(r["qid"])),
+                     key=lambda r: r["qid"])[:8]
+    scorer = CorpusScorer(idx)
+    for w, query in ((0.0, lambda p: idx.query_paper(p, k=50)), (CITATION_WEIGHT, lambda p: scorer.query_paper(p, k=50))):
+        recalls = [recall_at([h.paper_id for h in query(q["paper_id"]).hits], qrels[q["qid"]], 20) for q in queries]
+        assert by[("in corpus, teacher, stored rows", w)]["R@20"] == pytest.approx(float(np.mean(recalls)), abs=1e-9)
+    with pytest.raises(SystemExit):
+        main(["--split", str(split), "--weights", "-1"])

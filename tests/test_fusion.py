@@ -56,3 +56,43 @@ def test_graph_rrf_k_is_not_a_cutoff_and_validates() -> None:
     ones = {r: dict.fromkeys(d, 1.0) for r, d in runs.items()}
     assert [(f.doc, round(f.score, 12)) for f in graph_rrf(runs, ones).fused] == \
         [(f.doc, round(f.score, 12)) for f in rrf(runs)]
+
+
+def test_weighted_rrf_hand_computed() -> None:
+    out = rrf({"a": ["x", "y"], "citation": ["y", "z"]}, k=60, weights={"citation": 3.0})
+    score = {f.doc: f.score for f in out}
+    assert score["x"] == pytest.approx(1 / 61)
+    assert score["y"] == pytest.approx(1 / 62 + 3 / 61)
+    assert score["z"] == pytest.approx(3 / 62)
+    assert [f.doc for f in out] == ["y", "z", "x"]
+    assert [f.doc for f in rrf({"a": ["x"], "b": ["y"]}, weights={"b": 0.0})] == ["x"]  # weight 0: the run is off
+    with pytest.raises(ValueError):
+        rrf({"a": ["x"]}, weights={"a": -1.0})
+
+
+def test_cited_with_ranks_by_share_then_fusion_order() -> None:
+    import numpy as np
+    import scipy.sparse as sp
+
+    from graft.fusion import CITATION, add_citation_run, cited_with
+
+    # links (symmetric): 0-3, 0-4, 1-4, 2-5, 1-6, 2-6, 0-7 ; first results 0, 1, 2 ; query 9
+    pairs = [(0, 3), (0, 4), (1, 4), (2, 5), (1, 6), (2, 6), (0, 7), (9, 4)]
+    rows = [a for a, b in pairs] + [b for a, b in pairs]
+    cols = [b for a, b in pairs] + [a for a, b in pairs]
+    links = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(10, 10))
+    order = [0, 1, 2, 7, 5]
+    run = cited_with(links, [0, 1, 2], order, exclude={9})
+    # 4 and 6 are linked to 2 of the 3 (neither in the order: by row); 7, 5 and 3 to 1 (by order, 3 absent from it)
+    assert run == [(4, pytest.approx(2 / 3)), (6, pytest.approx(2 / 3)), (7, pytest.approx(1 / 3)),
+                   (5, pytest.approx(1 / 3)), (3, pytest.approx(1 / 3))]
+    assert cited_with(links, [0, 1, 2], order, exclude={4}, depth=2) == [(6, pytest.approx(2 / 3)),
+                                                                         (7, pytest.approx(1 / 3))]
+    assert cited_with(links, [], order) == [] and cited_with(links, [8], order) == []
+
+    runs = {"method": [0, 1, 2, 7, 5]}
+    support = {"method": {0: 0.5, 1: 0.4, 2: 0.3, 7: 0.2, 5: 0.1}}
+    fused = rrf(runs)
+    first = add_citation_run(runs, fused, links, 3.0, support=support, exclude={9})
+    assert first == [0, 1, 2] and runs[CITATION] == [4, 6, 7, 5, 3]
+    assert support[CITATION][4] == pytest.approx(2.0) and support[CITATION][3] == pytest.approx(1.0)

@@ -42,7 +42,7 @@ def _query_paper(retriever) -> str:
 
 def test_in_corpus_query_returns_supported_corpus_papers(retriever) -> None:
     pid = _query_paper(retriever)
-    result = retriever.query_paper(pid, k=10, beams=4)
+    result = retriever.query_paper(pid, k=10, beams=4, citation_weight=0)
     corpus = set(retriever.index.paper_ids)
     q = retriever.index.row(pid)
     assert result.retriever == "graft" and result.fusion == "graph-rrf"
@@ -61,9 +61,48 @@ def test_in_corpus_query_returns_supported_corpus_papers(retriever) -> None:
     assert not set(result.info["dropped_ids"]) & {h.paper_id for h in result.hits}
     assert h.facet_label()  # 'method 0.71 · problem 0.42'
 
-    plain = retriever.query_paper(pid, k=10, beams=4, fusion="rrf")
+    plain = retriever.query_paper(pid, k=10, beams=4, fusion="rrf", citation_weight=0)
     assert plain.fusion == "rrf" and "dropped" not in plain.info and plain.hits
     assert all(h.paper_id in corpus and h.paper_id != pid for h in plain.hits)
+
+
+@pytest.mark.parametrize("fusion", ["graph-rrf", "rrf"])
+def test_citation_channel_adds_the_papers_cited_with_the_first_results(retriever, fusion) -> None:
+    """The channel's run: papers linked to the first 3 results of the facet fusion, ranked by the
+    share of them they are linked to; weighted W (graph-RRF: support W x share); facet terms unchanged."""
+    from graft.fusion import CITATION_FIRST
+
+    pid = _query_paper(retriever)
+    idx, n = retriever.index, retriever.index.n
+    q, links, w = idx.row(pid), idx.citation_links, 3.0
+    base = retriever.query_paper(pid, k=n, beams=4, fusion=fusion, citation_weight=0)
+    first = [h.paper_id for h in base.hits[:CITATION_FIRST]]
+    with_channel = retriever.query_paper(pid, k=n, beams=4, fusion=fusion, citation_weight=w)
+    assert with_channel.info["citation_weight"] == w
+    linked = {}
+    for c in range(n):
+        shared = [p for p in first if links[c, idx.row(p)] > 0]
+        if shared and c != q:
+            linked[idx.paper_ids[c]] = shared
+    assert linked, "the slice's first results have no citation links"
+    got = {h.paper_id: h for h in with_channel.hits}
+    assert set(linked) <= set(got) and pid not in got
+    base_terms = {h.paper_id: h.facets for h in base.hits}
+    for h in with_channel.hits:
+        if h.paper_id in linked:
+            share = len(linked[h.paper_id]) / len(first)
+            assert h.citation is not None and h.citation.papers == linked[h.paper_id]
+            assert h.citation.share == pytest.approx(share, abs=1e-6) and h.citation.first == len(first)
+            weight = w * share if fusion == "graph-rrf" else w
+            assert h.citation.term == pytest.approx(weight / (60 + h.citation.rank), rel=1e-6)
+            assert "cited with" in h.facet_label()
+        else:
+            assert h.citation is None
+        assert h.facets == pytest.approx(base_terms.get(h.paper_id, {}))  # facet credits as without the channel
+        assert h.score == pytest.approx(sum(h.facets.values()) + (h.citation.term if h.citation else 0.0))
+    ranks = sorted((h.citation.rank, -h.citation.share) for h in with_channel.hits if h.citation)
+    assert [r for r, _ in ranks] == list(range(1, len(ranks) + 1))
+    assert [s for _, s in ranks] == sorted(s for _, s in ranks)  # share descending along the run
 
 
 def test_attribution_follows_a_hand_made_graph(retriever) -> None:
@@ -73,7 +112,7 @@ def test_attribution_follows_a_hand_made_graph(retriever) -> None:
     pid = _query_paper(retriever)
     q = retriever.index.row(pid)
     n = retriever.index.n
-    plain = retriever.query_paper(pid, k=n, beams=4, fusion="rrf")  # every decoded candidate
+    plain = retriever.query_paper(pid, k=n, beams=4, fusion="rrf", citation_weight=0)  # every decoded candidate
     candidates = [h.paper_id for h in plain.hits]
     assert len(candidates) >= 3
     # method edges from the query to two candidates (weights 0.9, 0.3); a result edge to the second
@@ -83,7 +122,7 @@ def test_attribution_follows_a_hand_made_graph(retriever) -> None:
     hand["result"] = sp.csr_matrix(([0.5], ([b], [q])), shape=(n, n), dtype=np.float32)  # an in-edge
     retriever.__dict__["walk"] = {f: g.maximum(g.T).tocsr() for f, g in hand.items()}
     try:
-        result = retriever.query_paper(pid, k=n, beams=4)
+        result = retriever.query_paper(pid, k=n, beams=4, citation_weight=0)
     finally:
         del retriever.__dict__["walk"]
     by = {h.paper_id: h for h in result.hits}
@@ -106,7 +145,7 @@ def test_attribution_follows_a_hand_made_graph(retriever) -> None:
 def test_out_of_corpus_support_is_mutual_corroboration(retriever) -> None:
     pid = _query_paper(retriever)
     facets = retriever.index.paper_facets(pid)
-    result = retriever.query_items(facets, k=10, beams=4, query_id="new")
+    result = retriever.query_items(facets, k=10, beams=4, query_id="new", citation_weight=0)
     assert result.query_id == "new"
     for h in result.hits:
         assert h.paper_id in retriever.index.row_of and h.facets
@@ -124,7 +163,14 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--beams", "3", "--k", "5", "--json"])
     assert res.exit_code == 0, res.output
     hits = json.loads(res.output)
-    assert isinstance(hits, list) and all(h["facets"] and h["paper_id"] in idx.row_of for h in hits)
+    assert isinstance(hits, list) and all((h["facets"] or h["citation"]) and h["paper_id"] in idx.row_of
+                                          for h in hits)
+    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--beams", "3", "--k", "5", "--json",
+                              "--citation-weight", "0"])
+    assert res.exit_code == 0, res.output
+    assert all(h["facets"] and h["citation"] is None for h in json.loads(res.output))
+    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--citation-weight", "-1"])
+    assert res.exit_code == 2 and "citation-weight" in res.output
 
     qfile = tmp_path / "queries.txt"
     qfile.write_text("\n".join([ids[0], json.dumps({"id": ids[1]}), ids[2]]) + "\n")
@@ -181,7 +227,7 @@ def test_end_to_end_on_aclsum(tmp_path, encoder) -> None:
         returned += len(result.hits)
         for h in result.hits:
             assert h.paper_id in idx.row_of and h.paper_id != pid
-            assert any(v > 0 for v in h.facets.values())
+            assert any(v > 0 for v in h.facets.values()) or h.citation is not None
     assert returned > 0
 
 
@@ -215,8 +261,8 @@ def test_graph_walk_walks_the_graph_rrf_candidates(retriever) -> None:
     pid = _query_paper(retriever)
     idx, n = retriever.index, retriever.index.n
     q = idx.row(pid)
-    kept = retriever.query_paper(pid, k=n, beams=4)  # graph-RRF: every supported candidate
-    walked = retriever.query_paper(pid, k=n, beams=4, fusion="graph-walk")
+    kept = retriever.query_paper(pid, k=n, beams=4, citation_weight=0)  # graph-RRF: every supported candidate
+    walked = retriever.query_paper(pid, k=n, beams=4, fusion="graph-walk", citation_weight=0)
     assert walked.retriever == "graft" and walked.fusion == "graph-walk" and walked.hits
     seeds = {f: {idx.row(h.paper_id): h.evidence[f].weight for h in kept.hits if f in h.facets}
              for f in ("problem", "method", "result", "contribution")}
@@ -234,5 +280,8 @@ def test_graph_walk_walks_the_graph_rrf_candidates(retriever) -> None:
                 two_hop += 1
                 assert idx.row(ev.via) in seeds[f]
     assert two_hop > 0  # the walk reaches beyond the decoded candidates
-    outside = retriever.query_items(idx.paper_facets(pid), k=20, beams=4, query_id="new", fusion="graph-walk")
+    outside = retriever.query_items(idx.paper_facets(pid), k=20, beams=4, query_id="new", fusion="graph-walk",
+                                    citation_weight=0)
     assert outside.fusion == "graph-walk" and outside.query_id == "new" and all(h.facets for h in outside.hits)
+    cited = retriever.query_paper(pid, k=n, beams=4, fusion="graph-walk")  # the channel in the teacher's walk
+    assert any(h.citation is not None for h in cited.hits) and pid not in {h.paper_id for h in cited.hits}

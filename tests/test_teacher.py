@@ -44,3 +44,27 @@ def test_symmetric_walk_reaches_citing_side_and_rrf_attributes_facets() -> None:
     asym = GraphTeacher({"method": method, "problem": problem}, TeacherConfig(symmetric=False))
     fused2, _ = asym.retrieve(asym.node_rows(0), exclude={0})
     assert {n: set(f) for n, _, f in fused2}[1] == {"problem"}
+
+
+def test_citation_channel_joins_the_fusion_with_its_own_evidence() -> None:
+    """W > 0: papers linked to the first R results of the facet fusion form a fifth run of weight W;
+    they credit no facet for it, and the facet terms stay as they were."""
+    method = graph(6, {(0, 1): 0.9, (0, 2): 0.5})
+    problem = graph(6, {(0, 1): 0.4})
+    links = graph(6, {(1, 4): 1.0, (4, 1): 1.0, (2, 4): 1.0, (4, 2): 1.0, (1, 0): 1.0, (0, 1): 1.0})
+    graphs = {"method": method, "problem": problem}
+    plain = GraphTeacher(graphs, TeacherConfig())
+    channel = GraphTeacher(graphs, TeacherConfig(citation_weight=2.0, citation_first=2), links)
+    before, _ = plain.retrieve(plain.node_rows(0), exclude={0}, k=10)
+    fused, per_facet = channel.retrieve(channel.node_rows(0), exclude={0}, k=10)
+    assert [n for n, _, _ in before][:2] == [1, 2]
+    terms = {n: t for n, _, t in fused}
+    # 4 is linked to both first results (share 1, the channel's rank 1); 1's link to 0 is the query's own
+    assert terms[4] == {"citation": pytest.approx(2.0 / 61)}
+    assert per_facet["citation"][4].linked == (1, 2) and per_facet["citation"][4].weight == pytest.approx(1.0)
+    assert 0 not in terms  # the query paper is never returned, by the channel either
+    for node, _, t in before:
+        assert {f: v for f, v in terms[node].items() if f != "citation"} == pytest.approx(t)
+    assert set(per_facet["citation"]) == {4}
+    with pytest.raises(ValueError):
+        GraphTeacher(graphs, TeacherConfig(citation_weight=1.0))  # no links

@@ -15,7 +15,8 @@ Rows:
                                 weight: graph-RRF drops every candidate without a direct edge to
                                 q, so this is what a model that returned all of them would reach
 - pairs: SAMPLING N=..          the memorisation ceiling of one pair set (graph-RRF, plain RRF, and
-                                graph-walk: the graph-RRF candidates walked two hops by the teacher)
+                                graph-walk: the graph-RRF candidates walked two hops by the teacher;
+                                graph-RRF and graph-walk again with the citation channel)
 
     python -m eval.benchmarks.distill_ceiling --split SPLITDIR [--index SPLITDIR/index] \\
         [--base-model smollm2-135m] [--max-edges 10,20] [--part test] [--name cs768]
@@ -81,15 +82,22 @@ def facet_lists_from_pairs(pairs: Any, docids: Any, row_of: dict[str, int], walk
 
 
 def fused_rows(lists: dict[str, list[int]], q: int, walk: dict[str, Any], *, fusion: str,
-               teacher: Any = None) -> list[int]:
-    """GRAFT's fusion of per-facet lists of corpus rows, as `graft.retriever` fuses a corpus paper's:
+               teacher: Any = None, links: Any = None, citation_weight: float = 0.0) -> list[int]:
+    """GRAFT's fusion of per-facet lists of corpus rows, as `graft.candidates` fuses a corpus paper's:
     `graph-rrf` (weights = symmetrised edges), `rrf`, or `graph-walk` (the graph-RRF candidates
-    and weights walked by `teacher`, a `graft.teacher.GraphTeacher`; needed for it)."""
+    and weights walked by `teacher`, a `graft.teacher.GraphTeacher`; needed for it, and its config
+    says whether the walk has the citation channel). With `citation_weight` W > 0 (and the citation
+    `links`), graph-RRF and RRF get the citation channel (`graft.fusion.add_citation_run`)."""
     from eval.metrics import KS
-    from graft.fusion import graph_rrf, rrf, support_rows
+    from graft.fusion import CITATION, add_citation_run, graph_rrf, rrf, support_rows
 
+    runs = dict(lists)
     if fusion == "rrf":
-        return [int(x.doc) for x in rrf(lists)]
+        fused = rrf(runs)
+        if citation_weight > 0:
+            add_citation_run(runs, fused, links, citation_weight, exclude={q})
+            fused = rrf(runs, weights={CITATION: citation_weight})
+        return [int(x.doc) for x in fused]
     support = {}
     for facet, ranked in lists.items():
         row = walk[facet][q]
@@ -99,7 +107,11 @@ def fused_rows(lists: dict[str, list[int]], q: int, walk: dict[str, Any], *, fus
         n = next(iter(walk.values())).shape[0]
         fused, _ = teacher.retrieve(support_rows(support, n), exclude={q}, k=max(KS))
         return [int(c) for c, *_ in fused]
-    return [int(x.doc) for x in graph_rrf(lists, support).fused]
+    fused = graph_rrf(runs, support).fused
+    if citation_weight > 0:
+        add_citation_run(runs, fused, links, citation_weight, support=support, exclude={q})
+        fused = graph_rrf(runs, support).fused
+    return [int(x.doc) for x in fused]
 
 
 def mean_recalls(ranked: dict[str, list[int]], gold: dict[str, set[int]]) -> dict[str, float]:
@@ -111,7 +123,7 @@ def mean_recalls(ranked: dict[str, list[int]], gold: dict[str, set[int]]) -> dic
 
 def ceiling_recalls(lists: dict[str, dict[str, list[int]]], queries: list[Any], row_of: dict[str, int],
                     gold: dict[str, set[int]], walk: dict[str, Any], *, fusion: str,
-                    teacher: Any = None) -> dict[str, float]:
+                    teacher: Any = None, links: Any = None, citation_weight: float = 0.0) -> dict[str, float]:
     """`mean_recalls` of a perfect memoriser: each query's `facet_lists_from_pairs` lists, fused.
 
     Args:
@@ -120,9 +132,10 @@ def ceiling_recalls(lists: dict[str, dict[str, list[int]]], queries: list[Any], 
         row_of: paper id -> corpus row.
         gold: qid -> gold rows.
         walk: facet -> symmetrised facet graph.
-        fusion / teacher: as `fused_rows`.
+        fusion / teacher / links / citation_weight: as `fused_rows`.
     """
-    ranked = {q.qid: fused_rows(lists.get(q.paper_id, {}), row_of[q.paper_id], walk, fusion=fusion, teacher=teacher)
+    ranked = {q.qid: fused_rows(lists.get(q.paper_id, {}), row_of[q.paper_id], walk, fusion=fusion, teacher=teacher,
+                                links=links, citation_weight=citation_weight)
               for q in queries if q.qid in gold}
     return mean_recalls(ranked, gold)
 
@@ -139,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     from eval.runner import corpus_name
     from graft.docids import load_or_build_docids
     from graft.facets import FACETS
-    from graft.teacher import symmetrise
+    from graft.fusion import CITATION_WEIGHT
+    from graft.teacher import TeacherConfig, symmetrise
     from training.base_models import load_tokenizer
     from training.pairs import DistillConfig, make_pairs
 
@@ -152,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     table: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     teacher = idx.teacher()
+    cited = idx.teacher(TeacherConfig(citation_weight=CITATION_WEIGHT))  # with the citation channel
     ranked = {}
     for qid, q in rows.items():
         fused, _ = teacher.retrieve(teacher.node_rows(q), exclude={q}, k=max(KS))
@@ -183,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
             table.append({"system": label, "fusion": fusion, "pairs": pairs.height,
                           **ceiling_recalls(lists, queries, idx.row_of, gold, walk, fusion=fusion, teacher=teacher),
                           "seconds": round(time.perf_counter() - t0, 1)})
+        for fusion in ("graph-rrf", "graph-walk"):
+            table.append({"system": label, "fusion": f"{fusion} + citation channel (W = {CITATION_WEIGHT:g})",
+                          "pairs": pairs.height,
+                          **ceiling_recalls(lists, queries, idx.row_of, gold, walk, fusion=fusion, teacher=cited,
+                                            links=idx.citation_links, citation_weight=CITATION_WEIGHT),
+                          "seconds": round(time.perf_counter() - t0, 1)})
         print(f"{label}: {pairs.height:,} pairs", file=sys.stderr, flush=True)
 
     teacher_r20 = table[0]["R@20"]
@@ -209,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
               "- every symmetric edge: graph-RRF keeps only candidates with a direct edge to the query; "
               "this row returns all of them, ranked by edge weight",
               "- graph-walk: the graph-RRF candidates, weighted by their edges, walked two hops by the graph "
-              "teacher (`graft query --fusion graph-walk`): it also returns their neighbours"]
+              "teacher (`graft query --fusion graph-walk`): it also returns their neighbours",
+              "- citation channel: the papers that cite or are cited by the first 3 results of the fusion join it "
+              "as a fifth list of weight W (`graft query`'s default; eval system `graft-cite` for graph-RRF); the "
+              "teacher row is without it (the `teacher` system)"]
     write_tables(args.results, f"distill_ceiling_{name}", meta, table, lines)
     return 0
 

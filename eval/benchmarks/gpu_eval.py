@@ -1,6 +1,7 @@
 """Issue #5's GPU run: train the generative retriever on a split's graph twice (coverage-aware and
-naive distillation pairs) and evaluate `graft`, `graft-rrf`, `graft-walk` and `graft-naive` where they were
-trained, in one command (a trained model is too large to come back from the device machine).
+naive distillation pairs) and evaluate `graft`, `graft-rrf`, `graft-walk`, `graft-naive` and
+`graft-cite` where they were trained, in one command (a trained model is too large to come back
+from the device machine).
 
 Three sub-commands (eval/benchmarks/GPU.md says how to stage and run them with the device tool):
 
@@ -70,7 +71,7 @@ SPLIT_FILES = ("split.json", "incorpus/queries.jsonl", "incorpus/qrels.txt", "oo
                "ooc/facets.jsonl", "runs/incorpus.obvious.json", "runs/ooc.obvious.json")
 #: Wheels the device image lacks (versions pinned to this environment's).
 WHEELS = ("polars", "polars-runtime-32", "marisa-trie", "gguf")
-GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-walk", "graft-naive")
+GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-walk", "graft-naive", "graft-cite")
 #: Largest file the device machine returns is 16 MiB; the results bundle stays under this.
 BUNDLE_LIMIT = 15 * 2**20
 SUITES = ("incorpus", "ooc", "attribution")
@@ -602,11 +603,12 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
     full = limit >= max(n_in, n_ooc)
     run.report["limit"] = {"per_suite": limit, "incorpus_test": min(limit, n_in), "ooc": min(limit, n_ooc),
                            "of": {"incorpus_test": n_in, "ooc": n_ooc}}
-    systems = list(GRAFT_SYSTEMS) + ([] if full else ["teacher"])
+    # teacher-cite: the teacher with the citation channel, the comparison for graft-cite (cheap: no decoding)
+    systems = list(GRAFT_SYSTEMS) + (["teacher-cite"] if full else ["teacher", "teacher-cite"])
     if not full:
         run.report["departures"].append(
             f"the first {limit} queries of each suite by qid ({min(limit, n_in)} of {n_in} in-corpus test, "
-            f"{min(limit, n_ooc)} of {n_ooc} out-of-corpus), sized to the time budget; the teacher row is "
+            f"{min(limit, n_ooc)} of {n_ooc} out-of-corpus), sized to the time budget; the teacher rows are "
             f"measured on the same queries for comparison")
     gpu = run.report["env"].get("gpu") or "CPU"
     label = (f"{gpu}: {'tiny model' if args.smoke else 'SmolLM2-135M'} trained {steps} steps x batch "

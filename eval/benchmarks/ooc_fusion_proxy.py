@@ -36,14 +36,20 @@ import datetime as dt
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eval.benchmarks.split_queries import add_split_arguments, int_list, open_split_queries, write_tables  # noqa: E402
+from eval.benchmarks.split_queries import (  # noqa: E402
+    add_split_arguments,
+    int_list,
+    open_split_queries,
+    stand_in_rows,
+    text_only_rows,
+    write_tables,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from graft.facets import FACETS
     from graft.fusion import corroboration, graph_rrf, rrf, support_rows
     from graft.teacher import symmetrise
-    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer, text_coupling_row
+    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer
 
     opened = open_split_queries(args)
     idx = opened.index
@@ -75,13 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     scorer = CorpusScorer(idx, feedback=FEEDBACK)
     walk, teacher = symmetrise(idx.graphs), idx.teacher()
     depth, length, n = 50, args.list_length, idx.n
-    similar = replace(scorer.params, alpha=1.0, beta=0.0, top_k=length)  # facet similarity alone
     dense = np.asarray(idx.paper_embeddings, dtype=np.float32)
     empty = sp.csr_matrix((1, n), dtype=np.float32)
 
     def decoded(node: int) -> dict[str, list[int]]:
         """The stand-in decoder: per facet, the L papers most similar to the node's items (not itself)."""
-        rows = scorer.paper_rows(node, empty, similar)
+        rows = stand_in_rows(scorer, node, length)
         return {f: row.indices[np.lexsort((row.indices, -row.data))].tolist() for f, row in rows.items()}
 
     def walked(rows: dict[str, sp.csr_matrix], node: int) -> list[int]:
@@ -103,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             links = scorer.params.beta * scorer.raised(empty, first[:r], node)
             runs.setdefault(f"graph-walk + links of its first {r}", {})[qid] = walked(
                 {f: rows[f] + links for f in FACETS}, node)
-        cite = text_coupling_row(dense, dense[node], TEXT_NEIGHBOURS, exclude=node)
-        own = scorer.paper_rows(node, cite)
-        top = [idx.row_of[h.paper_id] for h in idx.query_rows(own, k=FEEDBACK, exclude={node}).hits]
-        runs.setdefault("teacher (graft query --text)", {})[qid] = walked(
-            scorer.paper_rows(node, scorer.raised(cite, top, node)), node)
+        runs.setdefault("teacher (graft query --text)", {})[qid] = walked(text_only_rows(scorer, dense, node), node)
     seconds = round(time.perf_counter() - t0, 1)
 
     table = [{"fusion": label, **mean_recalls(run, opened.gold)} for label, run in runs.items()]

@@ -82,3 +82,32 @@ def write_tables(results_dir: str | Path, stem: str, meta: dict[str, Any], rows:
     (results / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     (results / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def text_only_rows(scorer: Any, paper_vectors: Any, node: int) -> dict[str, Any]:
+    """A corpus paper posed as a text-only query: `graft query --text`'s rows (text coupling with
+    its `TEXT_NEIGHBOURS` nearest papers by title + abstract, then the feedback pass with the first
+    `FEEDBACK` papers), from the paper's own item vectors; the paper itself left out.
+
+    Args:
+        scorer: a `graphbuild.external.CorpusScorer` of the index.
+        paper_vectors: (n, d) title + abstract embeddings of the corpus (`Index.paper_embeddings`).
+        node: the paper's corpus row.
+    """
+    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, text_coupling_row
+
+    cite = text_coupling_row(paper_vectors, paper_vectors[node], TEXT_NEIGHBOURS, exclude=node)
+    first = scorer.index.query_rows(scorer.paper_rows(node, cite), k=FEEDBACK, exclude={node}).hits
+    return scorer.paper_rows(node, scorer.raised(cite, [scorer.index.row_of[h.paper_id] for h in first], node))
+
+
+def stand_in_rows(scorer: Any, node: int, length: int) -> dict[str, Any]:
+    """The stand-in decoder of the out-of-corpus fusion benchmarks: per facet, a 1 x n row of the
+    `length` papers whose items are most similar to the paper's (facet similarity alone, alpha = 1,
+    beta = 0), the paper itself left out."""
+    from dataclasses import replace
+
+    import scipy.sparse as sp
+
+    similar = replace(scorer.params, alpha=1.0, beta=0.0, top_k=length)
+    return scorer.paper_rows(node, sp.csr_matrix((1, scorer.index.n), dtype="float32"), similar)

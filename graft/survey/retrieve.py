@@ -302,9 +302,11 @@ class TopicRetriever:
             if allowed is not None and len(hits) < k:
                 hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=k, exclude=self.disallowed), k)
         else:  # constrained decoding reaches every DocID: over-fetch, then drop papers after until_year
+            # no citation channel: the pool grows through its best papers' citation ties (`_grow`)
+            # instead, as with the teacher, whose rows the writer was tuned with
             hits = self._allowed_hits(self.index.query(
                 facets=self.tools.facets_of(rec), retriever="graft", fusion="graph-rrf",
-                k=fetch, query_id=qid, device=self.device), k)
+                k=fetch, query_id=qid, device=self.device, citation_weight=0.0), k)
         if self.seeds and self.retriever != "dense" and hits:
             hits = self._grow(hits, text, k)
         return [(self.index.paper_ids[node], score, terms) for node, score, terms in hits]

@@ -1,0 +1,140 @@
+"""Fusion of a decoder's per-facet candidate lists into a facet-attributed result.
+
+`CandidateFusion` is the model-free half of the generative retriever (`graft.retriever`): given each
+facet's candidates (paper id -> decoder score), it fuses them by graph-RRF, plain RRF or graph-walk
+(`graft.fusion.FUSIONS`), with the citation channel, and returns the ranked hits with their
+evidence. It needs the index's sparse graphs and citation links only (no model, no torch), so a
+stand-in decoder's lists can be fused exactly as the trained model's are
+(`eval/benchmarks/citation_channel.py`, `eval/benchmarks/ooc_fusion_proxy.py`).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from graft.errors import GraftError
+from graft.fusion import (
+    CITATION,
+    CITATION_WEIGHT,
+    FUSIONS,
+    RRF_K,
+    add_citation_run,
+    corroboration,
+    graph_rrf,
+    ranked,
+    rrf,
+    support_rows,
+)
+from graft.index import Index
+from graft.results import CitationEvidence, Evidence, Hit, QueryResult
+from graft.teacher import TeacherConfig, symmetrise
+
+
+class CandidateFusion:
+    """Fuses per-facet candidate lists over an index's graph (see `graft.retriever`'s docstring for
+    the support each fusion weighs candidates with).
+
+    Args:
+        index: the opened index.
+    """
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    @cached_property
+    def walk(self) -> dict[str, sp.csr_matrix]:
+        """max(W_f, W_f^T) per facet, as the teacher walks the graph."""
+        return symmetrise(self.index.graphs)
+
+    def fuse_paper(self, paper_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
+                   fusion: str = "graph-rrf", rrf_k: int = RRF_K,
+                   citation_weight: float = CITATION_WEIGHT) -> QueryResult:
+        """Fuse a corpus paper's facet lists (paper id -> decoder score per facet, as
+        `GenerativeRetriever.facet_lists` gives them); graph-RRF support = the query's edges.
+
+        Raises:
+            GraftError: unknown paper id or fusion.
+        """
+        q = self.index.row(paper_id)
+
+        def support(facet: str, cands: list[int]) -> dict[int, float]:
+            row = self.walk[facet][q]
+            weights = dict(zip(row.indices.tolist(), row.data.tolist()))
+            return {c: float(weights.get(c, 0.0)) for c in cands}
+
+        return self._fuse(paper_id, lists, support, k, fusion, rrf_k, citation_weight, exclude={q})
+
+    def fuse_items(self, query_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
+                   fusion: str = "graph-rrf", rrf_k: int = RRF_K, citation_weight: float = CITATION_WEIGHT,
+                   exclude: set[str] | None = None) -> QueryResult:
+        """Fuse the facet lists of a paper outside the corpus; graph-RRF support by mutual
+        corroboration among the candidates (`graft.retriever`'s docstring). `exclude`: paper ids
+        never returned (left out of the lists and of the citation channel).
+
+        Raises:
+            GraftError: unknown fusion.
+        """
+        def support(facet: str, cands: list[int]) -> dict[int, float]:
+            return dict(zip(cands, corroboration(self.walk[facet], np.asarray(cands, dtype=np.int64)).tolist()))
+
+        rows = {self.index.row_of[p] for p in exclude or () if p in self.index.row_of}
+        return self._fuse(query_id, lists, support, k, fusion, rrf_k, citation_weight, exclude=rows)
+
+    # ---- internals -------------------------------------------------------------------------
+    def _fuse(self, query_id: str, lists: dict[str, dict[str, float]], support: Any, k: int, fusion: str,
+              rrf_k: int, citation_weight: float, exclude: set[int] | None = None) -> QueryResult:
+        """Fuse facet lists (paper id -> score) as `fusion`, with the citation channel at W =
+        `citation_weight` (off for an index without citation links); `support(facet, rows)` gives
+        graph-RRF's weights. Runs are fused as corpus rows."""
+        if fusion not in FUSIONS:
+            raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
+        if citation_weight < 0:
+            raise GraftError(f"citation_weight must be >= 0, got {citation_weight}")
+        links = self.index.citation_links
+        if not links.nnz:
+            citation_weight = 0.0  # an index without citation links: no channel
+        row_of, ids = self.index.row_of, self.index.paper_ids
+        skip = exclude or set()
+        runs = {f: [row_of[c] for c in ranked(s) if row_of[c] not in skip] for f, s in lists.items()}
+        weights = {f: support(f, r) for f, r in runs.items()}
+        info: dict[str, Any] = {"candidates": {f: len(r) for f, r in runs.items()}, "citation_weight": citation_weight}
+        if fusion == "graph-walk":
+            rows = support_rows(weights, self.index.n)
+            info["seeds"] = {f: int(r.nnz) for f, r in rows.items()}
+            walked = self.index.query_rows(rows, query_id=query_id, k=k, exclude=exclude,
+                                           config=TeacherConfig(rrf_k=rrf_k, citation_weight=citation_weight))
+            return QueryResult(query_id, "graft", fusion, walked.hits, info)
+
+        def fuse() -> list[Any]:
+            if fusion == "rrf":
+                return rrf(runs, k=rrf_k, weights={CITATION: citation_weight})
+            out = graph_rrf(runs, weights, k=rrf_k)
+            info["dropped"] = len(out.dropped)
+            info["dropped_ids"] = sorted(ids[d] for d in out.dropped)
+            return out.fused
+
+        fused = fuse()
+        first: list[int] = []
+        if citation_weight > 0:
+            first = add_citation_run(runs, fused, links, citation_weight, exclude=exclude or (),
+                                     support=weights if fusion == "graph-rrf" else None)
+            fused = fuse()
+        titles, years = self.index.papers["title"], self.index.papers["year"]
+        hits = []
+        for rank, entry in enumerate(fused[:k], start=1):
+            node = int(entry.doc)
+            evidence = {f: Evidence(weight=round(weights[f].get(node, 0.0), 6), hops=1,
+                                    rank=runs[f].index(node) + 1) for f in entry.terms if f != CITATION}
+            citation = None
+            if CITATION in entry.terms:
+                linked = [ids[p] for p in first if links[node, p] > 0]
+                citation = CitationEvidence(term=entry.terms[CITATION], share=round(len(linked) / len(first), 6),
+                                            papers=linked, first=len(first), rank=runs[CITATION].index(node) + 1)
+            hits.append(Hit(paper_id=ids[node], title=titles[node], rank=rank, score=entry.score,
+                            facets={f: t for f, t in entry.terms.items() if f != CITATION},
+                            evidence=evidence, year=years[node], citation=citation))
+        return QueryResult(query_id, "graft", fusion, hits, info)
