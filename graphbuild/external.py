@@ -29,11 +29,12 @@ from graphbuild.similarity import group_items
 #: Chosen on cs768's dev papers posed as text-only queries (eval/results/text_coupling_cs768.md).
 TEXT_NEIGHBOURS = 10
 
-#: A query paper is scored twice: the citation links of the R papers its first rows rank highest (the
-#: share of them that a paper cites or is cited by) are added to its citation half (pseudo-relevance
-#: feedback through citations; 0 = one pass). Chosen on cs768's dev papers posed as text-only queries
-#: (eval/results/text_coupling_cs768.md); it also lifts in-corpus dev papers
-#: (incorpus_feedback_cs768.md) and records with 1, 2 or 5 known references (known_references_cs768.md).
+#: A paper outside the corpus is scored twice: the citation links of the R papers its first rows rank
+#: highest (the share of them that a paper cites or is cited by) are added to its citation half
+#: (pseudo-relevance feedback through citations; 0 = one pass). Chosen on cs768's dev papers posed as
+#: text-only queries (eval/results/text_coupling_cs768.md); it also lifts records with 1, 2 or 5 known
+#: references (known_references_cs768.md) and in-corpus dev papers (incorpus_feedback_cs768.md), though
+#: these do better with the citation channel on their stored rows (citation_channel_cs768.md).
 FEEDBACK = 3
 
 

@@ -497,6 +497,12 @@ def test_distill_ceiling_lists_by_hand() -> None:
 
     assert fused_rows(lists["q"], 0, {"method": w}, fusion="graph-walk", teacher=GraphTeacher({"method": w})) == [
         2, 3, 1, 4]
+    # the citation channel, W = 3: d cites b, one of the first 3 (b, c, a): share 1/3, support 3 x 1/3 = 1,
+    # term 1/61 above b's 0.5/62; plain RRF: d's term 1/64 + 3/61 puts it first too
+    links = sp.csr_matrix(([1.0, 1.0], ([4, 2], [2, 4])), shape=(5, 5))
+    assert fused_rows(lists["q"], 0, {"method": w}, fusion="graph-rrf", links=links, citation_weight=3.0) == [
+        4, 2, 3, 1]
+    assert fused_rows(lists["q"], 0, {"method": w}, fusion="rrf", links=links, citation_weight=3.0) == [4, 1, 2, 3]
 
 
 def test_distill_ceiling_benchmark_on_the_slice(built, tmp_path) -> None:
@@ -515,6 +521,9 @@ def test_distill_ceiling_benchmark_on_the_slice(built, tmp_path) -> None:
     assert "| every symmetric edge | graph-rrf |" in (tmp_path / "distill_ceiling_slice.md").read_text()
     walked = by[("pairs: coverage-aware N=2", "graph-walk")]
     assert walked["pairs"] == few["pairs"] and walked["R@50"] >= few["R@50"]  # here: graph-RRF's papers and more
+    assert ("teacher + citation channel", "rrf, W = 3 (teacher-cite)") in by
+    for fusion in ("graph-rrf", "graph-walk"):
+        assert by[("pairs: coverage-aware N=2", f"{fusion} + citation channel (W = 3)")]["pairs"] == few["pairs"]
 
 
 def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(built, tmp_path) -> None:

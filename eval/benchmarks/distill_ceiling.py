@@ -11,6 +11,7 @@ queries. Each pair set is made exactly as `graft train` makes it (`training.pair
 
 Rows:
 - teacher                       the graph teacher (two hops, RRF over facets): the target
+- teacher + citation channel    the same with the citation channel (`teacher-cite`)
 - every symmetric edge          each facet list = all of q's neighbours in max(W_f, W_f^T), by
                                 weight: graph-RRF drops every candidate without a direct edge to
                                 q, so this is what a model that returned all of them would reach
@@ -174,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     table.append({"system": "teacher", "fusion": "rrf (teacher)", "pairs": None, **mean_recalls(ranked, gold),
                   "seconds": round(time.perf_counter() - t0, 1)})
     t0 = time.perf_counter()
+    ranked = {}
+    for qid, q in rows.items():
+        fused, _ = cited.retrieve(cited.node_rows(q), exclude={q}, k=max(KS))
+        ranked[qid] = [c for c, *_ in fused]
+    table.append({"system": "teacher + citation channel", "fusion": f"rrf, W = {CITATION_WEIGHT:g} (teacher-cite)",
+                  "pairs": None, **mean_recalls(ranked, gold), "seconds": round(time.perf_counter() - t0, 1)})
+    t0 = time.perf_counter()
     every = {}
     for qid, q in rows.items():
         lists = {}
@@ -233,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
               "teacher (`graft query --fusion graph-walk`): it also returns their neighbours",
               "- citation channel: the papers that cite or are cited by the first 3 results of the fusion join it "
               "as a fifth list of weight W (`graft query`'s default; eval system `graft-cite` for graph-RRF); the "
-              "teacher row is without it (the `teacher` system)"]
+              "first teacher row is without it (the `teacher` system), the second with it (`teacher-cite`)"]
     write_tables(args.results, f"distill_ceiling_{name}", meta, table, lines)
     return 0
 
