@@ -658,7 +658,8 @@ def test_known_references_benchmark_matches_the_scorer(built, tmp_path) -> None:
     for k in (1, 2):
         by = {r["rows"]: r for r in saved["rows"] if r["known"] == k}
         assert {"bibliographic", "text", "none", "dense", "max(bibliographic, text, links)",
-                "ExternalScorer first pass", "ExternalScorer + feedback 3"} <= set(by)
+                "ExternalScorer first pass", "ExternalScorer + feedback 3",
+                "ExternalScorer + feedback 3 + citation channel 3"} <= set(by)
         assert by["ExternalScorer first pass"]["R@50"] == by["max(bibliographic, text, links)"]["R@50"]
         assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in by.values())
     assert known_references("q1", ["a", "b", "c", "d"], 2) == known_references("q1", ["d", "c", "b", "a"], 2)

@@ -18,13 +18,16 @@ never returned by any system. The citation half (beta) of the query's edge rows 
 - `ExternalScorer first pass`: `ExternalScorer.citation_rows` of the record with its k references
   (since this benchmark: max(bibliographic, text, links));
 - `ExternalScorer + feedback R`: that row raised by the citation links of the R papers its first
-  rows rank highest, the known references left out of them (`ExternalScorer.with_feedback`); with
-  R = `FEEDBACK` (3) what `graft query --record` computes;
+  rows rank highest, the known references left out of them (`ExternalScorer.with_feedback`);
+- `... + citation channel W`: those rows walked with the citation channel at weight W (the papers
+  that cite or are cited by the first 3 results join the fusion; `graft.fusion.cited_with`); with
+  R = `FEEDBACK` (3) and W = `CITATION_WEIGHT` (3) what `graft query --record` returns;
 
 and `dense` (title + abstract cosine, references ignored) for reference. The papers are split by
 qid into halves A and B, so a choice made on one half can be checked on the other.
 
-    python -m eval.benchmarks.known_references --split SPLITDIR [--known 1,2,5] [--limit N] [--name cs768]
+    python -m eval.benchmarks.known_references --split SPLITDIR [--known 1,2,5] [--feedback 3] \
+        [--citation-weight 3] [--limit N] [--name cs768]
 
 Writes eval/results/known_references_{name}.{md,json}.
 """
@@ -67,12 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
     ap.add_argument("--known", default="1,2,5", help="numbers of known references k (comma-separated)")
     ap.add_argument("--feedback", default="3", help="R of the feedback pass rows (comma-separated; 0 = none)")
+    ap.add_argument("--citation-weight", default="3",
+                    help="W of the citation channel over the feedback rows (comma-separated integers >= 1)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N queries by qid")
     ap.add_argument("--name", default=None, help="table name: known_references_{name}.md (default: the corpus)")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
     args = ap.parse_args(argv)
     knowns = int_list(ap, args.known, "--known")
     feedback = [r for r in int_list(ap, args.feedback, "--feedback") if r > 0]
+    channel = int_list(ap, args.citation_weight, "--citation-weight", required=False)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import scipy.sparse as sp
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from eval.splits import read_queries, read_split
     from eval.trec import read_qrels
     from graft.index import Index
+    from graft.teacher import TeacherConfig
     from graft.text import paper_text
     from graphbuild.citations import external_citation_row
     from graphbuild.external import ExternalScorer
@@ -142,9 +149,18 @@ def main(argv: list[str] | None = None) -> int:
             for label, cite in variants:
                 cite = sp.csr_matrix(cite, dtype=np.float32)
                 t = time.perf_counter()
-                hits = idx.query_rows(scorer.rows_from(cite, vectors[i]), k=depth, exclude=skip).hits
+                rows = scorer.rows_from(cite, vectors[i])
+                hits = idx.query_rows(rows, k=depth, exclude=skip).hits
                 runs.setdefault(label, {})[qid] = [idx.row_of[h.paper_id] for h in hits]
                 seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t
+                if not label.startswith("ExternalScorer + feedback"):
+                    continue
+                for w in channel:
+                    t = time.perf_counter()
+                    hits = idx.query_rows(rows, k=depth, exclude=skip, config=TeacherConfig(citation_weight=w)).hits
+                    name_w = f"{label} + citation channel {w}"
+                    runs.setdefault(name_w, {})[qid] = [idx.row_of[h.paper_id] for h in hits]
+                    seconds[name_w] = seconds.get(name_w, 0.0) + time.perf_counter() - t
             sims = scorer.paper_vectors @ dense_q[i]
             sims[given_rows] = -np.inf
             runs.setdefault("dense", {})[qid] = np.argsort(-sims, kind="stable")[:depth].tolist()
@@ -182,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
               "links: share of the known papers a paper cites or is cited by; max: the largest of those named, "
               "per paper; ExternalScorer first pass: its citation row for the record with the k references (max of "
               "bibliographic, text, links); + feedback R: that row raised by the citation links of the R papers its "
-              "first rows rank highest (the known references left out), with R = 3 the rows `graft query --record` "
-              "makes; dense: title + abstract cosine alone"]
+              "first rows rank highest (the known references left out); + citation channel W: those rows walked with the "
+              "channel of weight W (papers linked to the first 3 results); R = 3 and W = 3 is what `graft query "
+              "--record` returns; dense: title + abstract cosine alone"]
     write_tables(args.results, f"known_references_{name}", meta, table, lines)
     return 0
 
