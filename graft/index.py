@@ -175,8 +175,9 @@ class Index:
             self._teachers[config] = GraphTeacher(self.graphs, config, links)
         return self._teachers[config]
 
-    def _hits(self, fused: list[tuple[int, float, dict[str, float]]], per_facet: dict, first: int = 0) -> list[Hit]:
-        """Hits of a teacher's fusion; `first` = R of its citation channel."""
+    def _hits(self, fused: list[tuple[int, float, dict[str, float]]], per_facet: dict) -> list[Hit]:
+        """Hits of a teacher's fusion (`GraphTeacher.retrieve`), the citation channel's part as
+        `Hit.citation`."""
         titles = self.papers["title"]
         years = self.papers["year"]
         hits = []
@@ -186,7 +187,7 @@ class Index:
                 c = per_facet[facet][node]
                 if facet == CITATION:
                     citation = CitationEvidence(term=terms[facet], share=round(c.weight, 6),
-                                                papers=[self.paper_ids[p] for p in c.linked], first=first,
+                                                papers=[self.paper_ids[p] for p in c.linked], first=c.of,
                                                 rank=c.rank)
                     continue
                 via = self.paper_ids[c.via] if c.via is not None else None
@@ -268,7 +269,7 @@ class Index:
         node = self.row(paper_id)
         teacher = self.teacher(config)
         fused, per_facet = teacher.retrieve(teacher.node_rows(node), exclude={node}, k=k)
-        return QueryResult(paper_id, "teacher", "rrf", self._hits(fused, per_facet, teacher.config.citation_first))
+        return QueryResult(paper_id, "teacher", "rrf", self._hits(fused, per_facet))
 
     def query_rows(
         self, rows: dict[str, sp.csr_matrix], *, query_id: str = "query", k: int = 20,
@@ -278,4 +279,4 @@ class Index:
         `exclude` = corpus rows never returned (left out of every facet list before fusion)."""
         teacher = self.teacher(config)
         fused, per_facet = teacher.retrieve(rows, k=k, exclude=exclude)
-        return QueryResult(query_id, "teacher", "rrf", self._hits(fused, per_facet, teacher.config.citation_first))
+        return QueryResult(query_id, "teacher", "rrf", self._hits(fused, per_facet))

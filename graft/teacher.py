@@ -55,6 +55,7 @@ class FacetCandidate:
     via: int | None
     rank: int = 0  # 1-based position in its facet's list
     linked: tuple[int, ...] = ()  # citation channel: the first results it cites or is cited by
+    of: int = 0  # citation channel: how many first results the run was made from
 
 
 class GraphTeacher:
@@ -144,5 +145,5 @@ class GraphTeacher:
         for rank, (node, share) in enumerate(run, start=1):
             row = self.links[node]
             linked = tuple(p for p in first if row[0, p] > 0)
-            out.append(FacetCandidate(node, share, share, 1, None, rank, linked))
+            out.append(FacetCandidate(node, share, share, 1, None, rank, linked, len(first)))
         return out

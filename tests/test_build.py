@@ -514,7 +514,7 @@ def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
     assert CorpusScorer(idx).feedback == 0  # corpus papers: the stored rows by default
     scorer = CorpusScorer(idx, feedback=FEEDBACK, citation_weight=0)
     assert scorer.feedback == FEEDBACK == 3 and not hasattr(scorer, "encoder")
-    cited = idx.citations["cited"].value_counts().sort("count", descending=True)["cited"].to_list()
+    cited = idx.citations["cited"].value_counts().sort(["count", "cited"], descending=[True, False])["cited"].to_list()
     node = idx.row_of[cited[0]]
     first = [idx.row_of[h.paper_id] for h in idx.query_paper(cited[0], k=3).hits]
     a = idx.citation_matrix.toarray()
