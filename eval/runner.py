@@ -311,9 +311,11 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
             except NotApplicable as exc:
                 notes.append(f"{system} ({suite}): {exc}")
                 continue
-            credits, by_hops = [], {1: [], 2: []}
+            credits, by_hops, hits, bare = [], {1: [], 2: []}, 0, 0
             for q in queries:
                 for docid, facets in (run.credits or {}).get(q.qid, [])[:ATTRIBUTION_K]:
+                    hits += 1
+                    bare += not facets  # a hit the citation channel alone surfaced
                     for f, hops in facets.items():
                         ok = ctx.supported(q, f, docid)
                         credits.append((f, ok))
@@ -325,6 +327,7 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
             for h in (1, 2):
                 row[f"{h}-hop"] = sum(by_hops[h]) / len(by_hops[h]) if by_hops[h] else None
                 row[f"{h}-hop credits"] = len(by_hops[h])
+            row["hits without a facet credit"] = bare / hits if hits else None
             rows.append(row)
             runs[f"{suite}.{system}"] = str(run_paths(split_dir, suite, system)[0])
     return {"rows": rows, "notes": notes, "runs": runs, "queries": n_queries}
@@ -435,7 +438,9 @@ _DEFINITIONS = {
     "attribution": ["precision: share of credited facets of top-20 hits whose facet graph holds an edge "
                     "between query and hit (in corpus: max(W_f, W_f^T)[q, c] > 0; out of corpus: the "
                     "query's ExternalScorer row from its text, the teacher's rows, for every system); 1-hop / 2-hop: "
-                    "credits by evidence hops"],
+                    "credits by evidence hops; hits without a facet credit: share of the top-20 hits that only the "
+                    "citation channel surfaced (its evidence is the first results a hit cites or is cited by, not "
+                    "a facet)"],
 }
 
 

@@ -201,6 +201,13 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     credits = read_credits(run_paths(split, "incorpus", "teacher-cite")[1])
     assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
     assert any(not f for hits in credits.values() for _, f in hits)  # hits surfaced by the channel alone
+    att = run_suite(split, "attribution", RunOptions(systems=["teacher", "teacher-cite"], results_dir=tmp_path,
+                                                     limit=12), encoder=encoder)
+    rows = {(r["system"], r["setting"]): r for r in att["rows"]}
+    assert rows[("teacher", "incorpus")]["hits without a facet credit"] == 0.0
+    top = [f for hits in credits.values() for _, f in hits[:20]]  # the attribution suite's top-20 hits
+    assert rows[("teacher-cite", "incorpus")]["hits without a facet credit"] == pytest.approx(
+        sum(not f for f in top) / len(top))
 
     ooc = run_suite(split, "ooc", RunOptions(systems=["teacher-cite"], results_dir=tmp_path, limit=5),
                     encoder=encoder)
