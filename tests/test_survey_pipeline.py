@@ -79,6 +79,19 @@ def test_steps_alone(acl) -> None:
     assert len(flat) == len(set(flat))
 
 
+def test_teacher_search_with_the_citation_channel(acl) -> None:
+    """SurveyConfig.citation_weight reaches the teacher's fusion: a description's list is the
+    teacher's answer with the channel at W (off for an index without citation links)."""
+    from graft.survey.retrieve import TopicRetriever, topic_record
+
+    idx, tools = acl
+    retriever = TopicRetriever(idx, tools, "teacher", citation_weight=3.0)
+    assert retriever.teacher_config.citation_weight == (3.0 if idx.citation_links.nnz else 0.0)
+    assert TopicRetriever(idx, tools, "teacher").teacher_config.citation_weight == 0.0
+    want = idx.query_rows(tools.rows(topic_record(TOPIC, "q")), query_id="q", k=10, config=retriever.teacher_config)
+    assert [pid for pid, _, _ in retriever._retrieve(TOPIC, 10, "q")] == [h.paper_id for h in want.hits]
+
+
 def test_until_year_is_applied_inside_the_searches(acl) -> None:
     """With a cut-off that leaves a minority of the corpus, the teacher and dense lists still come
     out full (the later papers are left out of the searches, not filtered from a short list), and

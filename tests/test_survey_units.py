@@ -144,6 +144,8 @@ def test_config_rejects_bad_values_and_unknown_keys() -> None:
         SurveyConfig(text_neighbours=-1)
     with pytest.raises(SurveyError, match="feedback=-2"):
         SurveyConfig(feedback=-2)
+    with pytest.raises(SurveyError, match="citation_weight=-1"):
+        SurveyConfig(citation_weight=-1.0)
     assert SurveyConfig().feedback == 0 and SurveyConfig.from_dict({"feedback": 3}).feedback == 3
     with pytest.raises(SurveyError, match="base_url"):
         SurveyConfig(llm="openai")

@@ -32,6 +32,7 @@ class SurveyConfig:
     text_neighbours: int = 0  # teacher: nearest papers by title + abstract standing in for a description's citations (0 = off)
     feedback: int = 0  # teacher: first papers of a description's first pass whose citation links join its rows (0 = off)
     graph_seeds: int = 20  # best papers of a graph retrieval whose citation ties widen it (0 = off)
+    citation_weight: float = 0.0  # W of the citation channel in a description's fusion (0 = off; lowered the dev ratio)
     until_year: int | None = None  # write "as of" this year: cite no paper published after it
     pool: int = 40  # papers kept after the two-stage rerank for the level-1 outline
     sections: int = 4  # level-1 sections
@@ -62,6 +63,8 @@ class SurveyConfig:
                 problems.append(f"{name}={value!r} (an integer >= 1)")
         if not isinstance(self.text_neighbours, int) or self.text_neighbours < 0:
             problems.append(f"text_neighbours={self.text_neighbours!r} (an integer >= 0; 0 turns text coupling off)")
+        if not isinstance(self.citation_weight, (int, float)) or self.citation_weight < 0:
+            problems.append(f"citation_weight={self.citation_weight!r} (a number >= 0; 0 turns the channel off)")
         if not isinstance(self.feedback, int) or self.feedback < 0:
             problems.append(f"feedback={self.feedback!r} (an integer >= 0; 0 turns the second pass off)")
         if not isinstance(self.graph_seeds, int) or self.graph_seeds < 0:

@@ -101,7 +101,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     encode = _locked(tools.encoder.encode)
     tools.encoder = type("LockedEncoder", (), {"encode": staticmethod(encode)})()
     retriever = TopicRetriever(index, tools, config.retriever, dense=dense, device=device, seeds=config.graph_seeds,
-                               until_year=config.until_year)
+                               until_year=config.until_year, citation_weight=config.citation_weight)
     vectors = retriever.vectors
     ctx = SurveyContext(index=index, vectors=vectors, encode=encode, config=config)
     backend = make_backend(ctx)

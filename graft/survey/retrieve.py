@@ -242,10 +242,13 @@ class TopicRetriever:
 
     def __init__(self, index: Index, tools: QueryTools, retriever: str = "teacher", *,
                  dense: DenseIndex | None = None, device: str = "cpu", seeds: int = 0,
-                 until_year: int | None = None) -> None:
+                 until_year: int | None = None, citation_weight: float = 0.0) -> None:
         from graft.index import has_model
+        from graft.teacher import TeacherConfig
 
         self.index = index
+        #: the fusion's citation channel at W (`SurveyConfig.citation_weight`; off without citation links)
+        self.teacher_config = TeacherConfig(citation_weight=citation_weight if index.citation_links.nnz else 0.0)
         self.tools = tools
         self.retriever = retriever
         self.device = device
@@ -298,15 +301,15 @@ class TopicRetriever:
             # rank over the whole corpus and drop later papers; if that leaves fewer than k, rank
             # again with the later papers left out of the facet lists, so the list comes out full
             rows = self.tools.rows(rec)
-            hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=fetch), k)
+            config = self.teacher_config
+            hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=fetch, config=config), k)
             if allowed is not None and len(hits) < k:
-                hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=k, exclude=self.disallowed), k)
+                hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=k, exclude=self.disallowed,
+                                                                config=config), k)
         else:  # constrained decoding reaches every DocID: over-fetch, then drop papers after until_year
-            # no citation channel: the pool grows through its best papers' citation ties (`_grow`)
-            # instead, as with the teacher, whose rows the writer was tuned with
             hits = self._allowed_hits(self.index.query(
                 facets=self.tools.facets_of(rec), retriever="graft", fusion="graph-rrf",
-                k=fetch, query_id=qid, device=self.device, citation_weight=0.0), k)
+                k=fetch, query_id=qid, device=self.device, citation_weight=self.teacher_config.citation_weight), k)
         if self.seeds and self.retriever != "dense" and hits:
             hits = self._grow(hits, text, k)
         return [(self.index.paper_ids[node], score, terms) for node, score, terms in hits]
