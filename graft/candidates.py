@@ -25,6 +25,7 @@ from graft.fusion import (
     add_citation_run,
     corroboration,
     graph_rrf,
+    linked_first,
     ranked,
     rrf,
     support_rows,
@@ -123,6 +124,8 @@ class CandidateFusion:
             first = add_citation_run(runs, fused, links, citation_weight, exclude=exclude or (),
                                      support=weights if fusion == "graph-rrf" else None)
             fused = fuse()
+        cited = [int(e.doc) for e in fused[:k] if CITATION in e.terms]
+        linked = dict(zip(cited, linked_first(links, first, cited)))
         titles, years = self.index.papers["title"], self.index.papers["year"]
         hits = []
         for rank, entry in enumerate(fused[:k], start=1):
@@ -131,9 +134,9 @@ class CandidateFusion:
                                     rank=runs[f].index(node) + 1) for f in entry.terms if f != CITATION}
             citation = None
             if CITATION in entry.terms:
-                linked = [ids[p] for p in first if links[node, p] > 0]
-                citation = CitationEvidence(term=entry.terms[CITATION], share=round(len(linked) / len(first), 6),
-                                            papers=linked, first=len(first), rank=runs[CITATION].index(node) + 1)
+                papers = [ids[p] for p in linked[node]]
+                citation = CitationEvidence(term=entry.terms[CITATION], share=round(len(papers) / len(first), 6),
+                                            papers=papers, first=len(first), rank=runs[CITATION].index(node) + 1)
             hits.append(Hit(paper_id=ids[node], title=titles[node], rank=rank, score=entry.score,
                             facets={f: t for f, t in entry.terms.items() if f != CITATION},
                             evidence=evidence, year=years[node], citation=citation))

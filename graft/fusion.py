@@ -189,6 +189,15 @@ def cited_with(links: sp.csr_matrix, first: Sequence[int], order: Sequence[int],
     return [(int(c), float(share[c])) for c in top]
 
 
+def linked_first(links: sp.csr_matrix, first: Sequence[int], nodes: Sequence[int]) -> list[list[int]]:
+    """Per paper of `nodes`, the rows of `first` (the first results of a facet fusion) it cites or is
+    cited by, in `first`'s order: the evidence of a citation channel hit (`cited_with`)."""
+    if not len(nodes) or not len(first):
+        return [[] for _ in nodes]
+    hit = links[np.asarray(list(first), dtype=np.int64)][:, np.asarray(list(nodes), dtype=np.int64)].toarray() > 0
+    return [[int(first[i]) for i in np.flatnonzero(hit[:, j])] for j in range(len(nodes))]
+
+
 def add_citation_run(runs: dict[str, list[int]], fused: Sequence[Fused], links: sp.csr_matrix, weight: float, *,
                      support: dict[str, dict[int, float]] | None = None, exclude: Iterable[int] = (),
                      first: int = CITATION_FIRST) -> list[int]:

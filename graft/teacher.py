@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from graft.config import config_from_dict
 from graft.facets import FACETS
-from graft.fusion import CITATION, CITATION_FIRST, RRF_K, cited_with, rrf
+from graft.fusion import CITATION, CITATION_FIRST, RRF_K, cited_with, linked_first, rrf
 
 
 def symmetrise(graphs: dict[str, sp.csr_matrix]) -> dict[str, sp.csr_matrix]:
@@ -141,9 +141,6 @@ class GraphTeacher:
         weight = the share of the first R results a paper is linked to; `linked` = those results)."""
         first = order[: self.config.citation_first]
         run = cited_with(self.links, first, order, exclude)
-        out = []
-        for rank, (node, share) in enumerate(run, start=1):
-            row = self.links[node]
-            linked = tuple(p for p in first if row[0, p] > 0)
-            out.append(FacetCandidate(node, share, share, 1, None, rank, linked, len(first)))
-        return out
+        linked = linked_first(self.links, first, [node for node, _ in run])
+        return [FacetCandidate(node, share, share, 1, None, rank, tuple(papers), len(first))
+                for rank, ((node, share), papers) in enumerate(zip(run, linked), start=1)]
