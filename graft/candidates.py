@@ -96,8 +96,7 @@ class CandidateFusion:
         if citation_weight < 0:
             raise GraftError(f"citation_weight must be >= 0, got {citation_weight}")
         links = self.index.citation_links
-        if not links.nnz:
-            citation_weight = 0.0  # an index without citation links: no channel
+        citation_weight = self.index.channel_weight(citation_weight)
         row_of, ids = self.index.row_of, self.index.paper_ids
         skip = exclude or set()
         runs = {f: [row_of[c] for c in ranked(s) if row_of[c] not in skip] for f, s in lists.items()}

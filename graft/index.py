@@ -138,6 +138,11 @@ class Index:
         a = self.citation_matrix
         return ((a + a.T) > 0).astype(np.float32).tocsr()
 
+    def channel_weight(self, weight: float) -> float:
+        """The citation channel's weight W in effect on this index: `weight`, or 0 for an index
+        without citation links (the channel would have nothing to add)."""
+        return weight if self.citation_links.nnz else 0.0
+
     def row(self, paper_id: str) -> int:
         """Node index of a paper id.
 
@@ -256,8 +261,7 @@ class Index:
             if paper is None:
                 raise GraftError("the teacher scores a paper outside the corpus from its edge rows: use "
                                  "graphbuild.external.ExternalScorer(index).rows(record) and Index.query_rows")
-            weight = citation_weight if self.citation_links.nnz else 0.0
-            return self.query_paper(paper, k=k, config=TeacherConfig(citation_weight=weight))
+            return self.query_paper(paper, k=k, config=TeacherConfig(citation_weight=self.channel_weight(citation_weight)))
         gen = self.generative(device=device)
         if paper is not None:
             return gen.query_paper(paper, k=k, beams=beams, fusion=fusion, citation_weight=citation_weight)

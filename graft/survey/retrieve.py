@@ -248,7 +248,7 @@ class TopicRetriever:
 
         self.index = index
         #: the fusion's citation channel at W (`SurveyConfig.citation_weight`; off without citation links)
-        self.teacher_config = TeacherConfig(citation_weight=citation_weight if index.citation_links.nnz else 0.0)
+        self.teacher_config = TeacherConfig(citation_weight=index.channel_weight(citation_weight))
         self.tools = tools
         self.retriever = retriever
         self.device = device
