@@ -169,8 +169,10 @@ def query(
                                                "papers the query paper cites; their citation links and "
                                                "coupling shape the result, and they are not returned."),
     text_neighbours: int = typer.Option(10, "--text-neighbours",
-                                        help="Teacher, a paper without references into the corpus: its N nearest "
-                                             "papers by title + abstract stand in for its citations (0 = off)."),
+                                        help="A paper outside the corpus: its N nearest papers by title + abstract "
+                                             "stand in for its citations (teacher: text coupling, when it lists "
+                                             "no references into the corpus; graft: the text channel, labelled "
+                                             "'reads like it') (0 = off)."),
     feedback: int | None = typer.Option(None, "--feedback",
                                         help="Teacher: the citation links of the N papers a first pass ranks "
                                              "highest (never the query's references) join the query's citation "
@@ -199,6 +201,8 @@ def query(
             raise GraftError(f"--citation-weight must be >= 0, got {citation_weight}")
         if feedback is not None and feedback < 0:
             raise GraftError(f"--feedback must be >= 0, got {feedback}")
+        if text_neighbours < 0:
+            raise GraftError(f"--text-neighbours must be >= 0, got {text_neighbours}")
         outside: dict = {}  # the extractor / scorer for papers outside the corpus, built once
 
         def run(rec: dict) -> tuple:
@@ -234,8 +238,16 @@ def query(
                 return result, heading
             if "facets" not in outside:
                 outside["facets"] = RecordFacets(idx)
+            near = None
+            if text_neighbours and idx.paper_embeddings is None:
+                if "no text channel" not in outside and not as_json:
+                    err.print(f"no text channel: index '{index}' has no embeddings/papers.npy (rebuild it with "
+                              "`graft build` to add them)", highlight=False)
+                outside["no text channel"] = True
+            elif text_neighbours:
+                near = outside["facets"].neighbours([rec], text_neighbours)[0]
             return idx.query(facets=outside["facets"](rec), retriever=chosen, fusion=fusion, k=k, beams=beams,
-                             query_id=qid, citation_weight=citation_weight), heading
+                             query_id=qid, citation_weight=citation_weight, neighbours=near), heading
 
         if queries is not None:
             recs = _read_queries(queries)
@@ -280,6 +292,10 @@ def query(
             first = cited[0].citation.first
             console.print(f"cited with: {len(cited)} results cite or are cited by some of the first {first} results of "
                           f"the facet fusion (the citation channel; --citation-weight 0: off)")
+        reads = [h for h in result.hits if h.text is not None]
+        if reads:
+            console.print(f"reads like it: {len(reads)} results are among the query's {result.info['text_neighbours']} "
+                          f"nearest papers by title + abstract (the text channel; --text-neighbours 0: off)")
     else:
         console.print(f"{len(results)} queries" + (f" · run file {trec_out}" if trec_out else ""))
 

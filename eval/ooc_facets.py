@@ -4,13 +4,16 @@ An out-of-corpus query is a held-out paper's title and abstract. Every system th
 facets needs the same things, and all need the sentence encoder: the heuristic extractor's facet
 items (the generative systems decode them), the text-only facet edge rows scored against the index
 (the teacher walks them, the attribution suite checks credits against them; their citation half is
-text coupling) and the same rows under facet-only weights (the facet-only baseline walks them).
+text coupling), the same rows under facet-only weights (the facet-only baseline walks them) and the
+query's nearest corpus papers by title + abstract (the text coupling row: the generative retriever's
+text channel).
 They are computed in batches (`graphbuild.external.ExternalScorer.score_many`) and written here, so
 later runs, and machines without the encoder's files, read them instead.
 
 File format (JSON lines): a header `{"format", "version", "key", "created"}`, then one line per
 query, sorted by qid: `{"qid", "text_sha", "facets": {facet: [items]}, "rows": {facet: [[column
-indices], [weights]]}, "facet_only_rows": (the same form)}`. The key names what the entries depend
+indices], [weights]]}, "facet_only_rows": (the same form), "neighbours": [[column indices],
+[cosines]]}`. The key names what the entries depend
 on: the index's corpus hash and the graph settings of its build (top-K, alpha, beta, candidates,
 citation rescaling, title weight), the extractor and its settings, the encoder, the text
 coupling of the rows (`text_neighbours`) and their feedback pass (`feedback`). A file with another
@@ -36,18 +39,20 @@ from graft.store import write_lines
 
 CACHE_NAME = "facets.jsonl"
 CACHE_FORMAT = "graft-ooc-facets"
-CACHE_VERSION = 2  # 2: facet-only rows beside the rows
+CACHE_VERSION = 3  # 2: facet-only rows beside the rows; 3: the text coupling row (neighbours)
 
 
 @dataclass
 class OocEntry:
-    """One out-of-corpus query's facet items, its facet edge rows (1 x n each) and the same rows
-    under facet-only weights (alpha 1, beta 0) for the facet-only baseline."""
+    """One out-of-corpus query's facet items, its facet edge rows (1 x n each), the same rows
+    under facet-only weights (alpha 1, beta 0) for the facet-only baseline, and its text coupling
+    row (1 x n: cosine with its nearest papers by title + abstract; empty without text coupling)."""
 
     facets: dict[str, list[str]]
     rows: dict[str, sp.csr_matrix]
     text_sha: str
     facet_only_rows: dict[str, sp.csr_matrix]
+    neighbours: sp.csr_matrix
 
 
 def cache_path(split_dir: str | Path) -> Path:
@@ -139,7 +144,8 @@ def read_cache(path: str | Path, key: dict[str, Any], n: int) -> dict[str, OocEn
                 row = json.loads(line)
                 out[row["qid"]] = OocEntry({f: list(row["facets"].get(f, [])) for f in FACETS},
                                            {f: _row_from_json(row["rows"][f], n) for f in FACETS}, row["text_sha"],
-                                           {f: _row_from_json(row["facet_only_rows"][f], n) for f in FACETS})
+                                           {f: _row_from_json(row["facet_only_rows"][f], n) for f in FACETS},
+                                           _row_from_json(row["neighbours"], n))
     except (ValueError, KeyError, TypeError) as exc:
         raise GraftError(f"{path} is not a readable out-of-corpus facet cache ({exc}); delete it and rerun "
                          f"to rebuild it") from None
@@ -155,6 +161,7 @@ def write_cache(path: str | Path, key: dict[str, Any], entries: dict[str, OocEnt
         e = entries[qid]
         lines.append(json.dumps({"qid": qid, "text_sha": e.text_sha, "facets": {f: e.facets.get(f, []) for f in FACETS},
                                  "rows": {f: _row_json(e.rows[f]) for f in FACETS},
-                                 "facet_only_rows": {f: _row_json(e.facet_only_rows[f]) for f in FACETS}}))
+                                 "facet_only_rows": {f: _row_json(e.facet_only_rows[f]) for f in FACETS},
+                                 "neighbours": _row_json(e.neighbours)}))
     write_lines(path, lines)
     return Path(path)

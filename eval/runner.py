@@ -197,6 +197,14 @@ def _citation_stamp() -> dict[str, float]:
     return {"weight": CITATION_WEIGHT, "first": CITATION_FIRST}
 
 
+def _text_stamp() -> dict[str, float]:
+    """The text channel the `graft-text` runs fuse (`graft.fusion.TEXT_WEIGHT`; its neighbours come
+    from the out-of-corpus cache, whose key the `ooc_rows` stamp holds)."""
+    from graft.fusion import TEXT_WEIGHT
+
+    return {"weight": TEXT_WEIGHT}
+
+
 def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queries: list[EvalQuery],
                options: RunOptions, reporter: Reporter) -> tuple[SystemRun, dict[str, Any]]:
     """A system's run over the queries: reused from `SPLITDIR/runs` when the same queries, index
@@ -212,7 +220,8 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
             "model": _model_stamp(index) if system.startswith("graft") else None,
             "ooc_rows": _ooc_stamp(ctx) if suite == "ooc" and system not in TEXT_SYSTEMS else None,
             "feedback": _feedback_stamp() if system == "teacher-fb" else None,
-            "citation": _citation_stamp() if system.endswith("-cite") else None}
+            "citation": _citation_stamp() if system in ("teacher-cite", "graft-cite", "graft-text") else None,
+            "text": _text_stamp() if system == "graft-text" else None}
     if not options.force and meta_path.is_file() and trec.is_file():
         old = read_json(meta_path)
         if all(old.get(k) == v for k, v in want.items()):
@@ -285,7 +294,7 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
         rows.append({"system": system, **{f"R@{k}": mean_recall(sub, qrels, k, qids) for k in KS},
                      "non_obvious@20": no["share"], "correct@20": no["correct"], "seconds": meta.get("seconds")})
         runs[system] = str(run_paths(split_dir, suite, system)[0])
-    fusions = [s for s in ("graft", "graft-rrf", "graft-walk", "graft-cite") if s in runs]
+    fusions = [s for s in ("graft", "graft-rrf", "graft-walk", "graft-cite", "graft-text") if s in runs]
     if len(fusions) > 1:
         notes.append(f"{', '.join(fusions)} decode each query once (one model, {len(fusions)} fusions): the one "
                      "computed first carries the decoding time")
@@ -439,8 +448,8 @@ _DEFINITIONS = {
                     "between query and hit (in corpus: max(W_f, W_f^T)[q, c] > 0; out of corpus: the "
                     "query's ExternalScorer row from its text, the teacher's rows, for every system); 1-hop / 2-hop: "
                     "credits by evidence hops; hits without a facet credit: share of the top-20 hits that only the "
-                    "citation channel surfaced (its evidence is the first results a hit cites or is cited by, not "
-                    "a facet)"],
+                    "channels surfaced (the citation channel's evidence is the first results a hit cites or is "
+                    "cited by, the text channel's the cosine of the two titles + abstracts; neither is a facet)"],
 }
 
 

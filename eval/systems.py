@@ -14,10 +14,13 @@
 | graft-walk | the same model, graph-RRF's candidates walked two hops by the graph teacher (`graph-walk`) | likewise |
 | graft-naive | graph-RRF with a model trained on naive pairs (`naive_index`) | likewise |
 | graft-cite | the same model as graft, graph-RRF with the citation channel (`graft query`'s default) | likewise |
+| graft-text | n/a: the text channel is for papers outside the corpus (in corpus it is graft-cite) | graft-cite with the text channel: the query's nearest papers by title + abstract as a run of weight W_t (`graft query --text`'s default) |
 
 The citation channel fuses a fifth run with the facet lists: the papers that cite or are cited by the
-first results of the facet fusion. Its hits carry no facet credit for it, so the attribution suite
-counts the facets the others credit; `teacher` and `graft` are the design's, without it.
+first results of the facet fusion. The text channel (out of corpus) fuses the query's nearest corpus
+papers by title + abstract as a run of its own. Their hits carry no facet credit for them, so the
+attribution suite counts the facets the others credit; `teacher` and `graft` are the design's,
+without them.
 
 Out-of-corpus queries never carry their references: `ExternalScorer.rows` scores bibliographic
 coupling only from a record's `references`, and the records built here have none, so every
@@ -28,7 +31,8 @@ in `SPLITDIR/ooc/facets.jsonl` (`eval.ooc_facets`), so the generative systems, t
 the attribution checks of later runs read them without the sentence encoder.
 
 The generative systems decode the facet items of several queries in shared `generate` calls, and
-`graft`, `graft-rrf`, `graft-walk` and `graft-cite` (one model, four fusions) decode each query once.
+`graft`, `graft-rrf`, `graft-walk`, `graft-cite` and `graft-text` (one model, five fusions) decode each
+query once.
 
 A system returns a `SystemRun`: the ranked list per query and, for facet-attributed systems, the
 credited facets of each hit with the hops of the evidence (1 = direct edge, 2 = through a neighbour).
@@ -47,7 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graft.errors import GraftError
-from graft.fusion import CITATION, CITATION_WEIGHT
+from graft.fusion import CITATION, CITATION_WEIGHT, TEXT_WEIGHT
 from graft.index import Index
 from graft.progress import Reporter
 from graft.results import QueryResult
@@ -58,13 +62,14 @@ if TYPE_CHECKING:
 
 #: Every system name `graft eval run --systems` accepts, in table order.
 SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "teacher-fb", "teacher-cite", "graft", "graft-rrf",
-           "graft-walk", "graft-naive", "graft-cite")
+           "graft-walk", "graft-naive", "graft-cite", "graft-text")
 #: Systems whose hits carry facet credits (the attribution suite).
 ATTRIBUTED = ("facet", "teacher", "teacher-fb", "teacher-cite", "graft", "graft-rrf", "graft-walk", "graft-naive",
-              "graft-cite")
-#: The generative systems' fusions: (fusion, citation channel weight W).
-GENERATIVE = {"graft": ("graph-rrf", 0.0), "graft-rrf": ("rrf", 0.0), "graft-walk": ("graph-walk", 0.0),
-              "graft-naive": ("graph-rrf", 0.0), "graft-cite": ("graph-rrf", CITATION_WEIGHT)}
+              "graft-cite", "graft-text")
+#: The generative systems' fusions: (fusion, citation channel weight W, text channel weight W_t).
+GENERATIVE = {"graft": ("graph-rrf", 0.0, 0.0), "graft-rrf": ("rrf", 0.0, 0.0), "graft-walk": ("graph-walk", 0.0, 0.0),
+              "graft-naive": ("graph-rrf", 0.0, 0.0), "graft-cite": ("graph-rrf", CITATION_WEIGHT, 0.0),
+              "graft-text": ("graph-rrf", CITATION_WEIGHT, TEXT_WEIGHT)}
 #: Ranked results kept per query (R@50 needs 50; the rest lets a run be re-scored deeper).
 DEPTH = 100
 
@@ -217,13 +222,37 @@ class EvalContext:
         if missing:
             reporter = reporter or Reporter(quiet=True)
             with reporter.stage("ooc facets", total=len(missing), unit="queries") as advance:
-                built = self.scorer.score_many([q.record() for q in missing], progress=advance, facet_only=True)
-            new = {q.qid: OocEntry(dict(facets), rows, text_sha(q.title, q.abstract), facet_only)
-                   for q, (rows, facets, facet_only) in zip(missing, built)}
+                records = [q.record() for q in missing]
+                built = self.scorer.score_many(records, progress=advance, facet_only=True)
+                near = self.neighbour_rows(records)
+            new = {q.qid: OocEntry(dict(facets), rows, text_sha(q.title, q.abstract), facet_only, coupling)
+                   for q, (rows, facets, facet_only), coupling in zip(missing, built, near)}
             if path is not None:
                 write_cache(path, self.ooc_key, {**cached, **new})
             found.update(new)
         self._ooc.update(found)
+
+    def neighbour_rows(self, records: list[dict[str, Any]]) -> list[sp.csr_matrix]:
+        """Text coupling rows (1 x n) of records: each one's nearest corpus papers by title +
+        abstract with their cosines (M = the cache key's `text_neighbours`; empty rows when 0)."""
+        m = int(self.ooc_key["text_neighbours"])
+        near = self.scorer.facets_of.neighbours(records, m) if m else [{} for _ in records]
+        row_of = self.index.row_of
+        out = []
+        for found in near:
+            cols = sorted(row_of[p] for p in found)
+            vals = [found[self.index.paper_ids[c]] for c in cols]
+            out.append(sp.csr_matrix((np.asarray(vals, dtype=np.float32), ([0] * len(cols), cols)),
+                                     shape=(1, self.index.n), dtype=np.float32))
+        return out
+
+    def ooc_neighbours(self, q: EvalQuery) -> dict[str, float]:
+        """An out-of-corpus query's nearest corpus papers by title + abstract (paper id -> cosine),
+        for the generative retriever's text channel."""
+        if q.qid not in self._ooc:
+            self.prepare_ooc([q])
+        row = self._ooc[q.qid].neighbours
+        return {self.index.paper_ids[int(c)]: float(v) for c, v in zip(row.indices, row.data)}
 
     def ooc_rows(self, q: EvalQuery) -> tuple[dict[str, sp.csr_matrix], dict[str, list[str]]]:
         """Facet edge rows and extracted facets of an out-of-corpus query, from its text alone
@@ -388,9 +417,11 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
 
 
 def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQuery],
-                advance: Callable[[int], None], citation_weight: float = 0.0) -> SystemRun:
+                advance: Callable[[int], None], citation_weight: float = 0.0, text_weight: float = 0.0) -> SystemRun:
     from graft.index import has_model
 
+    if text_weight > 0 and any(q.in_corpus for q in queries):
+        raise NotApplicable("the text channel is for papers outside the corpus: in corpus this system is graft-cite")
     if not has_model(index.path):
         raise NotApplicable(f"no trained model in {index.path / 'model'}; train one with "
                             f"`graft train {index.path}`")
@@ -406,7 +437,9 @@ def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQ
             if q.in_corpus:
                 result = gen.fuse_paper(q.paper_id, lists, k=DEPTH, fusion=fusion, citation_weight=citation_weight)
             else:
-                result = gen.fuse_items(q.qid, lists, k=DEPTH, fusion=fusion, citation_weight=citation_weight)
+                near = ctx.ooc_neighbours(q) if text_weight > 0 else None
+                result = gen.fuse_items(q.qid, lists, k=DEPTH, fusion=fusion, citation_weight=citation_weight,
+                                        neighbours=near, text_weight=text_weight)
             out.run[q.qid], out.credits[q.qid] = _from_result(result)
         advance(len(chunk))
     return out
@@ -450,6 +483,6 @@ def run_system(name: str, ctx: EvalContext, queries: list[EvalQuery], reporter: 
             return _teacher_over(ctx, None, queries, advance, feedback=True)
         if name == "teacher-cite":
             return _teacher_over(ctx, None, queries, advance, citation_weight=CITATION_WEIGHT)
-        fusion, weight = GENERATIVE[name]
+        fusion, weight, text_weight = GENERATIVE[name]
         index = ctx.naive_index if name == "graft-naive" else ctx.index
-        return _generative(ctx, index, fusion, queries, advance, citation_weight=weight)
+        return _generative(ctx, index, fusion, queries, advance, citation_weight=weight, text_weight=text_weight)

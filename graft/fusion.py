@@ -1,6 +1,6 @@
 """Rank fusion as pure functions: plain RRF, graph-weighted RRF, the support the generative
-retriever's fusions weigh candidates with (`support_rows`, `corroboration`), and the citation
-channel's run (`cited_with`)."""
+retriever's fusions weigh candidates with (`support_rows`, `corroboration`), the citation
+channel's run (`cited_with`) and the text channel's (`text_run`)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,19 @@ CITATION_FIRST = 3
 CITATION_WEIGHT = 3.0
 #: Papers kept in the channel's run.
 CITATION_DEPTH = 100
+
+#: The text channel, for a query outside the corpus given with its text: a run of the corpus papers
+#: whose title + abstract reads most like the query's (`text_run`), fused next to the facet lists
+#: before the citation channel is made; its hits carry text evidence, never a facet credit. The
+#: query has no citation links, so this is the generative retriever's counterpart of the text coupling
+#: that stands in for them in the graph teacher's rows (`graphbuild.external.text_coupling_row`).
+TEXT = "text"
+#: W_t: the text channel's weight (each facet list weighs 1); in graph-RRF each of its papers is
+#: supported by W_t x its cosine. Chosen on cs768's dev papers posed as text-only queries with a
+#: stand-in decoder: eval/results/ooc_fusion_proxy_cs768.md.
+TEXT_WEIGHT = 2.0
+#: Runs fused next to the facet lists that credit no facet.
+CHANNELS = (CITATION, TEXT)
 
 
 def ranked(scores: Mapping[str, float]) -> list[str]:
@@ -217,3 +230,18 @@ def add_citation_run(runs: dict[str, list[int]], fused: Sequence[Fused], links: 
     if support is not None:
         support[CITATION] = {c: weight * share for c, share in run}
     return top
+
+
+def text_run(neighbours: Mapping[int, float], exclude: Iterable[int] = ()) -> list[tuple[int, float]]:
+    """The text channel's run: the query's nearest corpus papers by title + abstract.
+
+    Args:
+        neighbours: corpus row -> cosine of its title + abstract embedding with the query's (the
+            query's `text_neighbours` nearest; `graphbuild.external.text_coupling_row`).
+        exclude: rows never returned.
+    Returns:
+        [(row, cosine)] with cosine > 0, by cosine then row.
+    """
+    skip = set(exclude)
+    run = [(int(r), float(c)) for r, c in neighbours.items() if c > 0 and int(r) not in skip]
+    return sorted(run, key=lambda x: (-x[1], x[0]))

@@ -83,7 +83,7 @@ class Index:
         Raises:
             IndexFormatError: a title-weighted index without `items_alone.npy`.
         """
-        weight = float((self.manifest["stages"]["build"].get("config") or {}).get("title_weight", 0.0) or 0.0)
+        weight = float(self.build_setting("title_weight", 0.0))
         if weight == 0:
             return self.item_embeddings
         path = self.path / "embeddings" / "items_alone.npy"
@@ -91,6 +91,12 @@ class Index:
             raise IndexFormatError(f"index '{self.path}' lacks embeddings/items_alone.npy (its items carry "
                                    f"their titles); rebuild it with `graft build CORPUS --out {self.path}`")
         return np.load(path, mmap_mode="r")
+
+    def build_setting(self, name: str, default: Any) -> Any:
+        """A setting of the build that made this index (`BuildConfig` as recorded in the manifest),
+        or `default` where none is recorded."""
+        value = (self.manifest["stages"]["build"].get("config") or {}).get(name)
+        return default if value is None else value
 
     @cached_property
     def paper_embeddings(self) -> np.ndarray | None:
@@ -231,6 +237,7 @@ class Index:
         query_id: str = "query",
         device: str = "cpu",
         citation_weight: float = CITATION_WEIGHT,
+        neighbours: dict[str, float] | None = None,
     ) -> QueryResult:
         """Facet-attributed related papers of a corpus paper (`paper`) or of a paper outside the
         corpus given by its facet items (`facets`).
@@ -242,6 +249,9 @@ class Index:
             k: results returned; beams: beams per facet item (graft).
             citation_weight: W of the citation channel (`graft.fusion.cited_with`; 0 = off); off
                 for an index without citation links.
+            neighbours: with `facets` (graft): the paper's nearest corpus papers by title +
+                abstract (paper id -> cosine; `graphbuild.external.text_coupling_row`), the text
+                channel (`graft.fusion.TEXT`); None = none.
         Raises:
             GraftError: bad combination of arguments, unknown paper, or no trained model for graft.
         """
@@ -249,6 +259,8 @@ class Index:
 
         if (paper is None) == (facets is None):
             raise GraftError("give exactly one of paper= (a corpus paper id) or facets= (a paper outside the corpus)")
+        if neighbours and paper is not None:
+            raise GraftError("neighbours= (the text channel) goes with facets= (a paper outside the corpus)")
         retriever = retriever or ("graft" if has_model(self.path) else "teacher")
         if retriever not in RETRIEVERS:
             raise GraftError(f"unknown retriever {retriever!r}; use one of {', '.join(RETRIEVERS)}")
@@ -266,7 +278,7 @@ class Index:
         if paper is not None:
             return gen.query_paper(paper, k=k, beams=beams, fusion=fusion, citation_weight=citation_weight)
         return gen.query_items(facets, k=k, beams=beams, fusion=fusion, query_id=query_id,
-                               citation_weight=citation_weight)
+                               citation_weight=citation_weight, neighbours=neighbours)
 
     def query_paper(self, paper_id: str, *, k: int = 20, config: TeacherConfig | None = None) -> QueryResult:
         """Related papers of a corpus paper by the graph teacher (facet-attributed)."""

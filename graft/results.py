@@ -30,6 +30,16 @@ class CitationEvidence:
 
 
 @dataclass
+class TextEvidence:
+    """Why the text channel surfaced a result (`graft.fusion.text_run`): its title + abstract reads
+    like the query's (a query outside the corpus, given with its text)."""
+
+    term: float  # its contribution to the hit's score
+    cosine: float  # cosine of the two title + abstract embeddings
+    rank: int = 0  # rank of the result in the channel's run (1-based)
+
+
+@dataclass
 class Hit:
     """One retrieved paper."""
 
@@ -41,10 +51,11 @@ class Hit:
     evidence: dict[str, Evidence] = field(default_factory=dict)
     year: int | None = None
     citation: CitationEvidence | None = None  # the citation channel's part of `score`, if any
+    text: TextEvidence | None = None  # the text channel's part of `score`, if any
 
     def facet_label(self) -> str:
-        """Human-readable attribution, strongest facet first, then the citation channel:
-        'method 0.71 · problem 0.42 (2-hop) · cited with 2 of the first 3'."""
+        """Human-readable attribution, strongest facet first, then the channels:
+        'method 0.71 · problem 0.42 (2-hop) · cited with 2 of the first 3 · reads like it 0.64'."""
         order = sorted(self.facets, key=lambda f: -self.evidence[f].weight if f in self.evidence else 0.0)
         parts = []
         for f in order:
@@ -53,6 +64,8 @@ class Hit:
             parts.append(f"{f} {w:.2f}{hop}")
         if self.citation is not None:
             parts.append(f"cited with {len(self.citation.papers)} of the first {self.citation.first}")
+        if self.text is not None:
+            parts.append(f"reads like it {self.text.cosine:.2f}")
         return " · ".join(parts)
 
 

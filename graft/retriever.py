@@ -28,8 +28,17 @@ fifth run of the papers that cite or are cited by the first R results of the fac
 (in graph-RRF each of its papers is supported by W x the share of the first results it is linked to).
 Its hits carry citation evidence (`Hit.citation`), never a facet credit.
 
+A query outside the corpus given with its text may bring its nearest corpus papers by title +
+abstract (`neighbours`, `graphbuild.external.text_coupling_row`): they join the fusion as the text
+channel (`graft.fusion.text_run`), a run of weight W_t in which graph-RRF supports each by W_t x its
+cosine, fused before the citation channel is made. It stands in for the query's citation links,
+which a new paper lacks, as text coupling does in the teacher's rows; its hits carry text evidence
+(`Hit.text`), never a facet credit. In graph-walk the neighbours join every facet row at beta x
+cosine, as in the teacher's rows.
+
 The query path needs the model, the tries, the DocID table, the sparse graphs and the citation links
-only: no sentence encoder and no nearest-neighbour index.
+only: no sentence encoder and no nearest-neighbour index (a text query's facet items and neighbours
+are found by the caller, `graphbuild.external`).
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from graft.decoding import decode_items, facet_candidates
 from graft.docids import DocidTable, DocidTrie, load_docids, load_tries
 from graft.errors import GraftError
 from graft.facets import FACETS
-from graft.fusion import CITATION_WEIGHT, RRF_K
+from graft.fusion import CITATION_WEIGHT, RRF_K, TEXT_WEIGHT
 from graft.index import Index
 from graft.results import QueryResult
 
@@ -106,14 +115,18 @@ class GenerativeRetriever(CandidateFusion):
 
     def query_items(self, facets: dict[str, list[str]], k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
                     *, query_id: str = "query", rrf_k: int = RRF_K,
-                    citation_weight: float = CITATION_WEIGHT) -> QueryResult:
+                    citation_weight: float = CITATION_WEIGHT, neighbours: dict[str, float] | None = None,
+                    text_weight: float = TEXT_WEIGHT) -> QueryResult:
         """Related papers of a paper outside the corpus, given its facet items.
 
         Support is estimated by mutual corroboration among the retrieved candidates (module
-        docstring). Args and Returns as `query_paper`.
+        docstring). `neighbours` (paper id -> cosine): the query's nearest papers by title +
+        abstract, for the text channel at W_t = `text_weight` (`CandidateFusion.fuse_items`). Args
+        and Returns otherwise as `query_paper`.
         """
         lists = self.facet_lists([(facets, set())], beams)[0]
-        return self.fuse_items(query_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight)
+        return self.fuse_items(query_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight,
+                               neighbours=neighbours, text_weight=text_weight)
 
     def facet_lists(self, queries: list[tuple[dict[str, list[str]], set[str]]], beams: int, *,
                     batch_size: int = 64) -> list[dict[str, dict[str, float]]]:

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from graft.errors import InputValidationError
+from graft.errors import IndexFormatError, InputValidationError
 from graft.facets import FACETS, FacetItems
 from graft.fusion import CITATION_WEIGHT
 from graft.index import Index
@@ -118,11 +118,42 @@ class RecordFacets:
             from graphbuild.facets_heuristic import HeuristicFacetExtractor
 
             extractor = HeuristicFacetExtractor(encoder)
+        self.index = index
         self.encoder = encoder
         self.extractor = extractor
 
     def __call__(self, record: dict[str, Any]) -> FacetItems:
         return self.many([record])[0]
+
+    def text_vectors(self, records: list[dict[str, Any]]) -> np.ndarray:
+        """Title + abstract embeddings of the records (unit rows), made as the build made the
+        corpus's `embeddings/papers.npy`, in one encoder call."""
+        from graft.text import paper_text
+
+        texts = [paper_text(rec.get("title"), rec.get("abstract")) for rec in records]
+        return np.asarray(self.encoder.encode(texts), dtype=np.float32).reshape(len(records), -1)
+
+    def neighbours(self, records: list[dict[str, Any]], m: int = TEXT_NEIGHBOURS) -> list[dict[str, float]]:
+        """Each record's `m` nearest corpus papers by title + abstract (paper id -> cosine clipped
+        to [0, 1], as `text_coupling_row` finds them; a record whose id is a corpus paper is not its
+        own neighbour): the generative retriever's text channel (`graft.fusion.TEXT`).
+
+        Raises:
+            IndexFormatError: the index predates `embeddings/papers.npy`.
+        """
+        papers = self.index.paper_embeddings
+        if papers is None:
+            raise IndexFormatError(f"index '{self.index.path}' has no embeddings/papers.npy, which the text "
+                                   "channel needs: rebuild it with `graft build` (or pass --text-neighbours 0)")
+        if m <= 0 or not records:
+            return [{} for _ in records]
+        papers = np.asarray(papers, dtype=np.float32)
+        ids = self.index.paper_ids
+        out = []
+        for rec, vec in zip(records, self.text_vectors(records)):
+            row = text_coupling_row(papers, vec, m, exclude=self.index.row_of.get(str(rec.get("id"))))
+            out.append({ids[c]: float(v) for c, v in zip(row.indices, row.data)})
+        return out
 
     def many(self, records: list[dict[str, Any]]) -> list[FacetItems]:
         """Facet items of several records, extracted as one table (the extractor embeds the
@@ -418,11 +449,7 @@ class ExternalScorer(CorpusScorer):
             out.append(row.maximum(self.link_share(r)) if len(r) else row)
         own = [self._own_row(rec) for rec in records]
         if self.text_neighbours and records:
-            from graft.text import paper_text
-
-            texts = [paper_text(rec.get("title"), rec.get("abstract")) for rec in records]
-            vecs = np.asarray(self.encoder.encode(texts), dtype=np.float32)
-            for i, vec in enumerate(vecs):
+            for i, vec in enumerate(self.facets_of.text_vectors(records)):
                 out[i] = out[i].maximum(text_coupling_row(self.paper_vectors, vec, self.text_neighbours,
                                                           exclude=own[i]))
         return [_without(row, node) for row, node in zip(out, own)]

@@ -169,7 +169,7 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
         assert got[m] == [(h.paper_id, round(h.score, 6)) for h in want.hits]
     assert got[10] != got[0]
     res = runner.invoke(app, ["query", str(out), "--text", text, "--retriever", "teacher", "--text-neighbours", "-1"])
-    assert res.exit_code != 0 and "text_neighbours must be >= 0" in res.output
+    assert res.exit_code != 0 and "--text-neighbours must be >= 0" in res.output
     # one pass only (--feedback 0): the scorer's rows without the feedback pass
     res = runner.invoke(app, ["query", str(out), "--text", text, "--k", "10", "--json", "--retriever", "teacher",
                               "--feedback", "0"])

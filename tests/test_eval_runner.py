@@ -230,7 +230,8 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     index = tmp_path / "index"
     shutil.copytree(split / "index", index)
     train_index(index, TrainConfig(max_steps=4, lr=2e-3, save_every_steps=0, logging_steps=2), base_model="tiny")
-    opts = RunOptions(systems=["graft", "graft-rrf", "graft-walk", "graft-naive", "graft-cite"], index_dir=index,
+    opts = RunOptions(systems=["graft", "graft-rrf", "graft-walk", "graft-naive", "graft-cite", "graft-text"],
+                      index_dir=index,
                       limit=2, beams=2,
                       results_dir=tmp_path / "res")
     table = run_suite(split, "incorpus", opts, encoder=encoder)
@@ -238,6 +239,8 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     assert all(rows[s]["R@20"] is not None for s in ("graft", "graft-rrf", "graft-walk", "graft-cite"))
     assert any("graft, graft-rrf, graft-walk, graft-cite decode each query once" in n for n in table["notes"])
     assert rows["graft-naive"]["R@20"] is None and any("--naive-index" in n for n in table["notes"])
+    assert rows["graft-text"]["R@20"] is None and any("graft-text: the text channel is for papers outside" in n
+                                                      for n in table["notes"])
     assert "pipeline check" in table["meta"]["label"]
     assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus_*.md")).read_text()
     # graft, graft-rrf and graft-walk decode each query once, the items of several queries in shared
@@ -259,20 +262,24 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     for suite in ("incorpus", "ooc"):
         queries = load_queries(split, suite, "test", 3)
         decoded.clear()
-        runs = {(f, w): run_system(s, ctx, queries) for f, w, s in (
-            ("graph-rrf", 0, "graft"), ("rrf", 0, "graft-rrf"), ("graph-walk", 0, "graft-walk"),
-            ("graph-rrf", 3, "graft-cite"))}
+        systems = [("graph-rrf", 0, "graft"), ("rrf", 0, "graft-rrf"), ("graph-walk", 0, "graft-walk"),
+                   ("graph-rrf", 3, "graft-cite")] + ([("graph-rrf", 3, "graft-text")] if suite == "ooc" else [])
+        runs = {(f, w, s): run_system(s, ctx, queries) for f, w, s in systems}
         assert len(decoded) == len(queries)
-        for (fusion, w), run in runs.items():
+        texts = 0
+        for (fusion, w, system), run in runs.items():
             for q in queries:
                 if q.in_corpus:
                     one = idx.query(paper=q.paper_id, retriever="graft", fusion=fusion, k=DEPTH, beams=2,
                                     citation_weight=w)
                 else:
+                    near = ctx.ooc_neighbours(q) if system == "graft-text" else None
                     one = idx.query(facets=ctx.ooc_rows(q)[1], retriever="graft", fusion=fusion, k=DEPTH, beams=2,
-                                    query_id=q.qid, citation_weight=w)
+                                    query_id=q.qid, citation_weight=w, neighbours=near)
+                    texts += sum(h.text is not None for h in one.hits)
                 assert [d for d, _ in run.run[q.qid]] == [h.paper_id for h in one.hits]
                 assert [s for _, s in run.run[q.qid]] == pytest.approx([h.score for h in one.hits])
+        assert (texts > 0) == (suite == "ooc")  # graft-text's hits carry the text channel
     # a spent time budget stops the generative systems: n/a with a note, no run file
     spent = run_suite(split, "incorpus", RunOptions(systems=["graft"], index_dir=index, limit=2, beams=2, force=True,
                                                     time_budget_s=0.0, results_dir=tmp_path / "spent"),
@@ -309,6 +316,7 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     # the uncached path: one query at a time, as `ExternalScorer.rows` does for `graft query --text`
     plain = ExternalScorer(idx, encoder=encoder)
     expected = {q.qid: plain.rows(q.record()) for q in queries}
+    near = dict(zip([q.qid for q in queries], plain.facets_of.neighbours([q.record() for q in queries])))
 
     ctx = EvalContext(idx, encoder=encoder, split_dir=split)
     ctx.prepare_ooc(queries)
@@ -322,6 +330,7 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
         for f in FACETS:
             assert rows[f].indices.tolist() == want_rows[f].indices.tolist()
             np.testing.assert_allclose(rows[f].data, want_rows[f].data, atol=1e-6)
+        assert len(near[q.qid]) == 10 and ctx.ooc_neighbours(q) == pytest.approx(near[q.qid], abs=1e-6)
         got, _ = teacher.retrieve(rows, k=DEPTH)
         want, _ = teacher.retrieve(want_rows, k=DEPTH)
         assert [n for n, _, _ in got] == [n for n, _, _ in want]
@@ -345,6 +354,7 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
             assert a.indices.tolist() == b.indices.tolist() and a.data.tobytes() == b.data.tobytes()
             a, b = reused.ooc_facet_only_rows(q)[f], ctx.ooc_facet_only_rows(q)[f]
             assert a.indices.tolist() == b.indices.tolist() and a.data.tobytes() == b.data.tobytes()
+        assert reused.ooc_neighbours(q) == ctx.ooc_neighbours(q)
     # the facet-only rows weigh the same candidates by facet similarity alone (alpha 1, beta 0): where
     # a column's citation half is zero (no text coupling, no feedback link), its weight is the rows' / alpha
     alpha = ctx.scorer.params.alpha
@@ -629,6 +639,9 @@ def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
     saved = json.loads((tmp_path / "ooc_fusion_proxy_slice.json").read_text())
     by = {r["fusion"]: r for r in saved["rows"]}
     assert list(by) == ["rrf", "graph-rrf (corroboration)", "graph-walk", "graph-walk + links of its first 3",
+                        "graph-rrf + citation channel",
+                        *(f"graph-rrf + citation channel + text channel W_t = {w}" for w in (1, 2, 3)),
+                        "graph-walk + citation channel", "graph-walk + citation channel + text neighbours",
                         "teacher (graft query --text)"]
     assert saved["meta"]["list_length"] == 10 and by["teacher (graft query --text)"]["R@20 / teacher"] == 1.0
     assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in by.values())
@@ -638,6 +651,8 @@ def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
         assert by["teacher (graft query --text)"][k] == text["text coupling M = 10, then links of its first R = 3"][k]
     with pytest.raises(SystemExit):
         main([*common, "--list-length", "0"])
+    with pytest.raises(SystemExit):
+        main([*common, "--text-weight", "0"])
 
 
 def test_corroboration_support_by_hand() -> None:

@@ -248,7 +248,7 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
     assert outside.query_id == "new"
     for bad in ({"paper": pid, "retriever": "bm25"}, {"paper": pid, "fusion": "max"},
                 {"paper": pid, "retriever": "teacher", "fusion": "graph-rrf"},
-                {"facets": {"method": ["x"]}, "retriever": "teacher"}, {}):
+                {"facets": {"method": ["x"]}, "retriever": "teacher"}, {"paper": pid, "neighbours": {pid: 0.5}}, {}):
         with pytest.raises(GraftError):
             idx.query(**bad)
 
@@ -285,3 +285,82 @@ def test_graph_walk_walks_the_graph_rrf_candidates(retriever) -> None:
     assert outside.fusion == "graph-walk" and outside.query_id == "new" and all(h.facets for h in outside.hits)
     cited = retriever.query_paper(pid, k=n, beams=4, fusion="graph-walk")  # the channel in the teacher's walk
     assert any(h.citation is not None for h in cited.hits) and pid not in {h.paper_id for h in cited.hits}
+
+
+@pytest.mark.parametrize("fusion", ["graph-rrf", "rrf", "graph-walk"])
+def test_text_channel_fuses_the_query_s_nearest_papers_by_title_and_abstract(retriever, fusion) -> None:
+    """A query outside the corpus given with its text: its nearest papers by title + abstract join
+    graph-RRF / RRF as a run of weight W_t (graph-RRF support W_t x cosine), ranked by cosine, with
+    text evidence and no facet credit; graph-walk adds them to every facet row at beta x cosine."""
+    from graft.fusion import TEXT_WEIGHT
+    from graphbuild.external import text_coupling_row
+
+    pid = _query_paper(retriever)
+    idx, n = retriever.index, retriever.index.n
+    q = idx.row(pid)
+    papers = np.asarray(idx.paper_embeddings, dtype=np.float32)
+    row = text_coupling_row(papers, papers[q], 5, exclude=q)
+    near = {idx.paper_ids[c]: float(v) for c, v in zip(row.indices, row.data)}
+    assert len(near) == 5 and pid not in near
+    facets = idx.paper_facets(pid)
+    base = retriever.query_items(facets, k=n, beams=4, fusion=fusion, citation_weight=0)
+    got = retriever.query_items(facets, k=n, beams=4, fusion=fusion, citation_weight=0, neighbours=near)
+    hits = {h.paper_id: h for h in got.hits}
+    assert set(near) <= set(hits)
+    if fusion == "graph-walk":  # text coupling in the walked rows: one-hop evidence in every facet
+        assert got.info["seeds"] != base.info["seeds"] and all(h.text is None for h in got.hits)
+        assert all(set(hits[p].facets) == {"problem", "method", "result", "contribution"} for p in near)
+        return
+    assert got.info["text_neighbours"] == 5 and got.info["text_weight"] == TEXT_WEIGHT
+    base_terms = {h.paper_id: h.facets for h in base.hits}
+    for h in got.hits:
+        if h.paper_id in near:
+            assert h.text is not None and h.text.cosine == pytest.approx(near[h.paper_id], abs=1e-6)
+            weight = TEXT_WEIGHT * near[h.paper_id] if fusion == "graph-rrf" else TEXT_WEIGHT
+            assert h.text.term == pytest.approx(weight / (60 + h.text.rank), rel=1e-6)
+            assert "reads like it" in h.facet_label()
+        else:
+            assert h.text is None
+        assert h.facets == pytest.approx(base_terms.get(h.paper_id, {}))  # facet credits as without the channel
+        assert h.score == pytest.approx(sum(h.facets.values()) + (h.text.term if h.text else 0.0))
+    order = sorted(near, key=lambda p: (-near[p], idx.row(p)))
+    assert [hits[p].text.rank for p in order] == list(range(1, 6))
+    off = retriever.query_items(facets, k=n, beams=4, fusion=fusion, citation_weight=0, neighbours=near,
+                                text_weight=0)
+    assert [h.paper_id for h in off.hits] == [h.paper_id for h in base.hits]
+    lists = retriever.facet_lists([(facets, set())], 4)[0]  # an excluded paper is never returned
+    skip = order[0]
+    fused = retriever.fuse_items("new", lists, k=n, fusion=fusion, citation_weight=0, neighbours=near, exclude={skip})
+    assert skip not in {h.paper_id for h in fused.hits} and len([h for h in fused.hits if h.text]) == 4
+
+
+def test_cli_query_text_with_graft_has_the_text_channel(trained, tmp_path) -> None:
+    import shutil
+
+    from cli.app import app
+    from graft.index import Index
+
+    idx = Index.open(trained)
+    pid = _query_paper(Index.open(trained).generative())
+    row = idx.papers.row(idx.row(pid), named=True)
+    text = f"{row['title']}. {row['abstract']}"
+    runner = CliRunner()
+    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json"])
+    assert res.exit_code == 0, res.output
+    hits = json.loads(res.stdout)
+    reads = [h for h in hits if h["text"] is not None]
+    assert reads and all(0 < h["text"]["cosine"] <= 1 for h in reads)
+    assert any(h["paper_id"] == pid for h in reads)  # a record without an id: its own text reads like it
+    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json",
+                              "--text-neighbours", "0"])
+    assert res.exit_code == 0, res.output
+    assert all(h["text"] is None for h in json.loads(res.stdout))
+    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "10"])
+    assert res.exit_code == 0 and "reads like it" in res.output, res.output
+    res = runner.invoke(app, ["query", str(trained), "--text", text, "--text-neighbours", "-1"])
+    assert res.exit_code == 2 and "text-neighbours" in res.output
+    older = tmp_path / "older"  # an index built before embeddings/papers.npy: no channel, and it says so
+    shutil.copytree(trained, older)
+    (older / "embeddings" / "papers.npy").unlink()
+    res = runner.invoke(app, ["query", str(older), "--text", text, "--beams", "3", "--k", "10"])
+    assert res.exit_code == 0 and "no text channel" in res.output and "reads like it" not in res.output

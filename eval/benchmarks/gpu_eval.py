@@ -1,6 +1,6 @@
 """Issue #5's GPU run: train the generative retriever on a split's graph twice (coverage-aware and
-naive distillation pairs) and evaluate `graft`, `graft-rrf`, `graft-walk`, `graft-naive` and
-`graft-cite` where they were trained, in one command (a trained model is too large to come back
+naive distillation pairs) and evaluate `graft`, `graft-rrf`, `graft-walk`, `graft-naive`,
+`graft-cite` and `graft-text` (out of corpus) where they were trained, in one command (a trained model is too large to come back
 from the device machine).
 
 Three sub-commands (eval/benchmarks/GPU.md says how to stage and run them with the device tool):
@@ -71,7 +71,7 @@ SPLIT_FILES = ("split.json", "incorpus/queries.jsonl", "incorpus/qrels.txt", "oo
                "ooc/facets.jsonl", "runs/incorpus.obvious.json", "runs/ooc.obvious.json")
 #: Wheels the device image lacks (versions pinned to this environment's).
 WHEELS = ("polars", "polars-runtime-32", "marisa-trie", "gguf")
-GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-walk", "graft-naive", "graft-cite")
+GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-walk", "graft-naive", "graft-cite", "graft-text")
 #: Largest file the device machine returns is 16 MiB; the results bundle stays under this.
 BUNDLE_LIMIT = 15 * 2**20
 SUITES = ("incorpus", "ooc", "attribution")

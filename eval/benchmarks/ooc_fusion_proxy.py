@@ -15,6 +15,11 @@ neighbours), and these fusions are compared:
   `graft.fusion.support_rows`): an expansion through the sparse graph the retriever holds;
 - `graph-walk + links of its first R`: that walk again with beta x the share of its first R papers that
   a paper cites or is cited by added to the rows (the feedback pass of the teacher's rows);
+- `graph-rrf + citation channel`, `+ text channel W_t`: the generative retriever's out-of-corpus
+  fusion as `graft query --text` runs it (`graft.candidates.CandidateFusion.fuse_items`, the code
+  the trained model's lists go through): the citation channel at W = `CITATION_WEIGHT`, then the
+  text channel (the query's `TEXT_NEIGHBOURS` nearest papers by title + abstract as a run of weight
+  W_t, `graft.fusion.TEXT`); `graph-walk + both channels`: the same in the graph-walk fusion;
 - `teacher (graft query --text)`: the graph teacher from the paper's text-only rows, text coupling
   and the feedback pass (`ExternalScorer`'s rows with M = `TEXT_NEIGHBOURS`, R = `FEEDBACK`): the
   out-of-corpus target GRAFT is to match.
@@ -56,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--list-length", type=int, default=30, help="L: papers per facet list of the stand-in decoder")
     ap.add_argument("--feedback", default="3", help="R of the walk's links row (comma-separated)")
+    ap.add_argument("--text-weight", default="1,2,3", help="W_t of the text channel (comma-separated)")
     add_split_arguments(ap, table="ooc_fusion_proxy", part="dev")
     args = ap.parse_args(argv)
     feedback = int_list(ap, args.feedback, "--feedback")
+    text_weights = int_list(ap, args.text_weight, "--text-weight")
     if args.list_length < 1:
         ap.error(f"--list-length must be >= 1, got {args.list_length}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -68,10 +75,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.benchmarks.distill_ceiling import mean_recalls
     from eval.runner import corpus_name
+    from graft.candidates import CandidateFusion
     from graft.facets import FACETS
-    from graft.fusion import corroboration, graph_rrf, rrf, support_rows
+    from graft.fusion import CITATION_WEIGHT, TEXT_WEIGHT, corroboration, graph_rrf, rrf, support_rows
     from graft.teacher import symmetrise
-    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer
+    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer, text_coupling_row
 
     opened = open_split_queries(args)
     idx = opened.index
@@ -80,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     scorer = CorpusScorer(idx, feedback=FEEDBACK)
     walk, teacher = symmetrise(idx.graphs), idx.teacher()
+    fuser = CandidateFusion(idx)
     depth, length, n = 50, args.list_length, idx.n
     dense = np.asarray(idx.paper_embeddings, dtype=np.float32)
     empty = sp.csr_matrix((1, n), dtype=np.float32)
@@ -92,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     def walked(rows: dict[str, sp.csr_matrix], node: int) -> list[int]:
         return [n_ for n_, _, _ in teacher.retrieve(rows, exclude={node}, k=depth)[0]]
 
+    channels = [("graph-rrf + citation channel", "graph-rrf", 0.0),
+                *((f"graph-rrf + citation channel + text channel W_t = {w}", "graph-rrf", float(w)) for w in text_weights),
+                ("graph-walk + citation channel", "graph-walk", 0.0),
+                ("graph-walk + citation channel + text neighbours", "graph-walk", TEXT_WEIGHT)]
     runs: dict[str, dict[str, list[int]]] = {}
     t0 = time.perf_counter()
     for qid, node in opened.rows.items():
@@ -108,6 +121,14 @@ def main(argv: list[str] | None = None) -> int:
             links = scorer.params.beta * scorer.raised(empty, first[:r], node)
             runs.setdefault(f"graph-walk + links of its first {r}", {})[qid] = walked(
                 {f: rows[f] + links for f in FACETS}, node)
+        pid = idx.paper_ids[node]
+        scored = {f: {idx.paper_ids[c]: 1.0 / (r + 1) for r, c in enumerate(cands)} for f, cands in lists.items()}
+        coupling = text_coupling_row(dense, dense[node], TEXT_NEIGHBOURS, exclude=node)
+        near = {idx.paper_ids[c]: float(v) for c, v in zip(coupling.indices, coupling.data)}
+        for label, fusion, w_t in channels:
+            result = fuser.fuse_items(qid, scored, k=depth, fusion=fusion, citation_weight=CITATION_WEIGHT,
+                                      exclude={pid}, neighbours=near, text_weight=w_t)
+            runs.setdefault(label, {})[qid] = [idx.row_of[h.paper_id] for h in result.hits]
         runs.setdefault("teacher (graft query --text)", {})[qid] = walked(text_only_rows(scorer, dense, node), node)
     seconds = round(time.perf_counter() - t0, 1)
 
@@ -133,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
               "- graph-walk: the lists' corroboration weights as the query's facet rows, walked two hops by the graph "
               "teacher (GRAFT's `graph-walk` fusion); + links: beta x the share of the walk's first R papers a paper "
               "cites or is cited by, added to every facet row",
+              f"- channels (`CandidateFusion.fuse_items`): the citation channel at W = {CITATION_WEIGHT:g}; the text "
+              f"channel: the query's {TEXT_NEIGHBOURS} nearest papers by title + abstract as a run of weight W_t "
+              f"(shipped: {TEXT_WEIGHT:g}); in graph-walk they join every facet row at beta x cosine instead",
               f"- teacher: `graft query --text` rows (text coupling M = {TEXT_NEIGHBOURS}, feedback R = {FEEDBACK})"]
     write_tables(args.results, f"ooc_fusion_proxy_{name}", meta, table, lines)
     return 0
