@@ -655,6 +655,30 @@ def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
         main([*common, "--text-weight", "0"])
 
 
+def test_text_channel_benchmark_rows(built, tmp_path) -> None:
+    """eval/benchmarks/text_channel.py: its W_t = 0 row is `graft query --paper`'s teacher (stored rows
+    with the citation channel), recomputed here through Index.query_paper; the channel rows differ."""
+    import argparse
+
+    from eval.benchmarks.distill_ceiling import mean_recalls
+    from eval.benchmarks.split_queries import open_split_queries
+    from eval.benchmarks.text_channel import main
+    from graft.fusion import CITATION_WEIGHT
+    from graft.teacher import TeacherConfig
+
+    _, split = built
+    assert main(["--split", str(split), "--part", "test", "--limit", "8", "--weights", "2", "--neighbours", "5",
+                 "--name", "slice", "--results", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "text_channel_slice.json").read_text())["rows"]
+    assert [(r["M"], r["W_t"]) for r in rows] == [(5, 0.0), (5, 2.0)]
+    opened = open_split_queries(argparse.Namespace(split=str(split), index=None, part="test", limit=8))
+    idx, config = opened.index, TeacherConfig(citation_weight=CITATION_WEIGHT)
+    ranked = {q: [idx.row_of[h.paper_id] for h in idx.query_paper(idx.paper_ids[node], k=50, config=config).hits]
+              for q, node in opened.rows.items()}
+    assert rows[0]["R@20"] == pytest.approx(mean_recalls(ranked, opened.gold)["R@20"])
+    assert rows[1]["R@20"] != rows[0]["R@20"] or rows[1]["R@50"] != rows[0]["R@50"]
+
+
 def test_corroboration_support_by_hand() -> None:
     """graft.fusion.corroboration: each candidate's strongest edge to another candidate of the list."""
     import scipy.sparse as sp
