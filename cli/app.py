@@ -68,6 +68,8 @@ def build(
     embedding_model: str | None = typer.Option(None, help="Local sentence-transformers model folder."),
     device: str = typer.Option("cpu", help="Where the sentence encoder runs: cpu, cuda, cuda:N, mps, or auto "
                                "(a GPU if torch sees one)."),
+    batch_size: int | None = typer.Option(None, help="Texts per sentence-encoder batch (default 16 on the CPU, "
+                                          "128 on a GPU)."),
     top_k: int = typer.Option(20, help="Out-edges kept per paper and facet."),
     title_weight: float = typer.Option(0.7, help="Weight of the paper's title vector added to each facet "
                                        "item's vector (0: items embedded alone)."),
@@ -100,7 +102,8 @@ def build(
             llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env,
                    "max_concurrency": llm_concurrency}
         config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
-                             embedding_model=embedding_model, embedding_device=device, top_k=top_k,
+                             embedding_model=embedding_model, embedding_device=device,
+                             embedding_batch_size=batch_size, top_k=top_k,
                              title_weight=title_weight,
                              paper_embeddings=paper_embeddings, llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,

@@ -42,7 +42,7 @@ class BuildConfig:
 
     extractor: str = "heuristic"  # facet extractor: "heuristic" (offline default) or "llm"
     embedding_model: str | None = None  # local sentence-transformers folder; None = all-MiniLM-L6-v2
-    embedding_batch_size: int = 64  # texts per encoder batch
+    embedding_batch_size: int | None = None  # texts per encoder batch; None: 16 on the CPU, 128 on a GPU
     embedding_device: str = "cpu"  # torch device of the build's encoder: cpu, cuda, cuda:N, mps or auto
     embedding_dtype: str = "float16"  # dtype of embeddings/items.npy ("float16" halves the file)
     title_weight: float = DEFAULT_TITLE_WEIGHT  # item vector = unit(e(item) + w·e(title)); 0 = the item alone
@@ -68,6 +68,8 @@ class BuildConfig:
             raise ValueError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {list(RESCALE_MODES)}")
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if self.embedding_batch_size is not None and self.embedding_batch_size < 1:
+            raise ValueError(f"embedding_batch_size must be >= 1, got {self.embedding_batch_size}")
         if not (self.alpha >= 0 and self.beta >= 0 and abs(self.alpha + self.beta - 1) < 1e-6):
             raise ValueError(f"alpha and beta must be >= 0 and sum to 1, got {self.alpha} + {self.beta}")
 

@@ -17,6 +17,18 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 #: Weight of the paper's title vector added to each of its facet items' vectors (`BuildConfig.title_weight`).
 DEFAULT_TITLE_WEIGHT = 0.7
 
+#: Texts per encoder batch by device kind. On the CPU small batches are faster (the texts are
+#: sorted by length, so padding is small either way): on cs768's abstract sentences and titles +
+#: abstracts, 2 cores, batch 16 encoded 1.08x / 1.14x as many per second as batch 64, and batch 128
+#: 0.87x / 0.85x (`python -m eval.benchmarks.encoder_batch`, eval/results/encoder_batch.md); a GPU
+#: wants large ones.
+BATCH_SIZE = {"cpu": 16, "gpu": 128}
+
+
+def default_batch_size(device: str) -> int:
+    """`BATCH_SIZE` for a resolved torch device ("cpu", "cuda", "cuda:N", "mps")."""
+    return BATCH_SIZE["cpu" if device == "cpu" else "gpu"]
+
 
 def embed_items(encoder: Any, items: list[str], titles: list[str], title_weight: float,
                 *, progress: Callable[[int], None] | None = None) -> np.ndarray:
@@ -152,7 +164,8 @@ class Encoder:
     """Batched, L2-normalised sentence embeddings on the CPU (or a given device)."""
 
     def __init__(
-        self, model: str | None = None, *, device: str = "cpu", batch_size: int = 64, memo_size: int = 500_000
+        self, model: str | None = None, *, device: str = "cpu", batch_size: int | None = None,
+        memo_size: int = 500_000,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -163,7 +176,10 @@ class Encoder:
         self.device = resolve_device(device)
         self.path = resolve_model_path(model)
         self.name = DEFAULT_MODEL if self.path == default_model_path() else self.path
-        self.batch_size = batch_size
+        if batch_size is not None and batch_size < 1:
+            raise GraftError(f"batch_size must be >= 1, got {batch_size}")
+        #: texts per batch: `batch_size`, or the device's default (`BATCH_SIZE`)
+        self.batch_size = batch_size or default_batch_size(self.device)
         self.memo_size = memo_size  # texts whose vectors are kept for reuse (~1.5 KiB each at d=384)
         self._memo: dict[str, np.ndarray] = {}
         self.model = SentenceTransformer(self.path, device=self.device)

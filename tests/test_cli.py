@@ -264,8 +264,14 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "reused checkpoints (facets, titles, papers)" in res.stdout and "--fresh" in res.stdout
-    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--fresh", "--json"])
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--fresh", "--json",
+                              "--batch-size", "8"])
     assert res.exit_code == 0 and json.loads(res.stdout)["reused_checkpoints"] == []
+    from graft.manifest import read_manifest
+
+    assert read_manifest(tmp_path / "i")["stages"]["build"]["config"]["embedding_batch_size"] == 8
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "j"), "--batch-size", "0"])
+    assert res.exit_code == 2 and "embedding_batch_size must be >= 1" in res.output
     import torch
 
     for device, message in [("tpu", "unknown; allowed: cpu, cuda"), ("cuda", "no CUDA GPU")]:

@@ -77,3 +77,17 @@ def test_items_take_their_papers_title_vector_at_the_given_weight(encoder) -> No
         embed_items(encoder, items, titles[:2], 0.7)
     with pytest.raises(ValueError, match="title_weight must be >= 0"):
         embed_items(encoder, items, titles, -1.0)
+
+
+def test_batch_size_defaults_by_device_and_is_checked(encoder) -> None:
+    from graphbuild.build import BuildConfig
+    from graphbuild.embeddings import BATCH_SIZE, default_batch_size
+
+    assert encoder.device == "cpu" and encoder.batch_size == BATCH_SIZE["cpu"] == 16
+    assert default_batch_size("cuda:1") == default_batch_size("mps") == BATCH_SIZE["gpu"]
+    with pytest.raises(GraftError, match="batch_size"):
+        Encoder(batch_size=0)
+    with pytest.raises(ValueError, match="embedding_batch_size"):
+        BuildConfig(embedding_batch_size=0)
+    assert BuildConfig().embedding_batch_size is None
+    assert BuildConfig.from_dict({"embedding_batch_size": 64}).embedding_batch_size == 64  # as an index recorded it

@@ -1,0 +1,124 @@
+"""Sentence-encoder throughput by batch size, on the texts a build embeds.
+
+The build embeds every candidate sentence of every abstract (the heuristic extractor's prototype
+signal, and the facet items' own vectors) and every title + abstract (`embeddings/papers.npy`); on
+a 2-core CPU that is most of its time. `graphbuild.embeddings.Encoder` sorts texts by length before
+batching, so padding is small at any batch size, and the batch size only changes how the matrix
+products are cut. This benchmark encodes the same texts at each batch size, in alternating rounds
+(every size once per round, so drift of the machine's speed hits all alike), and prints texts/s
+(median over rounds) and the ratio to the batch size the build used before (64), measured in the
+same run. The vectors agree across batch sizes to float32 rounding (the largest difference is
+printed).
+
+    python -m eval.benchmarks.encoder_batch [--corpus PATH] [--papers 400] [--sizes 8,16,32,64,128] [--rounds 3]
+
+Writes eval/results/encoder_batch.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from eval.benchmarks.split_queries import int_list, write_tables  # noqa: E402
+
+DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
+BASELINE = 64
+
+
+def read_records(path: Path, skip: int, count: int) -> list[dict]:
+    """`count` records of a JSONL(.gz) corpus after the first `skip`."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    out = []
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if i >= skip + count:
+                break
+            if i >= skip and line.strip():
+                out.append(json.loads(line))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="JSONL(.gz) corpus with title and abstract")
+    ap.add_argument("--skip", type=int, default=1000, help="records skipped before the sample")
+    ap.add_argument("--papers", type=int, default=400, help="papers whose sentences are encoded")
+    ap.add_argument("--abstracts", type=int, default=200, help="of them, papers whose title + abstract is encoded")
+    ap.add_argument("--sizes", default="8,16,32,64,128", help="batch sizes (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    ap.add_argument("--results", default=str(REPO / "eval" / "results"))
+    args = ap.parse_args(argv)
+    sizes = sorted(set(int_list(ap, args.sizes, "--sizes")) | {BASELINE})
+    if args.rounds < 1 or args.papers < 1 or args.abstracts < 1:
+        ap.error("--rounds, --papers and --abstracts must be >= 1")
+    corpus = Path(args.corpus)
+    if not corpus.is_file():
+        print(f"corpus {corpus} not found (see ../shared/data/README.md); pass --corpus", file=sys.stderr)
+        return 1
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import numpy as np
+
+    from graft.text import paper_text
+    from graphbuild.embeddings import Encoder
+    from graphbuild.facets_heuristic import candidate_sentences
+
+    records = read_records(corpus, args.skip, args.papers)
+    texts = {"abstract sentences": [s for r in records for s in candidate_sentences(
+                 {"title": r.get("title"), "abstract": r.get("abstract")})],
+             "titles + abstracts": [paper_text(r.get("title"), r.get("abstract")) for r in records[: args.abstracts]]}
+    encoder = Encoder()
+    encoder.encode(texts["abstract sentences"][:64])  # warm-up
+    rates: dict[tuple[str, int], list[float]] = {}
+    vectors: dict[tuple[str, int], np.ndarray] = {}
+    for _ in range(args.rounds):
+        for size in sizes:
+            encoder.batch_size = size
+            for kind, batch in texts.items():
+                encoder._memo.clear()  # every round encodes from scratch
+                t0 = time.perf_counter()
+                vectors[(kind, size)] = encoder.encode(batch)
+                rates.setdefault((kind, size), []).append(len(batch) / (time.perf_counter() - t0))
+    table = []
+    for kind in texts:
+        base = statistics.median(rates[(kind, BASELINE)])
+        for size in sizes:
+            rate = statistics.median(rates[(kind, size)])
+            diff = float(np.abs(vectors[(kind, size)] - vectors[(kind, BASELINE)]).max())
+            table.append({"texts": kind, "count": len(texts[kind]), "batch": size, "texts_per_s": round(rate, 1),
+                          "ratio_to_64": round(rate / base, 3), "max_abs_diff_to_64": diff})
+    command = "python -m eval.benchmarks.encoder_batch " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "date": dt.date.today().isoformat(), "cores": os.cpu_count(),
+            "machine": platform.machine(), "python": platform.python_version(), "encoder": encoder.name,
+            "rounds": args.rounds, "corpus": str(corpus)}
+    lines = ["# Sentence-encoder throughput by batch size", "",
+             f"Command: `{command}`  ",
+             f"Date: {meta['date']} · {meta['cores']} cores, {meta['machine']}, Python {meta['python']} · "
+             f"encoder {encoder.name} on the CPU · {args.rounds} alternating rounds, medians", "",
+             "| texts | count | batch | texts/s | ratio to batch 64 | max abs difference to batch 64 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for row in table:
+        lines.append(f"| {row['texts']} | {row['count']} | {row['batch']} | {row['texts_per_s']} | "
+                     f"{row['ratio_to_64']:.2f} | {row['max_abs_diff_to_64']:.1e} |")
+    lines += ["", "- texts are sorted by length before batching (`Encoder.encode`), at every batch size",
+              f"- sample: {args.papers} papers after the first {args.skip} of {corpus.name}; titles + abstracts of "
+              f"the first {args.abstracts} of them (MiniLM reads at most 256 tokens)"]
+    write_tables(args.results, "encoder_batch", meta, table, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
