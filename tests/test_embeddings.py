@@ -91,3 +91,20 @@ def test_batch_size_defaults_by_device_and_is_checked(encoder) -> None:
         BuildConfig(embedding_batch_size=0)
     assert BuildConfig().embedding_batch_size is None
     assert BuildConfig.from_dict({"embedding_batch_size": 64}).embedding_batch_size == 64  # as an index recorded it
+
+
+def test_encoder_batch_benchmark_smoke(tmp_path) -> None:
+    """eval/benchmarks/encoder_batch.py: every batch size and the batch-64 baseline on the same texts."""
+    import json
+
+    from conftest import cs768_path
+
+    from eval.benchmarks.encoder_batch import main
+
+    assert main(["--corpus", str(cs768_path()), "--papers", "4", "--abstracts", "2", "--sizes", "8", "--rounds", "1",
+                 "--results", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "encoder_batch.json").read_text())["rows"]
+    assert [(r["texts"], r["batch"]) for r in rows] == [(t, b) for t in ("abstract sentences", "titles + abstracts")
+                                                      for b in (8, 64)]
+    assert all(r["texts_per_s"] > 0 and r["max_abs_diff_to_64"] < 1e-5 for r in rows)
+    assert [r["ratio_to_64"] for r in rows if r["batch"] == 64] == [1.0, 1.0]

@@ -79,11 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     from graft.teacher import TeacherConfig
     from graphbuild.external import FEEDBACK, CorpusScorer
 
-    opened = open_split_queries(args)
+    opened = open_split_queries(args, paper_embeddings=True)
     idx = opened.index
-    if idx.paper_embeddings is None:
-        print(f"{opened.index_dir} has no embeddings/papers.npy: rebuild it with `graft build`", file=sys.stderr)
-        return 1
     if not idx.citation_links.nnz:
         print(f"{opened.index_dir} has no citation links: the channel has nothing to add", file=sys.stderr)
         return 1

@@ -81,11 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     from graft.teacher import symmetrise
     from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer, text_coupling_row
 
-    opened = open_split_queries(args)
+    opened = open_split_queries(args, paper_embeddings=True)
     idx = opened.index
-    if idx.paper_embeddings is None:
-        print(f"{opened.index_dir} has no embeddings/papers.npy: rebuild it with `graft build`", file=sys.stderr)
-        return 1
     scorer = CorpusScorer(idx, feedback=FEEDBACK)
     walk, teacher = symmetrise(idx.graphs), idx.teacher()
     fuser = CandidateFusion(idx)

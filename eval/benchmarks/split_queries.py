@@ -54,8 +54,13 @@ class SplitQueries:
         return {q.qid: self.index.row_of[q.paper_id] for q in self.queries}
 
 
-def open_split_queries(args: argparse.Namespace) -> SplitQueries:
-    """The split, index and in-corpus queries named by `add_split_arguments`' options."""
+def open_split_queries(args: argparse.Namespace, *, paper_embeddings: bool = False) -> SplitQueries:
+    """The split, index and in-corpus queries named by `add_split_arguments`' options.
+
+    Raises:
+        SystemExit: with `paper_embeddings`, an index built before `embeddings/papers.npy` (the
+            message says to rebuild it).
+    """
     from eval.runner import load_queries
     from eval.splits import read_split
     from eval.trec import read_qrels
@@ -65,6 +70,8 @@ def open_split_queries(args: argparse.Namespace) -> SplitQueries:
     split = read_split(split_dir)
     index_dir = Path(args.index) if args.index else split_dir / "index"
     idx = Index.open(index_dir)
+    if paper_embeddings and idx.paper_embeddings is None:
+        raise SystemExit(f"{index_dir} has no embeddings/papers.npy: rebuild it with `graft build`")
     qrels = read_qrels(split_dir / "incorpus" / "qrels.txt")
     queries = [q for q in load_queries(split_dir, "incorpus", args.part, args.limit) if qrels.get(q.qid)]
     gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries}

@@ -50,11 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from graft.teacher import TeacherConfig
     from graphbuild.external import text_coupling_row
 
-    opened = open_split_queries(args)
+    opened = open_split_queries(args, paper_embeddings=True)
     idx = opened.index
-    if idx.paper_embeddings is None:
-        print(f"{opened.index_dir} has no embeddings/papers.npy: rebuild it with `graft build`", file=sys.stderr)
-        return 1
     teacher = idx.teacher(TeacherConfig(citation_weight=CITATION_WEIGHT))
     papers = np.asarray(idx.paper_embeddings, dtype=np.float32)
     depth = 50
