@@ -125,6 +125,13 @@ class RecordFacets:
     def __call__(self, record: dict[str, Any]) -> FacetItems:
         return self.many([record])[0]
 
+    @cached_property
+    def paper_vectors(self) -> np.ndarray | None:
+        """The corpus's title + abstract embeddings as float32 (read once), or None for an index
+        built before `embeddings/papers.npy`."""
+        papers = self.index.paper_embeddings
+        return None if papers is None else np.asarray(papers, dtype=np.float32)
+
     def text_vectors(self, records: list[dict[str, Any]]) -> np.ndarray:
         """Title + abstract embeddings of the records (unit rows), made as the build made the
         corpus's `embeddings/papers.npy`, in one encoder call."""
@@ -141,13 +148,12 @@ class RecordFacets:
         Raises:
             IndexFormatError: the index predates `embeddings/papers.npy`.
         """
-        papers = self.index.paper_embeddings
+        papers = self.paper_vectors
         if papers is None:
             raise IndexFormatError(f"index '{self.index.path}' has no embeddings/papers.npy, which the text "
                                    "channel needs: rebuild it with `graft build` (or pass --text-neighbours 0)")
         if m <= 0 or not records:
             return [{} for _ in records]
-        papers = np.asarray(papers, dtype=np.float32)
         ids = self.index.paper_ids
         out = []
         for rec, vec in zip(records, self.text_vectors(records)):
