@@ -679,6 +679,31 @@ def test_text_channel_benchmark_rows(built, tmp_path) -> None:
     assert rows[1]["R@20"] != rows[0]["R@20"] or rows[1]["R@50"] != rows[0]["R@50"]
 
 
+def test_citation_first_benchmark_rows(built, tmp_path) -> None:
+    """eval/benchmarks/citation_first.py: its shipped-R row is `graft query --paper`'s teacher,
+    recomputed here through Index.query_paper with the default channel."""
+    import argparse
+
+    from eval.benchmarks.citation_first import main
+    from eval.benchmarks.distill_ceiling import mean_recalls
+    from eval.benchmarks.split_queries import open_split_queries
+    from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
+    from graft.teacher import TeacherConfig
+
+    _, split = built
+    assert main(["--split", str(split), "--part", "test", "--limit", "8", "--first", f"1,{CITATION_FIRST}",
+                 "--name", "slice", "--results", str(tmp_path)]) == 0
+    rows = {r["R"]: r for r in json.loads((tmp_path / "citation_first_slice.json").read_text())["rows"]}
+    assert set(rows) == {1, CITATION_FIRST}
+    opened = open_split_queries(argparse.Namespace(split=str(split), index=None, part="test", limit=8))
+    idx, config = opened.index, TeacherConfig(citation_weight=CITATION_WEIGHT)
+    ranked = {q: [idx.row_of[h.paper_id] for h in idx.query_paper(idx.paper_ids[node], k=50, config=config).hits]
+              for q, node in opened.rows.items()}
+    assert rows[CITATION_FIRST]["R@50"] == pytest.approx(mean_recalls(ranked, opened.gold)["R@50"])
+    with pytest.raises(SystemExit):
+        main(["--split", str(split), "--first", "0"])
+
+
 def test_corroboration_support_by_hand() -> None:
     """graft.fusion.corroboration: each candidate's strongest edge to another candidate of the list."""
     import scipy.sparse as sp
