@@ -236,23 +236,18 @@ class EvalContext:
         """Text coupling rows (1 x n) of records: each one's nearest corpus papers by title +
         abstract with their cosines (M = the cache key's `text_neighbours`; empty rows when 0)."""
         m = int(self.ooc_key["text_neighbours"])
-        near = self.scorer.facets_of.neighbours(records, m) if m else [{} for _ in records]
-        row_of = self.index.row_of
-        out = []
-        for found in near:
-            cols = sorted(row_of[p] for p in found)
-            vals = [found[self.index.paper_ids[c]] for c in cols]
-            out.append(sp.csr_matrix((np.asarray(vals, dtype=np.float32), ([0] * len(cols), cols)),
-                                     shape=(1, self.index.n), dtype=np.float32))
-        return out
+        if not m:
+            return [sp.csr_matrix((1, self.index.n), dtype=np.float32) for _ in records]
+        return self.scorer.facets_of.coupling_rows(records, m)
 
     def ooc_neighbours(self, q: EvalQuery) -> dict[str, float]:
         """An out-of-corpus query's nearest corpus papers by title + abstract (paper id -> cosine),
         for the generative retriever's text channel."""
+        from graphbuild.external import neighbour_ids
+
         if q.qid not in self._ooc:
             self.prepare_ooc([q])
-        row = self._ooc[q.qid].neighbours
-        return {self.index.paper_ids[int(c)]: float(v) for c, v in zip(row.indices, row.data)}
+        return neighbour_ids(self._ooc[q.qid].neighbours, self.index.paper_ids)
 
     def ooc_rows(self, q: EvalQuery) -> tuple[dict[str, sp.csr_matrix], dict[str, list[str]]]:
         """Facet edge rows and extracted facets of an out-of-corpus query, from its text alone

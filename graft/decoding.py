@@ -35,7 +35,6 @@ from transformers import LogitsProcessor
 from transformers.generation import utils as _generation_utils
 
 from graft.docids import DocidTrie
-from graft.fusion import ranked  # noqa: F401  (re-exported: the decoder's lists, best first)
 from graft.prompts import encode_prompt
 
 #: New tokens per DocID: 12 DocID tokens (graft.docids.MAX_TOKENS) plus the end marker.

@@ -65,6 +65,12 @@ def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
                          shape=(1, n), dtype=np.float32)
 
 
+def neighbour_ids(row: sp.csr_matrix, paper_ids: list[str]) -> dict[str, float]:
+    """A text coupling row (1 x n) as paper id -> cosine, the form the text channel takes
+    (`graft.candidates.CandidateFusion.fuse_items`)."""
+    return {paper_ids[int(c)]: float(v) for c, v in zip(row.indices, row.data)}
+
+
 def _without(row: sp.csr_matrix, node: int | None) -> sp.csr_matrix:
     """A float32 copy of a 1 x n row with column `node` removed (None: the row as it is, as float32)."""
     row = sp.csr_matrix(row, dtype=np.float32, copy=True)
@@ -140,10 +146,10 @@ class RecordFacets:
         texts = [paper_text(rec.get("title"), rec.get("abstract")) for rec in records]
         return np.asarray(self.encoder.encode(texts), dtype=np.float32).reshape(len(records), -1)
 
-    def neighbours(self, records: list[dict[str, Any]], m: int = TEXT_NEIGHBOURS) -> list[dict[str, float]]:
-        """Each record's `m` nearest corpus papers by title + abstract (paper id -> cosine clipped
-        to [0, 1], as `text_coupling_row` finds them; a record whose id is a corpus paper is not its
-        own neighbour): the generative retriever's text channel (`graft.fusion.TEXT`).
+    def coupling_rows(self, records: list[dict[str, Any]], m: int = TEXT_NEIGHBOURS) -> list[sp.csr_matrix]:
+        """Each record's text coupling row (1 x n, `text_coupling_row`): the cosine of its title +
+        abstract with its `m` nearest corpus papers, clipped to [0, 1]; a record whose id is a corpus
+        paper is not its own neighbour. All records' texts go through one encoder call.
 
         Raises:
             IndexFormatError: the index predates `embeddings/papers.npy`.
@@ -153,13 +159,19 @@ class RecordFacets:
             raise IndexFormatError(f"index '{self.index.path}' has no embeddings/papers.npy, which the text "
                                    "channel needs: rebuild it with `graft build` (or pass --text-neighbours 0)")
         if m <= 0 or not records:
-            return [{} for _ in records]
-        ids = self.index.paper_ids
-        out = []
-        for rec, vec in zip(records, self.text_vectors(records)):
-            row = text_coupling_row(papers, vec, m, exclude=self.index.row_of.get(str(rec.get("id"))))
-            out.append({ids[c]: float(v) for c, v in zip(row.indices, row.data)})
-        return out
+            return [sp.csr_matrix((1, self.index.n), dtype=np.float32) for _ in records]
+        row_of = self.index.row_of
+        return [text_coupling_row(papers, vec, m, exclude=row_of.get(str(rec.get("id"))))
+                for rec, vec in zip(records, self.text_vectors(records))]
+
+    def neighbours(self, records: list[dict[str, Any]], m: int = TEXT_NEIGHBOURS) -> list[dict[str, float]]:
+        """Each record's `m` nearest corpus papers by title + abstract (paper id -> cosine, from
+        `coupling_rows`): the generative retriever's text channel (`graft.fusion.TEXT`).
+
+        Raises:
+            IndexFormatError: the index predates `embeddings/papers.npy`.
+        """
+        return [neighbour_ids(row, self.index.paper_ids) for row in self.coupling_rows(records, m)]
 
     def many(self, records: list[dict[str, Any]]) -> list[FacetItems]:
         """Facet items of several records, extracted as one table (the extractor embeds the
@@ -361,8 +373,7 @@ class ExternalScorer(CorpusScorer):
         self.facets_of = RecordFacets(index, encoder=encoder, extractor=extractor)
         self.encoder = self.facets_of.encoder
         self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)
-        papers = index.paper_embeddings if text_neighbours > 0 else None
-        self.paper_vectors = None if papers is None else np.asarray(papers, dtype=np.float32)
+        self.paper_vectors = self.facets_of.paper_vectors if text_neighbours > 0 else None
         #: M of text coupling in effect: 0 when switched off or the index has no paper embeddings
         self.text_neighbours = text_neighbours if self.paper_vectors is not None else 0
         #: why text-only papers get no text coupling, or None when they do
@@ -453,12 +464,10 @@ class ExternalScorer(CorpusScorer):
             row = sp.csr_matrix(external_citation_row(self.index.citation_matrix, r, self.coupling_row_log),
                                 dtype=np.float32)
             out.append(row.maximum(self.link_share(r)) if len(r) else row)
-        own = [self._own_row(rec) for rec in records]
         if self.text_neighbours and records:
-            for i, vec in enumerate(self.facets_of.text_vectors(records)):
-                out[i] = out[i].maximum(text_coupling_row(self.paper_vectors, vec, self.text_neighbours,
-                                                          exclude=own[i]))
-        return [_without(row, node) for row, node in zip(out, own)]
+            out = [row.maximum(coupled) for row, coupled in zip(out, self.facets_of.coupling_rows(
+                records, self.text_neighbours))]
+        return [_without(row, self._own_row(rec)) for row, rec in zip(out, records)]
 
     def reference_rows(self, record: dict[str, Any]) -> np.ndarray:
         """Corpus rows of a record's references into the corpus (sorted, distinct)."""
