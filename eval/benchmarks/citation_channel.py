@@ -28,7 +28,6 @@ Writes eval/results/citation_channel_{name}.{md,json}.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 import time
@@ -41,6 +40,7 @@ if str(REPO) not in sys.path:
 from eval.benchmarks.split_queries import (  # noqa: E402
     add_split_arguments,
     open_split_queries,
+    split_report,
     stand_in_rows,
     text_only_rows,
     write_tables,
@@ -73,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     import scipy.sparse as sp
 
     from eval.benchmarks.distill_ceiling import mean_recalls
-    from eval.runner import corpus_name
     from graft.candidates import CandidateFusion
     from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
     from graft.teacher import TeacherConfig
@@ -126,18 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         b = base[row["setting"]]
         row["R@20 / W = 0"] = row["R@20"] / b if b else float("nan")
     table.sort(key=lambda r: (list(base).index(r["setting"]), r["W"]))
-    name = args.name or corpus_name(opened.split)
-    command = "python -m eval.benchmarks.citation_channel " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": opened.split.get("corpus_hash"),
-            "index": str(opened.index_dir), "queries": len(opened.rows), "part": args.part,
-            "citation_first": CITATION_FIRST, "citation_weight": CITATION_WEIGHT, "list_length": args.list_length,
-            "seconds": seconds}
-    lines = [f"# The citation channel, by its weight W — {name}", "",
-             f"Command: `{command}`  ",
-             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(opened.rows)} in-corpus "
-             f"{args.part} papers · channel from the first {CITATION_FIRST} results · shipped W = "
-             f"{CITATION_WEIGHT:g} · {seconds} s", "",
-             "| query path | W | R@20 | R@50 | R@20 / W = 0 |", "|---|---:|---:|---:|---:|"]
+    name, meta, lines = split_report(
+        opened, args, "citation_channel", argv, "The citation channel, by its weight W",
+        f"papers · channel from the first {CITATION_FIRST} results · shipped W = {CITATION_WEIGHT:g} · {seconds} s",
+        citation_first=CITATION_FIRST, citation_weight=CITATION_WEIGHT, list_length=args.list_length, seconds=seconds)
+    lines += ["| query path | W | R@20 | R@50 | R@20 / W = 0 |", "|---|---:|---:|---:|---:|"]
     for row in table:
         mark = " ←" if row["W"] == CITATION_WEIGHT else ""
         lines.append(f"| {row['setting']} | {row['W']:g}{mark} | {row['R@20']:.3f} | {row['R@50']:.3f} | "

@@ -14,7 +14,6 @@ Writes eval/results/citation_first_{name}.{md,json}.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 import time
@@ -24,7 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eval.benchmarks.split_queries import add_split_arguments, int_list, open_split_queries, write_tables  # noqa: E402
+from eval.benchmarks.split_queries import (  # noqa: E402
+    add_split_arguments,
+    int_list,
+    open_split_queries,
+    split_report,
+    write_tables,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from eval.benchmarks.distill_ceiling import mean_recalls
-    from eval.runner import corpus_name
     from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
     from graft.teacher import TeacherConfig
 
@@ -49,16 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         run = {qid: [node for node, _, _ in teacher.retrieve(teacher.node_rows(row), exclude={row}, k=50)[0]]
                for qid, row in opened.rows.items()}
         table.append({"R": r, **mean_recalls(run, opened.gold), "seconds": round(time.perf_counter() - t0, 1)})
-    name = args.name or corpus_name(opened.split)
-    command = "python -m eval.benchmarks.citation_first " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": opened.split.get("corpus_hash"),
-            "index": str(opened.index_dir), "queries": len(opened.rows), "part": args.part,
-            "citation_weight": CITATION_WEIGHT, "citation_first": CITATION_FIRST}
-    lines = [f"# The citation channel's R (first results it is made from) — {name}", "",
-             f"Command: `{command}`  ",
-             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(opened.rows)} in-corpus "
-             f"{args.part} papers · graph teacher, stored rows, channel weight W = {CITATION_WEIGHT:g} · shipped R = "
-             f"{CITATION_FIRST}", "", "| R | R@20 | R@50 | seconds |", "|---:|---:|---:|---:|"]
+    name, meta, lines = split_report(
+        opened, args, "citation_first", argv, "The citation channel's R (first results it is made from)",
+        f"papers · graph teacher, stored rows, channel weight W = {CITATION_WEIGHT:g} · shipped R = {CITATION_FIRST}",
+        citation_weight=CITATION_WEIGHT, citation_first=CITATION_FIRST)
+    lines += ["| R | R@20 | R@50 | seconds |", "|---:|---:|---:|---:|"]
     for row in table:
         mark = " ←" if row["R"] == CITATION_FIRST else ""
         lines.append(f"| {row['R']}{mark} | {row['R@20']:.3f} | {row['R@50']:.3f} | {row['seconds']} |")

@@ -25,7 +25,6 @@ Writes eval/results/incorpus_feedback_{name}.{md,json}.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 import time
@@ -39,6 +38,7 @@ from eval.benchmarks.split_queries import (  # noqa: E402
     add_split_arguments,
     int_list,
     open_split_queries,
+    split_report,
     write_tables,
 )
 
@@ -55,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     import scipy.sparse as sp
 
     from eval.benchmarks.distill_ceiling import mean_recalls
-    from eval.runner import corpus_name
     from graphbuild.external import FEEDBACK, CorpusScorer
 
     opened = open_split_queries(args)
@@ -96,15 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     base = table[0]["R@20"]
     for row in table:
         row["R@20 / graph rows"] = row["R@20"] / base if base else float("nan")
-    name = args.name or corpus_name(opened.split)
-    command = "python -m eval.benchmarks.incorpus_feedback " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": opened.split.get("corpus_hash"),
-            "index": str(opened.index_dir), "queries": len(opened.rows), "part": args.part, "seconds": seconds}
-    lines = [f"# In-corpus queries with a feedback pass through citation links — {name}", "",
-             f"Command: `{command}`  ",
-             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(opened.rows)} in-corpus "
-             f"{args.part} queries · graph teacher · {seconds} s", "",
-             "| rows of the query | R@20 | R@50 | R@20 / graph rows |", "|---|---:|---:|---:|"]
+    name, meta, lines = split_report(opened, args, "incorpus_feedback", argv,
+                                     "In-corpus queries with a feedback pass through citation links",
+                                     f"queries · graph teacher · {seconds} s", seconds=seconds)
+    lines += ["| rows of the query | R@20 | R@50 | R@20 / graph rows |", "|---|---:|---:|---:|"]
     for row in table:
         lines.append(f"| {row['rows']} | {row['R@20']:.3f} | {row['R@50']:.3f} | {row['R@20 / graph rows']:.2f} |")
     lines += ["", "- graph rows: `Index.query_paper` (symmetrised stored rows); out-rows: the paper's rows scored "

@@ -37,7 +37,6 @@ Writes eval/results/ooc_fusion_proxy_{name}.{md,json}.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 import time
@@ -51,6 +50,7 @@ from eval.benchmarks.split_queries import (  # noqa: E402
     add_split_arguments,
     int_list,
     open_split_queries,
+    split_report,
     stand_in_rows,
     text_only_rows,
     write_tables,
@@ -74,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     import scipy.sparse as sp
 
     from eval.benchmarks.distill_ceiling import mean_recalls
-    from eval.runner import corpus_name
     from graft.candidates import CandidateFusion
     from graft.facets import FACETS
     from graft.fusion import CITATION_WEIGHT, TEXT_WEIGHT, corroboration, graph_rrf, rrf, support_rows
@@ -133,17 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     target = table[-1]["R@20"]
     for row in table:
         row["R@20 / teacher"] = row["R@20"] / target if target else float("nan")
-    name = args.name or corpus_name(opened.split)
-    command = "python -m eval.benchmarks.ooc_fusion_proxy " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": opened.split.get("corpus_hash"),
-            "index": str(opened.index_dir), "queries": len(opened.rows), "part": args.part, "list_length": length,
-            "seconds": seconds}
-    lines = [f"# Out-of-corpus fusion of the generative retriever, with a stand-in decoder — {name}", "",
-             f"Command: `{command}`  ",
-             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(opened.rows)} in-corpus "
-             f"{args.part} papers posed as text-only queries · stand-in lists: the {length} most facet-similar "
-             f"papers per facet · {seconds} s", "",
-             "| fusion of the stand-in lists | R@20 | R@50 | R@20 / teacher |", "|---|---:|---:|---:|"]
+    name, meta, lines = split_report(
+        opened, args, "ooc_fusion_proxy", argv, "Out-of-corpus fusion of the generative retriever, with a stand-in decoder",
+        f"papers posed as text-only queries · stand-in lists: the {length} most facet-similar papers per facet · "
+        f"{seconds} s", list_length=length, seconds=seconds)
+    lines += ["| fusion of the stand-in lists | R@20 | R@50 | R@20 / teacher |", "|---|---:|---:|---:|"]
     for row in table:
         lines.append(f"| {row['fusion']} | {row['R@20']:.3f} | {row['R@50']:.3f} | {row['R@20 / teacher']:.2f} |")
     lines += ["", "- stand-in decoder: no model; each facet list is the papers whose items are most similar to the "

@@ -78,6 +78,37 @@ def open_split_queries(args: argparse.Namespace, *, paper_embeddings: bool = Fal
     return SplitQueries(split, index_dir, idx, queries, gold)
 
 
+def split_report(opened: SplitQueries, args: argparse.Namespace, module: str, argv: list[str] | None, title: str,
+                 about: str, **extra: Any) -> tuple[str, dict[str, Any], list[str]]:
+    """What every split benchmark's table starts with: its name, its meta record and its heading.
+
+    Args:
+        opened: the split's queries (`open_split_queries`).
+        args: the parsed options (`add_split_arguments`: `name`, `part`).
+        module: the benchmark's module under `eval.benchmarks` (for the command line).
+        argv: the arguments `main` was given (None: the process's).
+        title: the table's title; the name is appended.
+        about: the date line's rest after "N in-corpus PART" ("papers · ...").
+        extra: more meta fields.
+    Returns:
+        (name: `args.name` or the corpus's, meta: command, date, corpus hash, index, queries, part
+        and `extra`, lines: the Markdown heading, command and date lines, then a blank line).
+    """
+    import datetime as dt
+    import sys
+
+    from eval.runner import corpus_name
+
+    name = args.name or corpus_name(opened.split)
+    command = f"python -m eval.benchmarks.{module} " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": opened.split.get("corpus_hash"),
+            "index": str(opened.index_dir), "queries": len(opened.rows), "part": args.part, **extra}
+    lines = [f"# {title} — {name}", "", f"Command: `{command}`  ",
+             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(opened.rows)} in-corpus "
+             f"{args.part} {about}", ""]
+    return name, meta, lines
+
+
 def write_tables(results_dir: str | Path, stem: str, meta: dict[str, Any], rows: list[dict[str, Any]],
                  lines: list[str]) -> None:
     """`{stem}.json` ({"meta", "rows"}) and `{stem}.md` (the Markdown `lines`) in `results_dir`; the

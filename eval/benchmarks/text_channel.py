@@ -17,7 +17,6 @@ Writes eval/results/text_channel_{name}.{md,json}.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 import time
@@ -28,7 +27,13 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from eval.benchmarks.citation_channel import weight_list  # noqa: E402
-from eval.benchmarks.split_queries import add_split_arguments, int_list, open_split_queries, write_tables  # noqa: E402
+from eval.benchmarks.split_queries import (  # noqa: E402
+    add_split_arguments,
+    int_list,
+    open_split_queries,
+    split_report,
+    write_tables,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from eval.benchmarks.distill_ceiling import mean_recalls
-    from eval.runner import corpus_name
     from graft.facets import FACETS
     from graft.fusion import CITATION, CITATION_WEIGHT, TEXT, rrf, text_run
     from graft.teacher import TeacherConfig
@@ -78,16 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     base = next(r["R@20"] for r in table if r["W_t"] == 0.0)
     for row in table:
         row["R@20 / W_t = 0"] = row["R@20"] / base if base else float("nan")
-    name = args.name or corpus_name(opened.split)
-    command = "python -m eval.benchmarks.text_channel " + " ".join(argv if argv is not None else sys.argv[1:])
-    meta = {"command": command, "date": dt.date.today().isoformat(), "corpus_hash": opened.split.get("corpus_hash"),
-            "index": str(opened.index_dir), "queries": len(opened.rows), "part": args.part,
-            "citation_weight": CITATION_WEIGHT, "seconds": seconds}
-    lines = [f"# The text channel in corpus — {name}", "",
-             f"Command: `{command}`  ",
-             f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(opened.rows)} in-corpus "
-             f"{args.part} papers · graph teacher, stored rows, citation channel W = {CITATION_WEIGHT:g} · {seconds} s",
-             "", "| text channel | M | W_t | R@20 | R@50 | R@20 / W_t = 0 |", "|---|---:|---:|---:|---:|---:|"]
+    name, meta, lines = split_report(
+        opened, args, "text_channel", argv, "The text channel in corpus",
+        f"papers · graph teacher, stored rows, citation channel W = {CITATION_WEIGHT:g} · {seconds} s",
+        citation_weight=CITATION_WEIGHT, seconds=seconds)
+    lines += ["| text channel | M | W_t | R@20 | R@50 | R@20 / W_t = 0 |", "|---|---:|---:|---:|---:|---:|"]
     for row in table:
         label = "none (`graft query --paper`)" if row["W_t"] == 0 else "the M nearest by title + abstract"
         m = "–" if row["W_t"] == 0 else str(row["M"])
