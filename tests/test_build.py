@@ -356,6 +356,26 @@ def test_aclsum_slice_builds_with_full_text(tmp_path, encoder) -> None:
         assert idx.graphs[facet].nnz == 25 * 20
 
 
+def test_a_build_on_the_onnx_backend_records_it_and_equals_the_torch_build(tmp_path, encoder) -> None:
+    """BuildConfig.embedding_backend reaches the build's own encoder (none is passed in here), the
+    manifest says which backend ran, and the index equals one built on torch: same items, vectors
+    and edges (12 papers, so every candidate edge is kept and no near-tie can differ)."""
+    build_index(None, tmp_path / "onnx", BuildConfig(limit=12, embedding_backend="onnx"))
+    build_index(None, tmp_path / "torch", BuildConfig(limit=12), encoder=encoder)
+    a, b = Index.open(tmp_path / "onnx"), Index.open(tmp_path / "torch")
+    assert a.manifest["embedding"]["backend"] == "onnx" and b.manifest["embedding"]["backend"] == "torch"
+    assert a.manifest["stages"]["build"]["config"]["embedding_backend"] == "onnx"
+    assert a.facets.equals(b.facets)
+    for name in ("items", "papers"):
+        np.testing.assert_allclose(np.load(tmp_path / "onnx" / "embeddings" / f"{name}.npy").astype(np.float32),
+                                   np.load(tmp_path / "torch" / "embeddings" / f"{name}.npy").astype(np.float32),
+                                   atol=1e-3)
+    for facet in FACETS:
+        ga, gb = a.graphs[facet], b.graphs[facet]
+        assert ga.nnz == gb.nnz == 12 * 11
+        assert abs(sp.csr_matrix(ga - gb)).max() < 1e-4
+
+
 def test_item_rows_align_facets_with_papers(cs768_index) -> None:
     idx = Index.open(cs768_index[0])
     rows = idx.item_rows

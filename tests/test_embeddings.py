@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from graft.errors import GraftError
-from graphbuild.embeddings import DEFAULT_MODEL, Encoder, default_model_path, embed_items, resolve_model_path
+from graphbuild.embeddings import (
+    BATCH_SIZE,
+    DEFAULT_MODEL,
+    Encoder,
+    default_model_path,
+    embed_items,
+    resolve_model_path,
+)
 
 
 def test_memo_returns_the_same_vectors_as_a_fresh_encode(encoder) -> None:
@@ -108,3 +115,95 @@ def test_encoder_batch_benchmark_smoke(tmp_path) -> None:
                                                       for b in (8, 64)]
     assert all(r["texts_per_s"] > 0 and r["max_abs_diff_to_64"] < 1e-5 for r in rows)
     assert [r["ratio_to_64"] for r in rows if r["batch"] == 64] == [1.0, 1.0]
+
+
+@pytest.fixture(scope="module")
+def onnx_encoder():
+    """The packaged MiniLM with its transformer exported to ONNX Runtime."""
+    return Encoder(backend="onnx")
+
+
+def test_onnx_backend_gives_torchs_vectors_at_every_shape(encoder, onnx_encoder) -> None:
+    """The export is traced on one shape; batches of other sizes and lengths (one word, an empty
+    text, real abstracts, a text past MiniLM's 256 tokens, which sentence-transformers truncates)
+    give the same vectors as PyTorch, alone and padded together."""
+    from graft.text import paper_text
+    from graphbuild.corpus import load_corpus
+
+    papers = load_corpus(None, limit=6).papers
+    abstracts = [paper_text(t, a) for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
+    long_text = " ".join(abstracts) * 2
+    texts = ["Parsing.", "", "We propose a graph neural network for parsing.", *abstracts, long_text]
+    assert len(encoder.model.tokenizer(long_text)["input_ids"]) > 256
+    assert onnx_encoder.backend == "onnx" and onnx_encoder.dim == encoder.dim
+    torch_vecs = Encoder(batch_size=4).encode(texts)
+    for size in (1, 3, 16):
+        onnx_encoder.batch_size = size
+        onnx_encoder._memo.clear()
+        got = onnx_encoder.encode(texts)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, torch_vecs, atol=2e-6)
+    onnx_encoder.batch_size = BATCH_SIZE["cpu"]
+
+
+def test_onnx_backend_leaves_torchs_thread_count_as_it_was(onnx_encoder) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    onnx_encoder._memo.clear()
+    onnx_encoder.encode(["One sentence.", "Another sentence, a little longer."])
+    assert torch.get_num_threads() == before
+
+
+def test_backend_names_resolve_or_fail_clearly(monkeypatch) -> None:
+    from graphbuild import encoder_onnx
+    from graphbuild.build import BuildConfig
+    from graphbuild.embeddings import resolve_backend
+
+    assert resolve_backend("auto", "cpu") == "onnx"
+    assert resolve_backend("auto", "cuda") == resolve_backend("torch", "cpu") == "torch"
+    assert resolve_backend("onnx", "cpu") == "onnx"
+    with pytest.raises(GraftError, match="'tensorrt' is unknown; allowed: auto, torch, onnx"):
+        resolve_backend("tensorrt", "cpu")
+    with pytest.raises(GraftError, match="CPU only, not on 'cuda:0'"):
+        resolve_backend("onnx", "cuda:0")
+    with pytest.raises(ValueError, match="embedding_backend 'gpu'"):
+        BuildConfig(embedding_backend="gpu")
+    assert BuildConfig().embedding_backend == "auto"
+    monkeypatch.setattr(encoder_onnx, "available", lambda: False)  # an install without onnxruntime
+    assert resolve_backend("auto", "cpu") == "torch"
+    with pytest.raises(GraftError, match="pip install onnxruntime onnx"):
+        resolve_backend("onnx", "cpu")
+
+
+def test_auto_backend_falls_back_to_torch_when_the_export_fails(monkeypatch) -> None:
+    from graphbuild import encoder_onnx
+
+    def broken(self, model, **kwargs):
+        raise GraftError("exporting BertModel to ONNX failed (stand-in)")
+
+    monkeypatch.setattr(encoder_onnx.OnnxBackbone, "__init__", broken)
+    with pytest.warns(UserWarning, match="stand-in.*runs on torch instead"):
+        enc = Encoder(backend="auto")
+    assert enc.backend == "torch"
+    assert enc.encode(["Still embeds."]).shape == (1, enc.dim)
+    with pytest.raises(GraftError, match="stand-in"):
+        Encoder(backend="onnx")
+
+
+def test_encoder_backend_benchmark_smoke(tmp_path) -> None:
+    """eval/benchmarks/encoder_backend.py: both backends at each batch size, against torch at the
+    CPU default, on the same texts."""
+    import json
+
+    from conftest import cs768_path
+
+    from eval.benchmarks.encoder_backend import main
+
+    assert main(["--corpus", str(cs768_path()), "--papers", "4", "--abstracts", "2", "--sizes", "8", "--rounds", "1",
+                 "--results", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "encoder_backend.json").read_text())["rows"]
+    assert [(r["texts"], r["backend"], r["batch"]) for r in rows] == [
+        (t, b, s) for t in ("abstract sentences", "titles + abstracts") for b in ("torch", "onnx") for s in (8, 16)]
+    assert all(r["texts_per_s"] > 0 and r["max_abs_diff_to_baseline"] < 1e-5 for r in rows)
+    assert [r["ratio_to_baseline"] for r in rows if (r["backend"], r["batch"]) == ("torch", 16)] == [1.0, 1.0]

@@ -51,6 +51,19 @@ def read_records(path: Path, skip: int, count: int) -> list[dict]:
     return out
 
 
+def sample_texts(corpus: Path, skip: int, papers: int, abstracts: int) -> dict[str, list[str]]:
+    """The two kinds of text a build embeds, from `papers` records after the first `skip`: their
+    candidate abstract sentences (as the heuristic extractor cuts them), and the titles + abstracts
+    of the first `abstracts` of them."""
+    from graft.text import paper_text
+    from graphbuild.facets_heuristic import candidate_sentences
+
+    records = read_records(corpus, skip, papers)
+    return {"abstract sentences": [s for r in records for s in candidate_sentences(
+                {"title": r.get("title"), "abstract": r.get("abstract")})],
+            "titles + abstracts": [paper_text(r.get("title"), r.get("abstract")) for r in records[:abstracts]]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="JSONL(.gz) corpus with title and abstract")
@@ -72,14 +85,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from graft.text import paper_text
     from graphbuild.embeddings import Encoder
-    from graphbuild.facets_heuristic import candidate_sentences
 
-    records = read_records(corpus, args.skip, args.papers)
-    texts = {"abstract sentences": [s for r in records for s in candidate_sentences(
-                 {"title": r.get("title"), "abstract": r.get("abstract")})],
-             "titles + abstracts": [paper_text(r.get("title"), r.get("abstract")) for r in records[: args.abstracts]]}
+    texts = sample_texts(corpus, args.skip, args.papers, args.abstracts)
     encoder = Encoder()
     encoder.encode(texts["abstract sentences"][:64])  # warm-up
     rates: dict[tuple[str, int], list[float]] = {}

@@ -1,0 +1,127 @@
+"""Sentence-encoder throughput by backend (PyTorch vs ONNX Runtime), on the texts a build embeds.
+
+`graphbuild.embeddings.Encoder` runs the transformer in PyTorch or, for bulk work on the CPU
+(`graft build`), in ONNX Runtime (`graphbuild.encoder_onnx`). This benchmark encodes the same texts
+with each backend at each batch size, in alternating rounds (every configuration once per round, so
+drift of the machine's speed hits all alike), and prints texts/s (median over rounds), the ratio to
+PyTorch at the CPU's default batch size (the build's encoder before), measured in the same run, and
+the largest difference of the vectors to that baseline's.
+
+    python -m eval.benchmarks.encoder_backend [--corpus PATH] [--papers 400] [--sizes 16,32,64] [--rounds 3]
+
+Writes eval/results/encoder_backend.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from eval.benchmarks.encoder_batch import DEFAULT_CORPUS, sample_texts  # noqa: E402
+from eval.benchmarks.split_queries import int_list, write_tables  # noqa: E402
+
+BACKENDS = ("torch", "onnx")
+
+
+def cpu_flags() -> str:
+    """The widest x86 vector extensions this CPU reports (they decide both backends' kernels)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0].split())
+    except (OSError, IndexError):
+        return "unknown"
+    shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+    return ", ".join(shown) or "no AVX2"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="JSONL(.gz) corpus with title and abstract")
+    ap.add_argument("--skip", type=int, default=1000, help="records skipped before the sample")
+    ap.add_argument("--papers", type=int, default=400, help="papers whose sentences are encoded")
+    ap.add_argument("--abstracts", type=int, default=200, help="of them, papers whose title + abstract is encoded")
+    ap.add_argument("--sizes", default="16,32,64", help="batch sizes (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    ap.add_argument("--results", default=str(REPO / "eval" / "results"))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import numpy as np
+
+    from graphbuild.embeddings import BATCH_SIZE, Encoder
+
+    baseline = ("torch", BATCH_SIZE["cpu"])
+    sizes = sorted(set(int_list(ap, args.sizes, "--sizes")) | {baseline[1]})
+    if args.rounds < 1 or args.papers < 1 or args.abstracts < 1:
+        ap.error("--rounds, --papers and --abstracts must be >= 1")
+    corpus = Path(args.corpus)
+    if not corpus.is_file():
+        print(f"corpus {corpus} not found (see ../shared/data/README.md); pass --corpus", file=sys.stderr)
+        return 1
+
+    texts = sample_texts(corpus, args.skip, args.papers, args.abstracts)
+    encoders = {}
+    start_s = {}
+    for backend in BACKENDS:
+        t0 = time.perf_counter()
+        encoders[backend] = Encoder(backend=backend)
+        start_s[backend] = time.perf_counter() - t0
+        encoders[backend].encode(texts["abstract sentences"][:64])  # warm-up
+    rates: dict[tuple[str, str, int], list[float]] = {}
+    vectors: dict[tuple[str, str, int], np.ndarray] = {}
+    for _ in range(args.rounds):
+        for size in sizes:
+            for backend, encoder in encoders.items():
+                encoder.batch_size = size
+                for kind, batch in texts.items():
+                    encoder._memo.clear()  # every round encodes from scratch
+                    t0 = time.perf_counter()
+                    vectors[(kind, backend, size)] = encoder.encode(batch)
+                    rates.setdefault((kind, backend, size), []).append(len(batch) / (time.perf_counter() - t0))
+    table = []
+    for kind in texts:
+        base = statistics.median(rates[(kind, *baseline)])
+        for backend in BACKENDS:
+            for size in sizes:
+                rate = statistics.median(rates[(kind, backend, size)])
+                diff = float(np.abs(vectors[(kind, backend, size)] - vectors[(kind, *baseline)]).max())
+                table.append({"texts": kind, "count": len(texts[kind]), "backend": backend, "batch": size,
+                              "texts_per_s": round(rate, 1), "ratio_to_baseline": round(rate / base, 3),
+                              "max_abs_diff_to_baseline": diff})
+    command = "python -m eval.benchmarks.encoder_backend " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "date": dt.date.today().isoformat(), "cores": os.cpu_count(),
+            "machine": platform.machine(), "cpu_flags": cpu_flags(), "python": platform.python_version(),
+            "encoder": encoders["torch"].name, "rounds": args.rounds, "corpus": str(corpus),
+            "baseline": {"backend": baseline[0], "batch": baseline[1]},
+            "start_s": {k: round(v, 2) for k, v in start_s.items()}}
+    lines = ["# Sentence-encoder throughput by backend", "",
+             f"Command: `{command.strip()}`  ",
+             f"Date: {meta['date']} · {meta['cores']} cores, {meta['machine']} ({meta['cpu_flags']}), "
+             f"Python {meta['python']} · encoder {meta['encoder']} on the CPU · {args.rounds} alternating rounds, "
+             "medians", "",
+             f"| texts | count | backend | batch | texts/s | ratio to torch, batch {baseline[1]} | "
+             "max abs difference to it |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    for row in table:
+        lines.append(f"| {row['texts']} | {row['count']} | {row['backend']} | {row['batch']} | {row['texts_per_s']} | "
+                     f"{row['ratio_to_baseline']:.2f} | {row['max_abs_diff_to_baseline']:.1e} |")
+    lines += ["", f"- start-up (model load; for onnx, with the export to ONNX Runtime): torch {start_s['torch']:.1f} s, "
+              f"onnx {start_s['onnx']:.1f} s",
+              "- texts are sorted by length before batching (`Encoder.encode`), with either backend",
+              f"- sample: {args.papers} papers after the first {args.skip} of {corpus.name}; titles + abstracts of "
+              f"the first {args.abstracts} of them (MiniLM reads at most 256 tokens)"]
+    write_tables(args.results, "encoder_backend", meta, table, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
