@@ -375,6 +375,24 @@ def test_a_build_on_the_onnx_backend_records_it_and_equals_the_torch_build(tmp_p
         assert ga.nnz == gb.nnz == 12 * 11
         assert abs(sp.csr_matrix(ga - gb)).max() < 1e-4
 
+    # eval/benchmarks/index_agreement.py says the same of these two, and counts a cut graph's edges
+    from eval.benchmarks.index_agreement import agreement, main
+
+    assert main([str(tmp_path / "onnx"), str(tmp_path / "torch"), "--results", str(tmp_path / "res")]) == 0
+    same = json.loads((tmp_path / "res" / "index_agreement.json").read_text())
+    assert same["meta"]["facet_items_equal"] and same["meta"]["max_item_vector_diff"] < 1e-3
+    assert all(r["shared_share"] == r["rows_identical_share"] == 1.0 and r["max_weight_diff"] < 1e-4
+               for r in same["rows"])
+    build_index(None, tmp_path / "k5", BuildConfig(limit=12, top_k=5), encoder=encoder)
+    cut, full = agreement(tmp_path / "k5", tmp_path / "torch"), agreement(tmp_path / "torch", tmp_path / "k5")
+    for facet in FACETS:
+        assert cut["facets"][facet]["shared_share"] == 1.0 and cut["facets"][facet]["rows_identical_share"] == 0.0
+        assert full["facets"][facet]["shared_share"] == pytest.approx(5 / 11)
+        assert cut["facets"][facet]["max_weight_diff"] == 0.0  # the same graph's weights, cut
+    build_index(None, tmp_path / "other", BuildConfig(limit=11), encoder=encoder)
+    with pytest.raises(ValueError, match="different papers"):
+        agreement(tmp_path / "other", tmp_path / "torch")
+
 
 def test_item_rows_align_facets_with_papers(cs768_index) -> None:
     idx = Index.open(cs768_index[0])
@@ -599,3 +617,18 @@ def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encod
     assert default_key(idx.manifest)["text_neighbours"] == 0
     scorer = ExternalScorer(idx, encoder=encoder)
     assert scorer.text_neighbours == 0 and "papers.npy" in scorer.text_coupling_off
+
+
+def test_build_scale_benchmark_smoke(tmp_path) -> None:
+    """eval/benchmarks/build_scale.py on a cs768 slice: the stage table, the graph stage against the
+    dense baseline, the rebuild from checkpoints, and the backend it was asked for in name and index."""
+    from eval.benchmarks.build_scale import main
+
+    assert main(["--corpus", str(cs768_path()), "--index", str(tmp_path / "idx"), "--limit", "60",
+                 "--encoder-backend", "torch", "--results", str(tmp_path)]) == 0
+    text = (tmp_path / "build_scale_limit60_torch.md").read_text()
+    assert "encoder backend torch" in text and "| **total** |" in text and "reused: facets, titles, papers" in text
+    res = json.loads((tmp_path / "build_scale_limit60_torch.json").read_text())
+    assert res["encoder_backend"] == "torch" and res["counts"]["papers"] == 60
+    assert res["graph_stage_method"]["top20_overlap"] > 0.9
+    assert Index.open(tmp_path / "idx").manifest["embedding"]["backend"] == "torch"

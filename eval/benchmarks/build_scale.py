@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--title-weight", type=float, default=None,
                     help="build with this title weight (default: the build's default); named in the table file")
+    ap.add_argument("--encoder-backend", default=None, choices=("auto", "torch", "onnx"),
+                    help="build with this encoder backend (default: the build's default); named in the table file")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
     args = ap.parse_args(argv)
     if not Path(args.corpus).exists():
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from eval.benchmarks.encoder_backend import cpu_flags
     from graft.facets import FACETS
     from graft.index import Index
     from graft.progress import Reporter, _PeakSampler
@@ -71,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     reporter = Reporter(quiet=not sys.stderr.isatty())
-    config = BuildConfig(limit=args.limit, **({} if args.title_weight is None else {"title_weight": args.title_weight}))
+    config = BuildConfig(limit=args.limit, **({} if args.title_weight is None else {"title_weight": args.title_weight}),
+                         **({} if args.encoder_backend is None else {"embedding_backend": args.encoder_backend}))
     summary = build_index(args.corpus, args.index, config, reporter=reporter, fresh=True)
     total = time.perf_counter() - t0
     peak_total = max(summary.peaks.values())
@@ -106,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# Build scale benchmark ({Path(args.corpus).name}, {c['papers']} papers)",
         "",
-        f"Command: `python -m eval.benchmarks.build_scale --corpus {args.corpus}`  ",
-        f"Date: {dt.date.today()} · machine: {os.cpu_count()} cores, {platform.machine()}, "
-        f"Python {platform.python_version()} · corpus hash `{idx.manifest['corpus_hash'][:16]}`",
+        f"Command: `python -m eval.benchmarks.build_scale {' '.join(argv if argv is not None else sys.argv[1:])}`  ",
+        f"Date: {dt.date.today()} · machine: {os.cpu_count()} cores, {platform.machine()} ({cpu_flags()}), "
+        f"Python {platform.python_version()} · corpus hash `{idx.manifest['corpus_hash'][:16]}` · "
+        f"encoder backend {idx.manifest['embedding'].get('backend', 'torch')}",
         "",
         "| stage | wall s | peak RSS MiB |",
         "|---|---:|---:|",
@@ -147,9 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     stem = "build_scale" if args.limit is None else f"build_scale_limit{args.limit}"
     if args.title_weight is not None:
         stem += f"_w{args.title_weight:g}"
+    if args.encoder_backend is not None:
+        stem += f"_{args.encoder_backend}"
     (results / f"{stem}.md").write_text(text)
     (results / f"{stem}.json").write_text(json.dumps({
-        "corpus": args.corpus, "date": str(dt.date.today()), "cores": os.cpu_count(),
+        "corpus": args.corpus, "date": str(dt.date.today()), "cores": os.cpu_count(), "cpu_flags": cpu_flags(),
+        "encoder_backend": idx.manifest["embedding"].get("backend", "torch"),
         "total_s": total, "peak_rss_bytes": peak_total, "timings_s": summary.timings,
         "peak_rss_bytes_per_stage": summary.peaks, "counts": c,
         "graph_stage_method": {"blocked_s": blocked_s, "blocked_extra_rss": blocked_mem,
