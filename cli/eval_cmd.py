@@ -59,7 +59,8 @@ def prepare(
 def run(
     split_dir: Path = typer.Argument(..., help="Split directory from `graft eval prepare`."),
     systems: str = typer.Option("bm25,dense,teacher", help="Comma-separated: bm25, dense, citation, facet, "
-                                "teacher, teacher-fb, teacher-cite, graft, graft-rrf, graft-walk, graft-naive, graft-cite."),
+                                "teacher, teacher-fb, teacher-cite, graft, graft-rrf, graft-walk, graft-naive, graft-cite, "
+                                "graft-text; survey suite: graft-survey, baseline-survey."),
     suite: str = typer.Option("incorpus", help="incorpus, ooc, attribution, coverage or survey; several "
                               "comma-separated suites share one loaded index."),
     index: Path | None = typer.Option(None, "--index", help="Index directory (default SPLITDIR/index)."),

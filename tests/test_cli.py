@@ -342,3 +342,15 @@ def test_build_with_llm_extractor_caches_and_falls_back(tmp_path) -> None:
         server.close()
     res = runner.invoke(app, ["build", str(corpus), "--out", str(out), "--extractor", "llm"])
     assert res.exit_code == 2 and "--llm-base-url" in res.output
+
+
+def test_eval_run_help_names_every_system() -> None:
+    from eval.survey_suite import SYSTEMS as SURVEY_SYSTEMS
+    from eval.systems import SYSTEMS
+
+    res = runner.invoke(app, ["eval", "run", "--help"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    help_text = " ".join(res.output.replace("│", " ").split())
+    listed = help_text.split("Comma-separated:", 1)[1].split(".", 1)[0]
+    names = [n.strip() for part in listed.split(";") for n in part.split(":")[-1].split(",")]
+    assert names == [*SYSTEMS, *SURVEY_SYSTEMS]
