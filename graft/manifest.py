@@ -23,7 +23,7 @@ STAGE_COMMANDS = {
 
 _TRACKED_LIBRARIES = (
     "numpy", "scipy", "polars", "networkx", "sentence-transformers", "transformers", "torch",
-    "accelerate", "marisa-trie",
+    "accelerate", "marisa-trie", "onnxruntime",
 )
 
 

@@ -82,10 +82,12 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     md = next(tmp_path.glob("eval_incorpus_*.md"))
     text = md.read_text()
     assert "graft eval run SPLIT" in text and table["meta"]["corpus_hash"][:16] in text and "| teacher |" in text
-    assert "Index build: heuristic facets · top-K 20 · alpha 0.75 · beta 0.25 · title weight 0.7" in text
+    assert ("Index build: heuristic facets · top-K 20 · alpha 0.75 · beta 0.25 · title weight 0.7 · encoder on torch"
+            in text)  # the test's shared encoder runs torch
     saved = json.loads(next(tmp_path.glob("eval_incorpus_*.json")).read_text())
     assert saved["rows"][4]["R@20"] == pytest.approx(rows["teacher"]["R@20"])
     assert saved["meta"]["seed"] == 0 and "bm25s" in saved["meta"]["versions"]
+    assert "onnxruntime" in saved["meta"]["versions"] and saved["meta"]["build"]["encoder_backend"] == "torch"
 
     # runs are reused unless forced
     meta_path = run_paths(split, "incorpus", "teacher")[2]
