@@ -14,7 +14,6 @@ Writes eval/results/encoder_backend.{md,json}.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import platform
@@ -27,8 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eval.benchmarks.encoder_batch import DEFAULT_CORPUS, sample_texts  # noqa: E402
-from eval.benchmarks.split_queries import int_list, write_tables  # noqa: E402
+from eval.benchmarks.encoder_batch import open_sample, sample_note, sample_parser  # noqa: E402
+from eval.benchmarks.split_queries import write_tables  # noqa: E402
 
 BACKENDS = ("torch", "onnx")
 
@@ -44,31 +43,18 @@ def cpu_flags() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="JSONL(.gz) corpus with title and abstract")
-    ap.add_argument("--skip", type=int, default=1000, help="records skipped before the sample")
-    ap.add_argument("--papers", type=int, default=400, help="papers whose sentences are encoded")
-    ap.add_argument("--abstracts", type=int, default=200, help="of them, papers whose title + abstract is encoded")
-    ap.add_argument("--sizes", default="16,32,64", help="batch sizes (comma-separated)")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds")
-    ap.add_argument("--results", default=str(REPO / "eval" / "results"))
+    ap = sample_parser(__doc__, "16,32,64")
     args = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-    import numpy as np
-
     from graphbuild.embeddings import BATCH_SIZE, Encoder
 
     baseline = ("torch", BATCH_SIZE["cpu"])
-    sizes = sorted(set(int_list(ap, args.sizes, "--sizes")) | {baseline[1]})
-    if args.rounds < 1 or args.papers < 1 or args.abstracts < 1:
-        ap.error("--rounds, --papers and --abstracts must be >= 1")
-    corpus = Path(args.corpus)
-    if not corpus.is_file():
-        print(f"corpus {corpus} not found (see ../shared/data/README.md); pass --corpus", file=sys.stderr)
+    opened = open_sample(ap, args, baseline[1])
+    if opened is None:
         return 1
+    corpus, sizes, texts = opened
 
-    texts = sample_texts(corpus, args.skip, args.papers, args.abstracts)
+    import numpy as np
+
     encoders = {}
     start_s = {}
     for backend in BACKENDS:
@@ -117,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"- start-up (model load; for onnx, with the export to ONNX Runtime): torch {start_s['torch']:.1f} s, "
               f"onnx {start_s['onnx']:.1f} s",
               "- texts are sorted by length before batching (`Encoder.encode`), with either backend",
-              f"- sample: {args.papers} papers after the first {args.skip} of {corpus.name}; titles + abstracts of "
-              f"the first {args.abstracts} of them (MiniLM reads at most 256 tokens)"]
+              sample_note(args, corpus)]
     write_tables(args.results, "encoder_backend", meta, table, lines)
     return 0
 

@@ -64,30 +64,53 @@ def sample_texts(corpus: Path, skip: int, papers: int, abstracts: int) -> dict[s
             "titles + abstracts": [paper_text(r.get("title"), r.get("abstract")) for r in records[:abstracts]]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def sample_parser(doc: str, sizes: str) -> argparse.ArgumentParser:
+    """The options of the encoder benchmarks: the corpus sample, batch sizes (default `sizes`),
+    rounds and the results folder."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="JSONL(.gz) corpus with title and abstract")
     ap.add_argument("--skip", type=int, default=1000, help="records skipped before the sample")
     ap.add_argument("--papers", type=int, default=400, help="papers whose sentences are encoded")
     ap.add_argument("--abstracts", type=int, default=200, help="of them, papers whose title + abstract is encoded")
-    ap.add_argument("--sizes", default="8,16,32,64,128", help="batch sizes (comma-separated)")
+    ap.add_argument("--sizes", default=sizes, help="batch sizes (comma-separated)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
-    args = ap.parse_args(argv)
-    sizes = sorted(set(int_list(ap, args.sizes, "--sizes")) | {BASELINE})
+    return ap
+
+
+def open_sample(ap: argparse.ArgumentParser, args: argparse.Namespace,
+                baseline: int) -> tuple[Path, list[int], dict[str, list[str]]] | None:
+    """The corpus, the batch sizes (with `baseline`'s) and the sample texts of `sample_parser`'s
+    options; a usage error for bad counts, None (with a message) when the corpus is absent."""
+    sizes = sorted(set(int_list(ap, args.sizes, "--sizes")) | {baseline})
     if args.rounds < 1 or args.papers < 1 or args.abstracts < 1:
         ap.error("--rounds, --papers and --abstracts must be >= 1")
     corpus = Path(args.corpus)
     if not corpus.is_file():
         print(f"corpus {corpus} not found (see ../shared/data/README.md); pass --corpus", file=sys.stderr)
-        return 1
+        return None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return corpus, sizes, sample_texts(corpus, args.skip, args.papers, args.abstracts)
+
+
+def sample_note(args: argparse.Namespace, corpus: Path) -> str:
+    """The tables' line that says which texts were encoded."""
+    return (f"- sample: {args.papers} papers after the first {args.skip} of {corpus.name}; titles + abstracts of "
+            f"the first {args.abstracts} of them (MiniLM reads at most 256 tokens)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = sample_parser(__doc__, "8,16,32,64,128")
+    args = ap.parse_args(argv)
+    opened = open_sample(ap, args, BASELINE)
+    if opened is None:
+        return 1
+    corpus, sizes, texts = opened
 
     import numpy as np
 
     from graphbuild.embeddings import Encoder
 
-    texts = sample_texts(corpus, args.skip, args.papers, args.abstracts)
     encoder = Encoder()
     encoder.encode(texts["abstract sentences"][:64])  # warm-up
     rates: dict[tuple[str, int], list[float]] = {}
@@ -122,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {row['texts']} | {row['count']} | {row['batch']} | {row['texts_per_s']} | "
                      f"{row['ratio_to_64']:.2f} | {row['max_abs_diff_to_64']:.1e} |")
     lines += ["", "- texts are sorted by length before batching (`Encoder.encode`), at every batch size",
-              f"- sample: {args.papers} papers after the first {args.skip} of {corpus.name}; titles + abstracts of "
-              f"the first {args.abstracts} of them (MiniLM reads at most 256 tokens)"]
+              sample_note(args, corpus)]
     write_tables(args.results, "encoder_batch", meta, table, lines)
     return 0
 
