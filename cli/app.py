@@ -71,7 +71,8 @@ def build(
     batch_size: int | None = typer.Option(None, help="Texts per sentence-encoder batch (default 16 on the CPU, "
                                           "128 on a GPU)."),
     encoder_backend: str = typer.Option("auto", help="What runs the sentence encoder: auto (ONNX Runtime on the "
-                                        "CPU, about twice as fast, same vectors; torch on a GPU), torch, or onnx."),
+                                        "CPU: the same vectors, the cs768 build in 0.63x the time; torch on a GPU), "
+                                        "torch, or onnx."),
     top_k: int = typer.Option(20, help="Out-edges kept per paper and facet."),
     title_weight: float = typer.Option(0.7, help="Weight of the paper's title vector added to each facet "
                                        "item's vector (0: items embedded alone)."),
