@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--title-weight", type=float, default=None,
                     help="build with this title weight (default: the build's default); named in the table file")
-    ap.add_argument("--encoder-backend", default=None, choices=("auto", "torch", "onnx"),
+    from graphbuild.embeddings import BACKENDS
+
+    ap.add_argument("--encoder-backend", default=None, choices=BACKENDS,
                     help="build with this encoder backend (default: the build's default); named in the table file")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
     args = ap.parse_args(argv)
@@ -107,13 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     rebuild_s = time.perf_counter() - t1
 
     c = summary.counts
+    backend = idx.manifest["embedding"].get("backend", "torch")  # what ran the encoder
     lines = [
         f"# Build scale benchmark ({Path(args.corpus).name}, {c['papers']} papers)",
         "",
         f"Command: `python -m eval.benchmarks.build_scale {' '.join(argv if argv is not None else sys.argv[1:])}`  ",
         f"Date: {dt.date.today()} · machine: {os.cpu_count()} cores, {platform.machine()} ({cpu_flags()}), "
         f"Python {platform.python_version()} · corpus hash `{idx.manifest['corpus_hash'][:16]}` · "
-        f"encoder backend {idx.manifest['embedding'].get('backend', 'torch')}",
+        f"encoder backend {backend}",
         "",
         "| stage | wall s | peak RSS MiB |",
         "|---|---:|---:|",
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     (results / f"{stem}.md").write_text(text)
     (results / f"{stem}.json").write_text(json.dumps({
         "corpus": args.corpus, "date": str(dt.date.today()), "cores": os.cpu_count(), "cpu_flags": cpu_flags(),
-        "encoder_backend": idx.manifest["embedding"].get("backend", "torch"),
+        "encoder_backend": backend,
         "total_s": total, "peak_rss_bytes": peak_total, "timings_s": summary.timings,
         "peak_rss_bytes_per_stage": summary.peaks, "counts": c,
         "graph_stage_method": {"blocked_s": blocked_s, "blocked_extra_rss": blocked_mem,

@@ -28,8 +28,10 @@ if str(REPO) not in sys.path:
 
 from eval.benchmarks.encoder_batch import open_sample, sample_note, sample_parser  # noqa: E402
 from eval.benchmarks.split_queries import write_tables  # noqa: E402
+from graphbuild.embeddings import BACKENDS as CHOICES  # noqa: E402
 
-BACKENDS = ("torch", "onnx")
+#: The backends compared: every choice but "auto", which picks one of them.
+BACKENDS = tuple(b for b in CHOICES if b != "auto")
 
 
 def cpu_flags() -> str:
