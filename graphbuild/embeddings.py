@@ -29,6 +29,12 @@ BATCH_SIZE = {"cpu": 16, "gpu": 128}
 #: `graphbuild.encoder_onnx`), or "auto": ONNX Runtime on the CPU where it is installed, else torch.
 BACKENDS = ("auto", "torch", "onnx")
 
+#: Fewest new texts in one `encode` call that make an "auto" encoder on the CPU export its model to
+#: ONNX Runtime. The export takes about 1.5 s and ONNX Runtime then saves 4-8 ms a text (2 cores,
+#: eval/results/encoder_backend.md), so it pays for itself after a few hundred texts; the calls of
+#: a query (a few sentences) stay on torch and start at once.
+AUTO_ONNX_TEXTS = 256
+
 
 def default_batch_size(device: str) -> int:
     """`BATCH_SIZE` for a resolved torch device ("cpu", "cuda", "cuda:N", "mps")."""
@@ -193,15 +199,18 @@ class Encoder:
         device: torch device name, or "auto" (`resolve_device`).
         batch_size: texts per batch; None = `BATCH_SIZE` of the device.
         memo_size: texts whose vectors are kept for reuse.
-        backend: what runs the transformer (`BACKENDS`). The default is torch, whose start-up is
-            instant: a query embeds a few sentences. Bulk work (`graft build`) asks for "auto",
-            which exports the model to ONNX Runtime on the CPU (~1.5 s; 1.25x to 2.2x the texts/s,
-            long texts gaining least; same vectors to float32 rounding) and falls back to torch, with a warning, if the export fails.
+        backend: what runs the transformer (`BACKENDS`). "auto", the default, runs torch until a
+            call brings `AUTO_ONNX_TEXTS` new texts, then, on the CPU, exports the model to ONNX
+            Runtime (~1.5 s; 1.25x to 2.2x the texts/s, long texts gaining least; same vectors to
+            float32 rounding) for that call and every later one; a failed export leaves it on
+            torch, with a warning. "onnx" exports at once and fails on a failed export; "torch"
+            never exports. Once the model runs in ONNX Runtime, the PyTorch copy of the
+            transformer's weights is released (~90 MiB for MiniLM).
     """
 
     def __init__(
         self, model: str | None = None, *, device: str = "cpu", batch_size: int | None = None,
-        memo_size: int = 500_000, backend: str = "torch",
+        memo_size: int = 500_000, backend: str = "auto",
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -210,8 +219,12 @@ class Encoder:
         hf_logging.disable_progress_bar()  # GRAFT shows its own per-stage progress
 
         self.device = resolve_device(device)
-        #: the backend in use, "torch" or "onnx" (recorded in the build's manifest)
-        self.backend = resolve_backend(backend, self.device)
+        target = resolve_backend(backend, self.device)
+        #: the backend in use, "torch" or "onnx" (recorded in the build's manifest); an "auto"
+        #: encoder starts on torch and moves to onnx with its first bulk call
+        self.backend = "onnx" if backend == "onnx" else "torch"
+        # an "auto" encoder's export, due with its first call of AUTO_ONNX_TEXTS new texts
+        self._onnx_due = backend == "auto" and target == "onnx"
         self.path = resolve_model_path(model)
         self.name = DEFAULT_MODEL if self.path == default_model_path() else self.path
         if batch_size is not None and batch_size < 1:
@@ -223,17 +236,34 @@ class Encoder:
         self.model = SentenceTransformer(self.path, device=self.device)
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_of())
-        self._onnx = None
+        self._onnx: Any = None
         if self.backend == "onnx":
-            from graphbuild.encoder_onnx import OnnxBackbone
+            self._to_onnx()
 
-            try:
-                self._onnx = OnnxBackbone(self.model)
-            except GraftError as exc:
-                if backend != "auto":
-                    raise
-                warnings.warn(f"{exc}; the encoder runs on torch instead", stacklevel=2)
-                self.backend = "torch"
+    def _to_onnx(self) -> None:
+        """Run the transformer in ONNX Runtime from now on and release its PyTorch weights.
+
+        Raises:
+            GraftError: the export failed (the encoder stays on torch).
+        """
+        from graphbuild.encoder_onnx import OnnxBackbone
+
+        self._onnx_due = False
+        self._onnx = OnnxBackbone(self.model)
+        self.backend = "onnx"
+        # sentence-transformers still tokenises and pools; the transformer's forward pass now runs in
+        # ONNX Runtime, which holds its own copy of the weights
+        list(self.model)[0].auto_model.to("meta")
+
+    def _onnx_if_due(self, new_texts: int) -> None:
+        """An "auto" encoder's export, on the first call of at least AUTO_ONNX_TEXTS new texts; a
+        failed export warns and keeps torch."""
+        if not self._onnx_due or new_texts < AUTO_ONNX_TEXTS:
+            return
+        try:
+            self._to_onnx()
+        except GraftError as exc:
+            warnings.warn(f"{exc}; the encoder runs on torch instead", stacklevel=3)
 
     def remember(self, texts: list[str], vectors: np.ndarray) -> None:
         """Keep `vectors` (unit rows, aligned with `texts`) as these texts' embeddings for later
@@ -264,6 +294,7 @@ class Encoder:
         if progress is not None and len(texts) > sum(len(v) for v in todo.values()):
             progress(len(texts) - sum(len(v) for v in todo.values()))
         unique = list(todo)
+        self._onnx_if_due(len(unique))
         # Sorting by length keeps padding small inside each batch.
         order = np.argsort([len(t) for t in unique], kind="stable")
         for start in range(0, len(unique), self.batch_size):

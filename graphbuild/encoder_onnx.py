@@ -10,7 +10,8 @@ pooling.
 
 The model is exported from the loaded PyTorch weights into memory when the backbone is made
 (about 1.5 s for MiniLM; nothing is written to disk and nothing is cached between processes).
-Query-time encoders, which embed a few sentences, stay on PyTorch (`Encoder(backend="torch")`).
+An `Encoder` on "auto" (its default) makes the backbone with its first call of
+`embeddings.AUTO_ONNX_TEXTS` new texts: the few sentences of a query stay on PyTorch.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ import pytest
 
 from graft.errors import GraftError
 from graphbuild.embeddings import (
+    AUTO_ONNX_TEXTS,
     BATCH_SIZE,
     DEFAULT_MODEL,
     Encoder,
@@ -136,7 +137,7 @@ def test_onnx_backend_gives_torchs_vectors_at_every_shape(encoder, onnx_encoder)
     texts = ["Parsing.", "", "We propose a graph neural network for parsing.", *abstracts, long_text]
     assert len(encoder.model.tokenizer(long_text)["input_ids"]) > 256
     assert onnx_encoder.backend == "onnx" and onnx_encoder.dim == encoder.dim
-    torch_vecs = Encoder(batch_size=4).encode(texts)
+    torch_vecs = Encoder(batch_size=4, backend="torch").encode(texts)
     for size in (1, 3, 16):
         onnx_encoder.batch_size = size
         onnx_encoder._memo.clear()
@@ -183,12 +184,39 @@ def test_auto_backend_falls_back_to_torch_when_the_export_fails(monkeypatch) -> 
         raise GraftError("exporting BertModel to ONNX failed (stand-in)")
 
     monkeypatch.setattr(encoder_onnx.OnnxBackbone, "__init__", broken)
+    enc = Encoder(backend="auto")
+    texts = [f"Sentence number {i} of a bulk call." for i in range(AUTO_ONNX_TEXTS)]
     with pytest.warns(UserWarning, match="stand-in.*runs on torch instead"):
-        enc = Encoder(backend="auto")
-    assert enc.backend == "torch"
-    assert enc.encode(["Still embeds."]).shape == (1, enc.dim)
+        vecs = enc.encode(texts)
+    assert enc.backend == "torch" and vecs.shape == (len(texts), enc.dim)
+    assert enc.encode(["Still embeds."]).shape == (1, enc.dim)  # no second try, no second warning
     with pytest.raises(GraftError, match="stand-in"):
         Encoder(backend="onnx")
+
+
+def test_auto_backend_moves_to_onnx_with_its_first_bulk_call(encoder) -> None:
+    """An "auto" encoder embeds a query's few sentences on torch; the first call of AUTO_ONNX_TEXTS
+    new texts exports the model, runs in ONNX Runtime (same vectors), and releases the PyTorch weights."""
+    from graft.text import paper_text
+    from graphbuild.corpus import load_corpus
+
+    papers = load_corpus(None).papers  # the demo corpus's titles + abstracts, then titles alone
+    titles = papers["title"].to_list()
+    texts = [paper_text(t, a) for t, a in zip(titles, papers["abstract"].to_list())] + titles
+    texts = list(dict.fromkeys(texts))[:AUTO_ONNX_TEXTS]
+    assert len(texts) == AUTO_ONNX_TEXTS and encoder.backend == "torch"
+    enc = Encoder()
+    few = enc.encode(texts[:3] + ["A query sentence."])
+    assert enc.backend == "torch"
+    np.testing.assert_allclose(enc.encode(texts[3:]), encoder.encode(texts[3:]), atol=2e-6)
+    assert enc.backend == "torch", "fewer than AUTO_ONNX_TEXTS new texts (3 were memoised): no export"
+    enc._memo.clear()
+    bulk = enc.encode(texts)
+    assert enc.backend == "onnx"
+    np.testing.assert_allclose(bulk[:3], few[:3], atol=2e-6)
+    np.testing.assert_allclose(bulk, encoder.encode(texts), atol=2e-6)
+    assert next(list(enc.model)[0].auto_model.parameters()).is_meta
+    np.testing.assert_allclose(enc.encode(["A query sentence."]), few[3:], atol=2e-6)
 
 
 def test_encoder_backend_benchmark_smoke(tmp_path) -> None:

@@ -657,6 +657,27 @@ def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
         main([*common, "--text-weight", "0"])
 
 
+def test_ooc_encoder_benchmark_rows(built, tmp_path, monkeypatch) -> None:
+    """eval/benchmarks/ooc_encoder.py: the slice's out-of-corpus entries made on torch and on an
+    "auto" encoder that moves to ONNX Runtime (threshold lowered so the slice's calls reach it):
+    the same facet items and edge rows to float32 rounding."""
+    from eval.benchmarks.ooc_encoder import main
+    from graphbuild import embeddings
+
+    _, split = built
+    monkeypatch.setattr(embeddings, "AUTO_ONNX_TEXTS", 2)
+    assert main(["--split", str(split), "--rounds", "1", "--name", "slice", "--results", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "ooc_encoder_slice.json").read_text())
+    by = {r["encoder"]: r for r in saved["rows"]}
+    assert [(e, r["ran_on"]) for e, r in by.items()] == [("torch", "torch"), ("auto", "onnx")]
+    assert saved["meta"]["queries"] == len(read_queries(split, "ooc")) > 0
+    assert by["torch"]["ratio_to_torch"] == 1.0 and by["auto"]["seconds"] > 0
+    assert by["auto"]["same_facet_items"] == 1.0 and by["auto"]["max_weight_diff"] < 1e-5
+    assert "| auto | onnx |" in (tmp_path / "ooc_encoder_slice.md").read_text()
+    with pytest.raises(SystemExit):
+        main(["--split", str(split), "--rounds", "0"])
+
+
 def test_text_channel_benchmark_rows(built, tmp_path) -> None:
     """eval/benchmarks/text_channel.py: its W_t = 0 row is `graft query --paper`'s teacher (stored rows
     with the citation channel), recomputed here through Index.query_paper; the channel rows differ."""
