@@ -225,6 +225,7 @@ def build_index(
         extractor = make_extractor(config, encoder, out)
 
     ckpt = StageCheckpoints(out / "cache" / "build", reuse=not fresh)
+    origin = VectorOrigin(encoder)
     same_corpus = {"corpus": corpus.content_hash(), "order": order_digest(paper_ids)}
     same_model = {"model": encoder.name, "batch_size": getattr(encoder, "batch_size", None),
                   "device": getattr(encoder, "device", "cpu")}
@@ -235,7 +236,8 @@ def build_index(
     with reporter.stage("facets", total=n, unit="papers") as adv:
         # facet items, and the items' own vectors (mostly the encoder's memo of the sentences the
         # extractor embedded), checkpointed every CHECKPOINT_PAPERS papers
-        table, alone, extractor_stats = _facets_in_parts(corpus.papers, extractor, encoder, ckpt, facets_key, adv)
+        table, alone, extractor_stats = _facets_in_parts(corpus.papers, extractor, encoder, ckpt, facets_key, adv,
+                                                         origin)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
@@ -243,7 +245,7 @@ def build_index(
         # the items in their paper's context (the graph's vectors)
         if config.title_weight > 0:
             titles = _checkpointed(ckpt, "titles", make_key(stage="titles", **same_corpus, **same_model),
-                                   lambda: title_vectors(encoder, corpus.papers["title"].to_list()))
+                                   lambda: title_vectors(encoder, corpus.papers["title"].to_list()), origin=origin)
             vectors = with_title(alone, titles[owner], config.title_weight)
         else:
             vectors = alone
@@ -256,7 +258,7 @@ def build_index(
             papers_key = make_key(stage="papers", **same_corpus, **same_model, code=source_digest("graft/text.py"))
             papers_vec = _checkpointed(ckpt, "papers", papers_key,
                                        lambda: encoder.encode(paper_texts(corpus.papers), progress=adv),
-                                       on_reuse=lambda: adv(n))
+                                       on_reuse=lambda: adv(n), origin=origin)
 
     cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
@@ -305,7 +307,7 @@ def build_index(
     manifest = new_manifest(corpus.content_hash())
     manifest["corpus"] = {"source": str(corpus_path) if corpus_path is not None else "aclsum"}
     manifest["embedding"] = {"model": encoder.name, "dim": int(vectors.shape[1]), "dtype": config.embedding_dtype,
-                             "backend": getattr(encoder, "backend", "torch")}
+                             "backend": origin.backend()}
     record_stage(out, manifest, "build", config=config_to_dict(config), counts=counts,
                  timings=reporter.timings(),
                  extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict(),
@@ -316,7 +318,8 @@ def build_index(
 
 
 def _facets_in_parts(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, ckpt: StageCheckpoints,
-                     key: str, advance: Callable[[int], None]) -> tuple[pl.DataFrame, np.ndarray, dict[str, int]]:
+                     key: str, advance: Callable[[int], None],
+                     origin: VectorOrigin) -> tuple[pl.DataFrame, np.ndarray, dict[str, int]]:
     """Facet items of every paper, the items' own vectors and the extractor's counters, made
     CHECKPOINT_PAPERS papers at a time; a part checkpointed by an earlier run with the same key is
     loaded instead (its item vectors are remembered by the encoder, as if it had just made them)."""
@@ -330,6 +333,7 @@ def _facets_in_parts(papers: pl.DataFrame, extractor: FacetExtractor, encoder: A
         if saved is not None:
             loaded += 1
             table, alone, counts = saved["table"], saved["arrays"]["vectors"], saved["meta"]["extractor"]
+            origin.reused(saved["meta"])
             if hasattr(encoder, "remember"):
                 encoder.remember(table["text"].to_list(), alone)
             advance(len(chunk))
@@ -339,7 +343,7 @@ def _facets_in_parts(papers: pl.DataFrame, extractor: FacetExtractor, encoder: A
             alone = np.asarray(encoder.encode(table["text"].to_list()), dtype=np.float32)
             counts = {k: v - before.get(k, 0) for k, v in extractor.stats().items()}
             ckpt.save(f"facets.{part:05d}", part_key, table=table, arrays={"vectors": alone},
-                      meta={"extractor": counts})
+                      meta={"extractor": counts, **origin.made()})
         tables.append(table)
         vectors.append(alone)
         stats = {k: stats.get(k, 0) + v for k, v in counts.items()}
@@ -351,15 +355,43 @@ def _facets_in_parts(papers: pl.DataFrame, extractor: FacetExtractor, encoder: A
     return table, np.concatenate(vectors) if vectors else np.zeros((0, dim), np.float32), stats
 
 
+class VectorOrigin:
+    """Which encoder backends made a build's vectors: the encoder's own for the stages this run
+    computes, the one a reused checkpoint recorded for the stages it loads (the manifest's
+    `embedding.backend`). A rebuild from checkpoints makes no vectors, and its encoder may never
+    reach a bulk call that moves it to ONNX Runtime; what made the vectors is still known."""
+
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+        self.seen: set[str] = set()
+
+    def made(self) -> dict[str, str]:
+        """The backend of vectors the encoder has just made, as a checkpoint's metadata."""
+        backend = str(getattr(self.encoder, "backend", "torch"))
+        self.seen.add(backend)
+        return {"backend": backend}
+
+    def reused(self, meta: dict[str, Any]) -> None:
+        """Vectors loaded from a checkpoint whose metadata is `meta` (checkpoints written before
+        the backend was recorded name none)."""
+        if meta.get("backend"):
+            self.seen.add(str(meta["backend"]))
+
+    def backend(self) -> str:
+        """"torch", "onnx", or "onnx+torch" when stages differ; the encoder's own when nothing said."""
+        return "+".join(sorted(self.seen)) or str(getattr(self.encoder, "backend", "torch"))
+
+
 def _checkpointed(ckpt: StageCheckpoints, stage: str, key: str, compute: Callable[[], Any],
-                  on_reuse: Callable[[], None] | None = None) -> np.ndarray:
+                  on_reuse: Callable[[], None] | None = None, *, origin: VectorOrigin) -> np.ndarray:
     """The stage's float32 vectors from its checkpoint (then `on_reuse()`), else `compute()`d and
-    checkpointed."""
+    checkpointed, with the backend that made them recorded in `origin`."""
     saved = ckpt.load(stage, key)
     if saved is not None:
+        origin.reused(saved["meta"])
         if on_reuse is not None:
             on_reuse()
         return saved["arrays"]["vectors"]
     vectors = np.asarray(compute(), dtype=np.float32)
-    ckpt.save(stage, key, arrays={"vectors": vectors})
+    ckpt.save(stage, key, arrays={"vectors": vectors}, meta=origin.made())
     return vectors

@@ -393,6 +393,16 @@ def test_a_build_on_the_onnx_backend_records_it_and_equals_the_torch_build(tmp_p
     with pytest.raises(ValueError, match="different papers"):
         agreement(tmp_path / "other", tmp_path / "torch")
 
+    # a rebuild from the checkpoints makes no vectors (its "auto" encoder stays on torch) and still
+    # names the backend that made them; new vectors beside reused ones name both
+    summary = build_index(None, tmp_path / "onnx", BuildConfig(limit=12, top_k=5))
+    assert sorted(summary.reused) == ["facets", "papers", "titles"]
+    assert Index.open(tmp_path / "onnx").manifest["embedding"]["backend"] == "onnx"
+    (tmp_path / "onnx" / "cache" / "build" / "titles.json").unlink()  # the titles made again, on torch
+    summary = build_index(None, tmp_path / "onnx", BuildConfig(limit=12), encoder=encoder)
+    assert "titles" not in summary.reused and "facets" in summary.reused
+    assert Index.open(tmp_path / "onnx").manifest["embedding"]["backend"] == "onnx+torch"
+
 
 def test_item_rows_align_facets_with_papers(cs768_index) -> None:
     idx = Index.open(cs768_index[0])
