@@ -111,7 +111,9 @@ def test_encoder_batch_benchmark_smoke(tmp_path) -> None:
 
     assert main(["--corpus", str(cs768_path()), "--papers", "4", "--abstracts", "2", "--sizes", "8", "--rounds", "1",
                  "--results", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "encoder_batch.json").read_text())["rows"]
+    saved = json.loads((tmp_path / "encoder_batch.json").read_text())
+    rows = saved["rows"]
+    assert saved["meta"]["backend"] == "torch"  # one backend for every round
     assert [(r["texts"], r["batch"]) for r in rows] == [(t, b) for t in ("abstract sentences", "titles + abstracts")
                                                       for b in (8, 64)]
     assert all(r["texts_per_s"] > 0 and r["max_abs_diff_to_64"] < 1e-5 for r in rows)

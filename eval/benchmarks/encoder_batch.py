@@ -11,6 +11,10 @@ same run. The vectors agree across batch sizes to float32 rounding (the largest 
 printed).
 
     python -m eval.benchmarks.encoder_batch [--corpus PATH] [--papers 400] [--sizes 8,16,32,64,128] [--rounds 3]
+        [--backend torch|onnx]
+
+The encoder runs on one backend throughout (`--backend`, default torch, what the CPU's batch size
+was chosen on); `eval.benchmarks.encoder_backend` compares the backends.
 
 Writes eval/results/encoder_batch.{md,json}.
 """
@@ -101,6 +105,8 @@ def sample_note(args: argparse.Namespace, corpus: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = sample_parser(__doc__, "8,16,32,64,128")
+    ap.add_argument("--backend", default="torch", choices=("torch", "onnx"),
+                    help="what runs the encoder, the same in every round (an auto encoder would move mid-run)")
     args = ap.parse_args(argv)
     opened = open_sample(ap, args, BASELINE)
     if opened is None:
@@ -111,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from graphbuild.embeddings import Encoder
 
-    encoder = Encoder()
+    encoder = Encoder(backend=args.backend)
     encoder.encode(texts["abstract sentences"][:64])  # warm-up
     rates: dict[tuple[str, int], list[float]] = {}
     vectors: dict[tuple[str, int], np.ndarray] = {}
@@ -134,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m eval.benchmarks.encoder_batch " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command, "date": dt.date.today().isoformat(), "cores": os.cpu_count(),
             "machine": platform.machine(), "python": platform.python_version(), "encoder": encoder.name,
-            "rounds": args.rounds, "corpus": str(corpus)}
+            "backend": encoder.backend, "rounds": args.rounds, "corpus": str(corpus)}
     lines = ["# Sentence-encoder throughput by batch size", "",
              f"Command: `{command}`  ",
              f"Date: {meta['date']} · {meta['cores']} cores, {meta['machine']}, Python {meta['python']} · "
-             f"encoder {encoder.name} on the CPU · {args.rounds} alternating rounds, medians", "",
+             f"encoder {encoder.name} on the CPU ({encoder.backend}) · {args.rounds} alternating rounds, medians", "",
              "| texts | count | batch | texts/s | ratio to batch 64 | max abs difference to batch 64 |",
              "|---|---:|---:|---:|---:|---:|"]
     for row in table:

@@ -169,6 +169,7 @@ def run(splits: list[str], *, command: str, limit: int | None = None, quiet: boo
         "date": dt.date.today().isoformat(),
         "aclsum_version": importlib.metadata.version("aclsum"),
         "encoder": encoder.name,
+        "encoder_backend": encoder.backend,  # auto: torch until a bulk call, then ONNX Runtime on the CPU
         "config": dataclasses.asdict(extractor.config),
         "runtime": {"papers": corpus.height, "full_text_s": round(t_full, 2),
                     "abstract_only_s": round(t_abs, 2), "cpu_count": os.cpu_count(),
