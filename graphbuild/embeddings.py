@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -233,6 +234,10 @@ class Encoder:
         self.batch_size = batch_size or default_batch_size(self.device)
         self.memo_size = memo_size  # texts whose vectors are kept for reuse (~1.5 KiB each at d=384)
         self._memo: dict[str, np.ndarray] = {}
+        # one batch at a time: the survey's writers and verifiers share an encoder across threads,
+        # and the move to ONNX Runtime (weights released) and its per-batch torch thread count must
+        # not interleave with another thread's batch
+        self._lock = threading.Lock()
         self.model = SentenceTransformer(self.path, device=self.device)
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_of())
@@ -260,10 +265,13 @@ class Encoder:
         failed export warns and keeps torch."""
         if not self._onnx_due or new_texts < AUTO_ONNX_TEXTS:
             return
-        try:
-            self._to_onnx()
-        except GraftError as exc:
-            warnings.warn(f"{exc}; the encoder runs on torch instead", stacklevel=3)
+        with self._lock:
+            if not self._onnx_due:  # another thread has moved it
+                return
+            try:
+                self._to_onnx()
+            except GraftError as exc:
+                warnings.warn(f"{exc}; the encoder runs on torch instead", stacklevel=3)
 
     def remember(self, texts: list[str], vectors: np.ndarray) -> None:
         """Keep `vectors` (unit rows, aligned with `texts`) as these texts' embeddings for later
@@ -312,9 +320,10 @@ class Encoder:
 
     def _embed(self, batch: list[str]) -> np.ndarray:
         """One batch through the backend: float32 unit rows."""
-        if self._onnx is not None:
-            return self._onnx.encode(batch)
-        return self.model.encode(
-            batch, batch_size=self.batch_size, convert_to_numpy=True,
-            normalize_embeddings=True, show_progress_bar=False,
-        ).astype(np.float32)
+        with self._lock:
+            if self._onnx is not None:
+                return self._onnx.encode(batch)
+            return self.model.encode(
+                batch, batch_size=self.batch_size, convert_to_numpy=True,
+                normalize_embeddings=True, show_progress_bar=False,
+            ).astype(np.float32)

@@ -237,3 +237,28 @@ def test_encoder_backend_benchmark_smoke(tmp_path) -> None:
         (t, b, s) for t in ("abstract sentences", "titles + abstracts") for b in ("torch", "onnx") for s in (8, 16)]
     assert all(r["texts_per_s"] > 0 and r["max_abs_diff_to_baseline"] < 1e-5 for r in rows)
     assert [r["ratio_to_baseline"] for r in rows if (r["backend"], r["batch"]) == ("torch", 16)] == [1.0, 1.0]
+
+
+def test_an_encoder_shared_by_threads_moves_to_onnx_once_and_keeps_the_thread_count(encoder, monkeypatch) -> None:
+    """The survey's writers and verifiers share one encoder across threads: batches run one at a
+    time, so the move to ONNX Runtime (which releases the PyTorch weights) never lands inside
+    another thread's PyTorch batch, and the per-batch torch thread count is restored as it was."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from graft.text import paper_text
+    from graphbuild import embeddings
+    from graphbuild.corpus import load_corpus
+
+    papers = load_corpus(None, limit=48).papers
+    texts = [paper_text(t, a) for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())]
+    chunks = [texts[i::6] for i in range(6)]  # 8 texts each
+    want = encoder.encode(texts)
+    monkeypatch.setattr(embeddings, "AUTO_ONNX_TEXTS", 8)  # every chunk is a "bulk" call
+    shared, before = Encoder(batch_size=2), torch.get_num_threads()
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        got = list(pool.map(shared.encode, chunks))
+    assert shared.backend == "onnx" and torch.get_num_threads() == before
+    for i, vecs in enumerate(got):
+        np.testing.assert_allclose(vecs, want[i::6], atol=2e-6)
