@@ -223,7 +223,7 @@ class Encoder:
         target = resolve_backend(backend, self.device)
         #: the backend in use, "torch" or "onnx" (recorded in the build's manifest); an "auto"
         #: encoder starts on torch and moves to onnx with its first bulk call
-        self.backend = "onnx" if backend == "onnx" else "torch"
+        self.backend = "torch"
         # an "auto" encoder's export, due with its first call of AUTO_ONNX_TEXTS new texts
         self._onnx_due = backend == "auto" and target == "onnx"
         self.path = resolve_model_path(model)
@@ -242,7 +242,7 @@ class Encoder:
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_of())
         self._onnx: Any = None
-        if self.backend == "onnx":
+        if backend == "onnx":
             self._to_onnx()
 
     def _to_onnx(self) -> None:
