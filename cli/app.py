@@ -211,9 +211,59 @@ def query(
             raise GraftError(f"--text-neighbours must be >= 0, got {text_neighbours}")
         outside: dict = {}  # the extractor / scorer for papers outside the corpus, built once
 
-        def run(rec: dict) -> tuple:
+        def scorer():  # the teacher's rows of papers outside the corpus
+            from graphbuild.external import FEEDBACK, ExternalScorer
+
+            if "scorer" not in outside:
+                outside["scorer"] = ExternalScorer(idx, text_neighbours=text_neighbours,
+                                                   feedback=FEEDBACK if feedback is None else feedback,
+                                                   citation_weight=citation_weight)
+                if outside["scorer"].text_coupling_off and text_neighbours and not as_json:
+                    err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
+            return outside["scorer"]
+
+        def record_facets():  # the generative retriever's facet items of papers outside the corpus
+            from graphbuild.external import RecordFacets
+
+            if "facets" not in outside:
+                outside["facets"] = RecordFacets(idx)
+            return outside["facets"]
+
+        def text_channel() -> bool:
+            if text_neighbours and idx.paper_embeddings is None:
+                if "no text channel" not in outside and not as_json:
+                    err.print(f"no text channel: index '{index}' has no embeddings/papers.npy (rebuild it with "
+                              "`graft build` to add them)", highlight=False)
+                outside["no text channel"] = True
+            return bool(text_neighbours) and idx.paper_embeddings is not None
+
+        def is_text(rec: dict) -> bool:
+            return rec.get("id") is None or bool(rec.get("title") or rec.get("abstract"))
+
+        def prepare(recs: list[dict]) -> dict[int, tuple]:
+            """Papers outside the corpus of a --queries file, taken apart together: facets extracted
+            and embedded in shared encoder batches (`rows_many`, `RecordFacets.many`), which a bulk
+            encoder runs on ONNX Runtime, instead of one paper at a time."""
+            from graft.progress import Reporter
+
+            todo = [i for i, rec in enumerate(recs) if is_text(rec)]
+            if len(todo) < 2:
+                return {}
+            batch = [recs[i] for i in todo]
+            with Reporter(quiet=as_json).stage("facets of the papers outside the corpus", total=len(batch),
+                                               unit="papers") as advance:
+                if chosen == "teacher":
+                    made = scorer().rows_many(batch, progress=advance)
+                else:
+                    facets = record_facets().many(batch)
+                    near = record_facets().neighbours(batch, text_neighbours) if text_channel() else [None] * len(batch)
+                    made = list(zip(facets, near))
+                    advance(len(batch))
+            return dict(zip(todo, made))
+
+        def run(rec: dict, ready: tuple | None = None) -> tuple:
             pid = rec.get("id")
-            if pid is not None and not rec.get("title") and not rec.get("abstract"):
+            if not is_text(rec):
                 pid = str(pid)
                 heading = f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
                 if chosen == "teacher" and fusion in (None, "rrf"):
@@ -224,35 +274,20 @@ def query(
                     return outside["corpus"].query_paper(pid, k=k), heading
                 return idx.query(paper=pid, retriever=chosen, fusion=fusion, k=k, beams=beams,
                                  citation_weight=citation_weight), heading
-            from graphbuild.external import FEEDBACK, ExternalScorer, RecordFacets
-
             qid = str(rec.get("id") or "query")
             heading = f"related to: {str(rec.get('title', ''))[:80]}"
             if chosen == "teacher":
-                if fusion not in (None, "rrf"):
-                    raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
-                if "scorer" not in outside:
-                    outside["scorer"] = ExternalScorer(idx, text_neighbours=text_neighbours,
-                                                       feedback=FEEDBACK if feedback is None else feedback,
-                                                       citation_weight=citation_weight)
-                    if outside["scorer"].text_coupling_off and text_neighbours and not as_json:
-                        err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
-                rows, _ = outside["scorer"].rows(rec)
-                known = set(outside["scorer"].reference_rows(rec).tolist())
-                result = outside["scorer"].query_rows(rows, query_id=qid, k=k, exclude=known)
-                result.info["feedback"] = outside["scorer"].feedback if outside["scorer"].passes else 0
+                rows, _ = ready if ready is not None else scorer().rows(rec)
+                known = set(scorer().reference_rows(rec).tolist())
+                result = scorer().query_rows(rows, query_id=qid, k=k, exclude=known)
+                result.info["feedback"] = scorer().feedback if scorer().passes else 0
                 return result, heading
-            if "facets" not in outside:
-                outside["facets"] = RecordFacets(idx)
-            near = None
-            if text_neighbours and idx.paper_embeddings is None:
-                if "no text channel" not in outside and not as_json:
-                    err.print(f"no text channel: index '{index}' has no embeddings/papers.npy (rebuild it with "
-                              "`graft build` to add them)", highlight=False)
-                outside["no text channel"] = True
-            elif text_neighbours:
-                near = outside["facets"].neighbours([rec], text_neighbours)[0]
-            return idx.query(facets=outside["facets"](rec), retriever=chosen, fusion=fusion, k=k, beams=beams,
+            if ready is not None:
+                items, near = ready
+            else:
+                items = record_facets()(rec)
+                near = record_facets().neighbours([rec], text_neighbours)[0] if text_channel() else None
+            return idx.query(facets=items, retriever=chosen, fusion=fusion, k=k, beams=beams,
                              query_id=qid, citation_weight=citation_weight, neighbours=near), heading
 
         if queries is not None:
@@ -274,7 +309,10 @@ def query(
                 recs[0]["references"] = list(dict.fromkeys([*(recs[0].get("references") or []), *given]))
         if references is not None and (paper is not None or queries is not None):
             raise GraftError("--references goes with --text or --record (a paper outside the corpus)")
-        results = [run(r) for r in recs]
+        if chosen == "teacher" and fusion not in (None, "rrf") and any(is_text(r) for r in recs):
+            raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
+        ready = prepare(recs)
+        results = [run(r, ready.get(i)) for i, r in enumerate(recs)]
     except (GraftError, ValueError) as exc:
         _fail(exc)
     if trec_out is not None:

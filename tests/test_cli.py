@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import networkx as nx
+import polars as pl
 import pytest
 from conftest import REPO, cs768_path
 from test_build import write_slice
@@ -109,6 +110,28 @@ def test_query_paper_citation_channel_feedback_and_off(built) -> None:
     res = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher",
                               "--fusion", "graph-rrf"])
     assert res.exit_code != 0 and "plain rrf" in res.output
+
+    # papers outside the corpus in a batch are taken apart together (shared encoder batches) and
+    # answered as each alone: corpus papers' texts under new ids, beside a corpus paper
+    papers = idx.papers.filter(pl.col("paper_id").is_in(cited[3:6]))
+    records = [{"id": f"new-{i}", "title": t, "abstract": a}
+               for i, (t, a) in enumerate(zip(papers["title"].to_list(), papers["abstract"].to_list()))]
+    qfile.write_text("\n".join([json.dumps(r) for r in records] + [cited[0]]) + "\n")
+    res = runner.invoke(app, ["query", str(out), "--queries", str(qfile), "--retriever", "teacher", "--k", "8",
+                              "--trec-out", str(run)])
+    assert res.exit_code == 0, res.output
+    lines = [line.split() for line in run.read_text().splitlines()]
+    assert [x[2] for x in lines if x[0] == cited[0]] == [h.paper_id for h in scorer.query_paper(cited[0], k=8).hits]
+    for rec in records:
+        one = out.parent / f"{rec['id']}.json"
+        one.write_text(json.dumps(rec))
+        alone = runner.invoke(app, ["query", str(out), "--record", str(one), "--retriever", "teacher", "--k", "8",
+                                    "--json"])
+        assert alone.exit_code == 0, alone.output
+        hits = json.loads(alone.stdout)
+        batched = [x for x in lines if x[0] == rec["id"]]
+        assert [x[2] for x in batched] == [h["paper_id"] for h in hits]
+        assert [float(x[4]) for x in batched] == pytest.approx([h["score"] for h in hits], abs=1e-4)
 
 
 def test_teacher_query_loads_no_model_libraries(built) -> None:

@@ -186,6 +186,23 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
         assert ranks == list(range(1, len(ranks) + 1)) and scores == sorted(scores, reverse=True)
     assert {x[0] for x in lines} <= set(ids)
 
+    # papers outside the corpus in the batch: facets taken apart together, each answered as alone
+    records = [{"id": f"new-{i}", "title": idx.papers["title"][i], "abstract": idx.papers["abstract"][i]}
+               for i in (3, 4)]
+    qfile.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5",
+                              "--trec-out", str(run)])
+    assert res.exit_code == 0, res.output
+    lines = [line.split() for line in run.read_text().splitlines()]
+    for rec in records:
+        one = tmp_path / f"{rec['id']}.json"
+        one.write_text(json.dumps(rec))
+        alone = runner.invoke(app, ["query", str(trained), "--record", str(one), "--beams", "3", "--k", "5",
+                                    "--json"])
+        assert alone.exit_code == 0, alone.output
+        want = [h["paper_id"] for h in json.loads(alone.stdout)]
+        assert want and [x[2] for x in lines if x[0] == rec["id"]] == want
+
     res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--retriever", "teacher", "--k", "3"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--retriever", "teacher",
