@@ -255,10 +255,12 @@ def query(
                 if chosen == "teacher":
                     made = scorer().rows_many(batch, progress=advance)
                 else:
-                    facets = record_facets().many(batch)
-                    near = record_facets().neighbours(batch, text_neighbours) if text_channel() else [None] * len(batch)
-                    made = list(zip(facets, near))
-                    advance(len(batch))
+                    made = []
+                    for start in range(0, len(batch), 256):  # as rows_many: 256 papers per pass
+                        part = batch[start : start + 256]
+                        near = record_facets().neighbours(part, text_neighbours) if text_channel() else [None] * len(part)
+                        made += zip(record_facets().many(part), near)
+                        advance(len(part))
             return dict(zip(todo, made))
 
         def run(rec: dict, ready: tuple | None = None) -> tuple:
