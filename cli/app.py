@@ -245,6 +245,7 @@ def query(
             and embedded in shared encoder batches (`rows_many`, `RecordFacets.many`), which a bulk
             encoder runs on ONNX Runtime, instead of one paper at a time."""
             from graft.progress import Reporter
+            from graphbuild.external import RECORD_CHUNK
 
             todo = [i for i, rec in enumerate(recs) if is_text(rec)]
             if len(todo) < 2:
@@ -256,8 +257,8 @@ def query(
                     made = scorer().rows_many(batch, progress=advance)
                 else:
                     made = []
-                    for start in range(0, len(batch), 256):  # as rows_many: 256 papers per pass
-                        part = batch[start : start + 256]
+                    for start in range(0, len(batch), RECORD_CHUNK):  # passes as the teacher's rows_many
+                        part = batch[start : start + RECORD_CHUNK]
                         near = record_facets().neighbours(part, text_neighbours) if text_channel() else [None] * len(part)
                         made += zip(record_facets().many(part), near)
                         advance(len(part))
@@ -279,10 +280,11 @@ def query(
             qid = str(rec.get("id") or "query")
             heading = f"related to: {str(rec.get('title', ''))[:80]}"
             if chosen == "teacher":
-                rows, _ = ready if ready is not None else scorer().rows(rec)
-                known = set(scorer().reference_rows(rec).tolist())
-                result = scorer().query_rows(rows, query_id=qid, k=k, exclude=known)
-                result.info["feedback"] = scorer().feedback if scorer().passes else 0
+                teacher = scorer()
+                rows, _ = ready if ready is not None else teacher.rows(rec)
+                known = set(teacher.reference_rows(rec).tolist())
+                result = teacher.query_rows(rows, query_id=qid, k=k, exclude=known)
+                result.info["feedback"] = teacher.feedback if teacher.passes else 0
                 return result, heading
             if ready is not None:
                 items, near = ready

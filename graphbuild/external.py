@@ -37,6 +37,10 @@ TEXT_NEIGHBOURS = 10
 #: these do better with the citation channel on their stored rows (citation_channel_cs768.md).
 FEEDBACK = 3
 
+#: Papers outside the corpus taken apart per pass when many are scored at once (`rows_many`,
+#: `graft query --queries`): their facets extracted and embedded in shared encoder batches.
+RECORD_CHUNK = 256
+
 
 def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
                       exclude: int | None = None) -> sp.csr_matrix:
@@ -408,7 +412,7 @@ class ExternalScorer(CorpusScorer):
             out.append(by_facet)
         return out
 
-    def rows_many(self, records: list[dict[str, Any]], *, chunk: int = 256,
+    def rows_many(self, records: list[dict[str, Any]], *, chunk: int = RECORD_CHUNK,
                   progress: Callable[[int], None] | None = None,
                   ) -> list[tuple[dict[str, sp.csr_matrix], FacetItems]]:
         """`rows` of many new papers: facets extracted and items embedded a chunk of records at a
@@ -426,7 +430,7 @@ class ExternalScorer(CorpusScorer):
         """
         return [(rows, facets) for rows, facets, _ in self.score_many(records, chunk=chunk, progress=progress)]
 
-    def score_many(self, records: list[dict[str, Any]], *, chunk: int = 256,
+    def score_many(self, records: list[dict[str, Any]], *, chunk: int = RECORD_CHUNK,
                    progress: Callable[[int], None] | None = None, facet_only: bool = False,
                    ) -> list[tuple[dict[str, sp.csr_matrix], FacetItems, dict[str, sp.csr_matrix] | None]]:
         """`rows_many`, and with `facet_only` also each paper's rows under facet-only weights

@@ -26,12 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from eval.benchmarks.encoder_batch import FIXED_BACKENDS as BACKENDS  # noqa: E402  (the backends compared)
 from eval.benchmarks.encoder_batch import open_sample, sample_note, sample_parser  # noqa: E402
 from eval.benchmarks.split_queries import write_tables  # noqa: E402
-from graphbuild.embeddings import BACKENDS as CHOICES  # noqa: E402
-
-#: The backends compared: every choice but "auto", which picks one of them.
-BACKENDS = tuple(b for b in CHOICES if b != "auto")
 
 
 def cpu_flags() -> str:

@@ -37,6 +37,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from eval.benchmarks.split_queries import int_list, write_tables  # noqa: E402
+from graphbuild.embeddings import BACKENDS as CHOICES  # noqa: E402
+
+#: The backends an encoder benchmark runs on: every choice but "auto", which moves between them.
+FIXED_BACKENDS = tuple(b for b in CHOICES if b != "auto")
 
 DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
 BASELINE = 64
@@ -105,7 +109,7 @@ def sample_note(args: argparse.Namespace, corpus: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = sample_parser(__doc__, "8,16,32,64,128")
-    ap.add_argument("--backend", default="torch", choices=("torch", "onnx"),
+    ap.add_argument("--backend", default="torch", choices=FIXED_BACKENDS,
                     help="what runs the encoder, the same in every round (an auto encoder would move mid-run)")
     args = ap.parse_args(argv)
     opened = open_sample(ap, args, BASELINE)
