@@ -161,11 +161,9 @@ class EvalContext:
     @property
     def encoder(self) -> Any:
         if self._encoder is None:
-            from graphbuild.build import BuildConfig
-            from graphbuild.embeddings import Encoder
+            from graphbuild.embeddings import index_encoder
 
-            config = BuildConfig.from_manifest(self.index.manifest)
-            self._encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size)
+            self._encoder = index_encoder(self.index)
         return self._encoder
 
     @cached_property

