@@ -658,9 +658,9 @@ def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
 
 
 def test_ooc_encoder_benchmark_rows(built, tmp_path, monkeypatch) -> None:
-    """eval/benchmarks/ooc_encoder.py: the slice's out-of-corpus entries made on torch and on an
-    "auto" encoder that moves to ONNX Runtime (threshold lowered so the slice's calls reach it):
-    the same facet items and edge rows to float32 rounding."""
+    """eval/benchmarks/ooc_encoder.py: the slice's out-of-corpus entries made on torch, on an
+    "auto" encoder that moves to ONNX Runtime (threshold lowered so the slice's calls reach it) and
+    on the index's stored export: the same facet items and edge rows to float32 rounding."""
     from eval.benchmarks.ooc_encoder import main
     from graphbuild import embeddings
 
@@ -669,10 +669,11 @@ def test_ooc_encoder_benchmark_rows(built, tmp_path, monkeypatch) -> None:
     assert main(["--split", str(split), "--rounds", "1", "--name", "slice", "--results", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "ooc_encoder_slice.json").read_text())
     by = {r["encoder"]: r for r in saved["rows"]}
-    assert [(e, r["ran_on"]) for e, r in by.items()] == [("torch", "torch"), ("auto", "onnx")]
+    assert [(e, r["ran_on"]) for e, r in by.items()] == [("torch", "torch"), ("auto", "onnx"), ("stored", "onnx file")]
     assert saved["meta"]["queries"] == len(read_queries(split, "ooc")) > 0
     assert by["torch"]["ratio_to_torch"] == 1.0 and by["auto"]["seconds"] > 0
-    assert by["auto"]["same_facet_items"] == 1.0 and by["auto"]["max_weight_diff"] < 1e-5
+    for which in ("auto", "stored"):
+        assert by[which]["same_facet_items"] == 1.0 and by[which]["max_weight_diff"] < 1e-5
     assert "| auto | onnx |" in (tmp_path / "ooc_encoder_slice.md").read_text()
     with pytest.raises(SystemExit):
         main(["--split", str(split), "--rounds", "0"])
