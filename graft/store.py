@@ -35,6 +35,16 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
             tmp_path.unlink()
 
 
+def user_cache_dir() -> Path:
+    """GRAFT's user cache, for what depends on a model rather than an index (the converted SmolLM2
+    folder, the encoder's ONNX export): `$GRAFT_CACHE`, else `$XDG_CACHE_HOME/graft`, else
+    `~/.cache/graft`."""
+    if os.environ.get("GRAFT_CACHE"):
+        return Path(os.environ["GRAFT_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "graft"
+
+
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")

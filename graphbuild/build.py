@@ -219,14 +219,14 @@ def build_index(
     with reporter.stage("model", unit="") as adv:
         if encoder is None:
             from graphbuild.embeddings import Encoder
-            from graphbuild.encoder_store import store_dir
+            from graphbuild.encoder_store import default_store
 
             # the export to ONNX Runtime is kept for queries, which then start without torch; the
             # build itself always runs sentence-transformers' pipeline, so a resumed build's
             # vectors are those of a build from scratch
             encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size,
                               device=config.embedding_device, backend=config.embedding_backend,
-                              store=store_dir(out), from_store=False)
+                              store=default_store(), from_store=False)
         extractor = make_extractor(config, encoder, out)
 
     ckpt = StageCheckpoints(out / "cache" / "build", reuse=not fresh)

@@ -115,13 +115,13 @@ def with_title(item_vecs: np.ndarray, title_vecs: np.ndarray, title_weight: floa
 
 def index_encoder(index: Any, **kwargs: Any) -> Encoder:
     """The encoder of an opened index's build (its model and batch size), for papers outside the
-    corpus: run from the index's stored ONNX export when it has one (`graphbuild.encoder_store`).
+    corpus: run from the model's stored ONNX export when there is one (`graphbuild.encoder_store`).
     `kwargs` go to `Encoder`."""
     from graphbuild.build import BuildConfig
-    from graphbuild.encoder_store import store_dir
+    from graphbuild.encoder_store import default_store
 
     config = BuildConfig.from_manifest(index.manifest)
-    kwargs.setdefault("store", store_dir(index.path))
+    kwargs.setdefault("store", default_store())
     return Encoder(config.embedding_model, batch_size=config.embedding_batch_size, **kwargs)
 
 
@@ -219,7 +219,7 @@ class Encoder:
             torch, with a warning. "onnx" exports at once and fails on a failed export; "torch"
             never exports. Once the model runs in ONNX Runtime, the PyTorch copy of the
             transformer's weights is released (~90 MiB for MiniLM).
-        store: an index's encoder store (`graphbuild.encoder_store.store_dir`). A stored export of
+        store: a folder of encoder exports (`graphbuild.encoder_store.default_store`). A stored export of
             this model is run from it with neither torch nor transformers loaded (on the CPU, backend
             "auto" or "onnx"); without one, an "auto" encoder exports with its first call, whatever
             its size, and the export is written there for later processes (where the folder is
@@ -298,7 +298,8 @@ class Encoder:
         from graphbuild.encoder_onnx import OnnxBackbone
 
         self._onnx_due = False
-        keep = self.store is not None and self._storable()
+        # written once per model: another encoder (another build, a query) may have stored it already
+        keep = self.store is not None and self._storable() and not encoder_store.has(self.store, self.path)
         self._onnx = OnnxBackbone(self.model, keep_bytes=keep)
         self.backend = "onnx"
         if keep:

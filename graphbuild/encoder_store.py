@@ -1,4 +1,4 @@
-"""An index's encoder stored as an ONNX file, run with neither torch nor transformers.
+"""The sentence encoder stored as an ONNX file, run with neither torch nor transformers.
 
 A query for a paper outside the corpus (`graft query --text / --record / --queries`, the survey,
 `graft eval`) embeds a handful of sentences, yet loading sentence-transformers (and with it torch
@@ -7,12 +7,14 @@ model's transformer, once exported to ONNX (`graphbuild.encoder_onnx`), needs no
 model folder's `tokenizer.json` tokenises through the `tokenizers` package, ONNX Runtime runs the
 transformer, and the pooling is a few NumPy lines.
 
-Where such an export is kept: `INDEX/cache/encoder/<fingerprint>.onnx` with a JSON sidecar, the
-fingerprint naming the model folder's files (names, sizes, modification times), so another model,
-or the same model changed on disk, never reads a stale export. `graft build` writes it when its
-encoder moves to ONNX Runtime (the bytes are already in memory); the first query of an index that
-has none (built on a GPU or on torch, or its cache deleted) exports and writes it once, and later
-queries start without torch. The folder may be deleted at any time.
+Where such an export is kept: the user cache (`graft.store.user_cache_dir`: `$GRAFT_CACHE`, else
+`~/.cache/graft`), `encoders/<fingerprint>.onnx` with a JSON sidecar. The export depends on the
+model alone, so every index of the model shares one (86 MiB for MiniLM). The fingerprint names the
+model folder's files (names, sizes, modification times), so another model, or the same model changed
+on disk, never reads a stale export. `graft build` writes it when its encoder moves to ONNX Runtime
+(the bytes are already in memory); where there is none yet (an index built on a GPU or on torch,
+the cache deleted), the first query exports and writes it once, and later queries start without
+torch. The folder may be deleted at any time.
 
 Only models whose whole pipeline this module reproduces are stored (`light_spec`): a Transformer
 module, then Pooling by the CLS token, the mean or the max of the tokens, then optionally
@@ -33,8 +35,10 @@ from typing import Any
 
 import numpy as np
 
-#: The store's folder inside an index.
-STORE = Path("cache") / "encoder"
+from graft.store import atomic_path, user_cache_dir
+
+#: The store's folder inside the user cache.
+STORE = "encoders"
 
 #: Sidecar format; a sidecar of another format or version is ignored (the model is exported again).
 FORMAT, VERSION = "graft-encoder-onnx", 1
@@ -56,9 +60,9 @@ def available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "tokenizers"))
 
 
-def store_dir(index_path: str | Path) -> Path:
-    """Where an index keeps its encoder export."""
-    return Path(index_path) / STORE
+def default_store() -> Path:
+    """Where encoder exports are kept: `STORE` in the user cache."""
+    return user_cache_dir() / STORE
 
 
 @dataclass(frozen=True)
@@ -154,33 +158,45 @@ def save(store: Path, model_path: str | Path, onnx_bytes: bytes, input_names: li
         return None
     onnx_path, meta_path = _paths(store, model_path)
     meta = {"format": FORMAT, "version": VERSION, "model": str(model_path), "fingerprint": onnx_path.stem,
-            "input_names": list(input_names), "spec": asdict(spec)}
+            "input_names": list(input_names), "spec": asdict(spec), "bytes": len(onnx_bytes)}
     try:
-        store.mkdir(parents=True, exist_ok=True)
         for path, data in ((onnx_path, onnx_bytes), (meta_path, json.dumps(meta, indent=1).encode())):
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(data)
     except OSError:
         return None
     return onnx_path
 
 
-def load(store: Path, model_path: str | Path, *, threads: int | None = None) -> StoredEncoder | None:
-    """The stored export of `model_path` ready to run, or None when there is none for the model as it
-    is now (no file, another fingerprint or sidecar version, a configuration that changed, a file
-    ONNX Runtime cannot read, or onnxruntime / tokenizers missing)."""
-    if not available():
-        return None
+def _matching(store: Path, model_path: str | Path) -> tuple[Spec, Path, dict[str, Any]] | None:
+    """The spec, ONNX file and sidecar of a stored export that fits the model as it is now, or None."""
     onnx_path, meta_path = _paths(store, model_path)
     spec = light_spec(model_path)
     try:
         meta = _read_json(meta_path)
     except (OSError, ValueError):
         return None
-    if (isinstance(spec, str) or meta.get("format") != FORMAT or meta.get("version") != VERSION
-            or meta.get("spec") != asdict(spec) or not onnx_path.is_file()):
+    if (isinstance(spec, str) or not isinstance(meta, dict) or meta.get("format") != FORMAT
+            or meta.get("version") != VERSION or meta.get("spec") != asdict(spec) or not onnx_path.is_file()
+            or onnx_path.stat().st_size != meta.get("bytes")):  # a file cut short is exported again
         return None
+    return spec, onnx_path, meta
+
+
+def has(store: Path, model_path: str | Path) -> bool:
+    """True when `store` holds an export that fits the model as it is now (`load` may still find the
+    file unreadable)."""
+    return _matching(store, model_path) is not None
+
+
+def load(store: Path, model_path: str | Path, *, threads: int | None = None) -> StoredEncoder | None:
+    """The stored export of `model_path` ready to run, or None when there is none for the model as it
+    is now (no file, another fingerprint or sidecar version, a configuration that changed, a file
+    ONNX Runtime cannot read, or onnxruntime / tokenizers missing)."""
+    found = _matching(store, model_path) if available() else None
+    if found is None:
+        return None
+    spec, onnx_path, meta = found
     try:
         return StoredEncoder(model_path, onnx_path, spec, list(meta["input_names"]), threads=threads)
     except Exception:  # noqa: BLE001 - a truncated or foreign file: export again

@@ -159,19 +159,19 @@ def test_teacher_query_loads_no_model_libraries(built) -> None:
 
 
 def test_text_query_runs_the_stored_encoder_without_model_libraries(built, encoder) -> None:
-    """`graft build` on the CPU stores its encoder's ONNX export in the index; `graft query --text`
-    then embeds the paper with it and imports neither torch nor transformers, with the hits (and
-    scores to rounding) of the encoder on PyTorch."""
+    """`graft build` on the CPU stores its encoder's ONNX export in the user cache; `graft query
+    --text` then embeds the paper with it and imports neither torch nor transformers, with the hits
+    (and scores to rounding) of the encoder on PyTorch."""
     import os
     import subprocess
     import sys
 
     from graft.index import Index
-    from graphbuild.encoder_store import load, store_dir
+    from graphbuild.encoder_store import default_store, load
     from graphbuild.external import ExternalScorer, record_from_text
 
     out, _ = built
-    assert load(store_dir(out), encoder.path) is not None
+    assert load(default_store(), encoder.path) is not None
     text = ("Graph neural networks for molecule property prediction. We propose a message passing "
             "network that outperforms baselines on several benchmarks.")
     script = ("import sys\nfrom cli.app import app\n"
@@ -326,10 +326,13 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     from graft.manifest import read_manifest
 
     assert read_manifest(tmp_path / "i")["stages"]["build"]["config"]["embedding_batch_size"] == 8
-    # auto, with the index's encoder store to keep the export in: it is due with the first call, however
-    # small, so ONNX Runtime made the vectors, the manifest says so, and the export is stored for queries
+    # auto, with a store to keep the export in for queries: it is due with the first call, however small,
+    # so ONNX Runtime made the vectors, the manifest says so, and the store holds the export
+    from graphbuild.embeddings import default_model_path
+    from graphbuild.encoder_store import default_store, has
+
     assert read_manifest(tmp_path / "i")["embedding"]["backend"] == "onnx"
-    assert list((tmp_path / "i" / "cache" / "encoder").glob("*.onnx"))
+    assert has(default_store(), default_model_path())
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--fresh", "--json",
                               "--encoder-backend", "torch"])
     assert res.exit_code == 0 and read_manifest(tmp_path / "i")["embedding"]["backend"] == "torch"

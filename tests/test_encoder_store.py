@@ -1,4 +1,4 @@
-"""The index's stored ONNX export of its encoder (`graphbuild.encoder_store`): same vectors as
+"""The encoder's stored ONNX export (`graphbuild.encoder_store`): same vectors as
 sentence-transformers, no torch, and a fresh export whenever the stored one does not fit."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def real_texts() -> list[str]:
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     """A store holding the packaged model's export, written by an encoder on ONNX Runtime."""
-    store = tmp_path_factory.mktemp("index") / encoder_store.STORE
+    store = tmp_path_factory.mktemp("cache") / encoder_store.STORE
     writer = Encoder(backend="onnx", store=store)
     assert writer.stored is not None and writer.stored.is_file()
     return store, writer

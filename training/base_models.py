@@ -65,11 +65,10 @@ def hf_progress_bars(enabled: bool) -> Iterator[None]:
 
 
 def cache_dir() -> Path:
-    """GRAFT's user cache: `$GRAFT_CACHE`, else `$XDG_CACHE_HOME/graft`, else `~/.cache/graft`."""
-    if os.environ.get("GRAFT_CACHE"):
-        return Path(os.environ["GRAFT_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "graft"
+    """GRAFT's user cache (`graft.store.user_cache_dir`)."""
+    from graft.store import user_cache_dir
+
+    return user_cache_dir()
 
 
 def smollm2_dir() -> Path:

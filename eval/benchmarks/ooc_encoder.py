@@ -12,9 +12,9 @@ the largest difference of an edge weight.
 - `torch`: the encoder on PyTorch throughout (`Encoder(backend="torch")`);
 - `auto`: the default encoder without a store, which moves to ONNX Runtime with its first call of
   `graphbuild.embeddings.AUTO_ONNX_TEXTS` new texts (the export's ~1.5 s is in its time);
-- `stored`: the index's stored export (`graphbuild.encoder_store`: tokenizers, ONNX Runtime and
-  NumPy pooling, no sentence-transformers), what `graft eval` runs once the index has one; it is
-  written before the first round where the index lacks it.
+- `stored`: the model's stored export (`graphbuild.encoder_store`: tokenizers, ONNX Runtime and
+  NumPy pooling, no sentence-transformers), what `graft eval` runs once there is one; it is
+  written before the first round where the user cache lacks it.
 
     python -m eval.benchmarks.ooc_encoder --split SPLITDIR [--limit N] [--rounds 2]
 
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     from eval.splits import read_split
     from eval.systems import EvalContext
     from graft.index import Index
-    from graphbuild.build import BuildConfig
     from graphbuild import encoder_store
+    from graphbuild.build import BuildConfig
     from graphbuild.embeddings import AUTO_ONNX_TEXTS, Encoder
 
     split_dir = Path(args.split)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if not queries:
         raise SystemExit(f"{split_dir} has no out-of-corpus queries")
     config = BuildConfig.from_manifest(index.manifest)
-    store = encoder_store.store_dir(index_dir)
+    store = encoder_store.default_store()
 
     def make(backend: str) -> Encoder:
         kind = {"stored": {"store": store}}.get(backend, {"backend": backend})
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if make("stored").model is not None:  # no stored export yet: write one, outside the timed rounds
         if Encoder(config.embedding_model, backend="onnx", store=store).stored is None:
-            raise SystemExit(f"cannot store the encoder's export in {store} (a read-only index, or a model "
+            raise SystemExit(f"cannot store the encoder's export in {store} (a read-only cache, or a model "
                              "graphbuild.encoder_store does not reproduce)")
 
     seconds: dict[str, list[float]] = {b: [] for b in BACKENDS}
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "- seconds: `EvalContext.prepare_ooc` over all the queries (facet extraction, facet rows, "
               "facet-only rows, text coupling), the encoder already loaded; auto's export is included",
               f"- auto: torch until a call of {AUTO_ONNX_TEXTS} new texts, then ONNX Runtime",
-              "- stored: the index's stored export (`INDEX/cache/encoder`), run by tokenizers + ONNX Runtime + "
+              "- stored: the model's stored export (`~/.cache/graft/encoders`), run by tokenizers + ONNX Runtime + "
               "NumPy pooling; 'onnx file' = no sentence-transformers model loaded",
               "- same facet items: share of queries whose extracted items equal torch's; max weight diff: "
               "largest |difference| of an edge weight of their facet rows"]
