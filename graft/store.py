@@ -19,9 +19,22 @@ import polars as pl
 import scipy.sparse as sp
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: The permissions a plainly created file gets here (0o666 less the umask), read once at import
+FILE_MODE = 0o666 & ~_umask()
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success rename it onto `path`, else delete it."""
+    """Yield a temporary path beside `path`; on success rename it onto `path`, else delete it.
+
+    The file gets the permissions of a plainly created one (`FILE_MODE`), not the owner-only mode
+    of a temporary file, so an index others may read stays readable to them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
@@ -29,6 +42,7 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, FILE_MODE)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

@@ -8,7 +8,7 @@ import pytest
 from graft.errors import IndexFormatError
 from graft.index import Index
 from graft.manifest import FORMAT_VERSION, new_manifest, read_manifest, record_stage
-from graft.store import atomic_path, write_npy
+from graft.store import FILE_MODE, atomic_path, write_json, write_npy, write_parquet
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path) -> None:
@@ -20,6 +20,24 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path) -> None:
             raise RuntimeError("killed")
     np.testing.assert_array_equal(np.load(target), np.arange(3))
     assert [p.name for p in tmp_path.iterdir()] == ["a.npy"]  # no temp file left behind
+
+
+def test_artefacts_get_a_plain_files_permissions(tmp_path) -> None:
+    """Written through a temporary file (owner-only), an artefact still gets the mode a plainly
+    created file gets, so an index shared on a server is readable to whoever may read its folder."""
+    import os
+    import stat
+
+    import polars as pl
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert FILE_MODE == stat.S_IMODE(plain.stat().st_mode)
+    write_json(tmp_path / "m.json", {"a": 1})
+    write_npy(tmp_path / "v.npy", np.arange(3))
+    write_parquet(tmp_path / "t.parquet", pl.DataFrame({"a": [1]}))
+    for name in ("m.json", "v.npy", "t.parquet"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == FILE_MODE, name
 
 
 def test_open_refuses_missing_and_incompatible_indexes(tmp_path) -> None:

@@ -196,6 +196,12 @@ def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
     model_dir = index80 / "model"
     for name in ("config.json", "model.safetensors", "tokenizer.json", "training_config.json"):
         assert (model_dir / name).is_file()
+    import stat
+
+    from graft.store import FILE_MODE
+
+    # the finished-model marker is readable as the model's files are (it was owner-only, written via a temp file)
+    assert stat.S_IMODE((model_dir / "training_config.json").stat().st_mode) == FILE_MODE
     assert not (model_dir / "checkpoints").exists()
     stage = read_manifest(index80)["stages"]["train"]
     assert stage["counts"]["steps"] == 40 and stage["counts"]["pairs"] == summary.pairs

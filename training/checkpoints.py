@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from graft.store import FILE_MODE
+
 TRAINER_STATE = "trainer_state.json"
 TRAINING_CONFIG = "training_config.json"  # written last into model/: marks a finished model
 
@@ -146,6 +148,7 @@ def save_final_model(model_dir: Path, model: Any, tokenizer: Any, record: dict[s
         shutil.rmtree(tmp, ignore_errors=True)
     with tempfile.NamedTemporaryFile("w", dir=model_dir, prefix=".training_config.", delete=False) as fh:
         fh.write(json.dumps(record, indent=2, default=str) + "\n")
+    os.chmod(fh.name, FILE_MODE)  # readable as the model's own files are, not owner-only
     os.replace(fh.name, marker)
 
 
