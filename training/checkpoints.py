@@ -143,6 +143,8 @@ def save_final_model(model_dir: Path, model: Any, tokenizer: Any, record: dict[s
             if old.name not in new:
                 old.unlink()
         for p in tmp.iterdir():
+            if p.is_file():  # transformers may write a file through an owner-only temporary one
+                os.chmod(p, FILE_MODE)
             os.replace(p, model_dir / p.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
