@@ -258,7 +258,7 @@ class Encoder:
         #: the stored export's file once this encoder has written one
         self.stored: Path | None = None
         self._onnx: Any = None
-        self._onnx_due = False
+        self._onnx_due, self._onnx_at = False, AUTO_ONNX_TEXTS
         self.model: Any = None  # the sentence-transformers model; None while a stored export runs it all
         if self.store is not None and from_store and target == "onnx":
             stored = encoder_store.load(self.store, self.path)
@@ -275,7 +275,6 @@ class Encoder:
         # an "auto" encoder's export, due with its first call of `_onnx_at` new texts: AUTO_ONNX_TEXTS,
         # or any first call when the export is stored for later processes, where it pays off anyway
         self._onnx_due = backend == "auto" and target == "onnx"
-        self._onnx_at = AUTO_ONNX_TEXTS
         if self._onnx_due and self.store is not None and self._storable():
             self._onnx_at = 1
         if backend == "onnx":
@@ -309,8 +308,8 @@ class Encoder:
         list(self.model)[0].auto_model.to("meta")
 
     def _onnx_if_due(self, new_texts: int) -> None:
-        """An "auto" encoder's export, on the first call of at least AUTO_ONNX_TEXTS new texts; a
-        failed export warns and keeps torch."""
+        """An "auto" encoder's export, on the first call of at least `_onnx_at` new texts
+        (AUTO_ONNX_TEXTS, or 1 with a store to keep the export in); a failed export warns and keeps torch."""
         if not self._onnx_due or new_texts < self._onnx_at:
             return
         with self._lock:

@@ -9,8 +9,9 @@ and normalises, module by module, so any model folder sentence-transformers read
 pooling.
 
 The model is exported from the loaded PyTorch weights into memory when the backbone is made
-(about 1.5 s for MiniLM). Nothing is written to disk here; an `Encoder` given an index's store
-keeps the export there, and later processes run it without torch (`graphbuild.encoder_store`).
+(about 1.5 s for MiniLM). Nothing is written to disk here; an `Encoder` given a store (the user
+cache's `encoders/`) keeps the export there, and later processes run it without torch
+(`graphbuild.encoder_store`).
 An `Encoder` on "auto" (its default) makes the backbone with its first call of
 `embeddings.AUTO_ONNX_TEXTS` new texts: the few sentences of a query stay on PyTorch.
 """

@@ -20,8 +20,11 @@ Only models whose whole pipeline this module reproduces are stored (`light_spec`
 module, then Pooling by the CLS token, the mean or the max of the tokens, then optionally
 Normalize, with `max_seq_length` given in `sentence_bert_config.json` and a `tokenizer.json`.
 Anything else (a Dense layer, weighted pooling, prompts, extra tokenizer arguments) is encoded by
-sentence-transformers as before. The vectors equal sentence-transformers' on ONNX Runtime to float32
-rounding (largest difference 1.3e-7 on 1,503 cs768 titles, sentences and abstracts; tested).
+sentence-transformers as before, and so is a model with a default prompt. The vectors equal
+sentence-transformers' to float32 rounding (tests/test_encoder_store.py: within 1e-6 of its ONNX
+Runtime path and 2e-6 of PyTorch on demo-corpus texts, empty, accented and over-long ones included;
+on 500 cs768 out-of-corpus papers the same facet items and edge weights within 2.4e-7 of PyTorch's,
+`python -m eval.benchmarks.ooc_encoder`, eval/results/ooc_encoder_cs768.md).
 """
 
 from __future__ import annotations
@@ -105,6 +108,9 @@ def light_spec(model_path: str | Path) -> Spec | str:
             return f"pooling {sorted(k for k, v in pooling.items() if v is True)} (reproduced: one of cls, mean, max)"
         if not (root / "tokenizer.json").is_file():
             return "no tokenizer.json"
+        st_config = root / "config_sentence_transformers.json"
+        if st_config.is_file() and _read_json(st_config).get("default_prompt_name"):
+            return "a default prompt (sentence-transformers prepends it to every text)"
         tok_config = _read_json(root / "tokenizer_config.json") if (root / "tokenizer_config.json").is_file() else {}
         pad = tok_config.get("pad_token")
         if pad is None and (root / "special_tokens_map.json").is_file():

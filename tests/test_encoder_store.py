@@ -103,8 +103,8 @@ def test_an_unwritable_store_keeps_the_auto_threshold(tmp_path) -> None:
 
 
 def test_models_outside_the_reproduced_pipeline_are_refused(tmp_path) -> None:
-    """A Dense layer, weighted pooling or extra tokenizer arguments are not reproduced: such a
-    model is never stored, so sentence-transformers keeps encoding it."""
+    """A Dense layer, weighted pooling, a default prompt or extra tokenizer arguments are not
+    reproduced: such a model is never stored, so sentence-transformers keeps encoding it."""
     base = default_model_path()
 
     def variant(name: str, edit) -> str:
@@ -127,7 +127,13 @@ def test_models_outside_the_reproduced_pipeline_are_refused(tmp_path) -> None:
         (folder / "sentence_bert_config.json").write_text(
             json.dumps({"max_seq_length": 256, "do_lower_case": False, "tokenizer_args": {"add_prefix_space": True}}))
 
+    def prompted(folder) -> None:
+        config = json.loads((folder / "config_sentence_transformers.json").read_text())
+        (folder / "config_sentence_transformers.json").write_text(
+            json.dumps({**config, "prompts": {"query": "query: "}, "default_prompt_name": "query"}))
+
     assert "Dense" in encoder_store.light_spec(variant("dense", with_dense))
+    assert "prompt" in encoder_store.light_spec(variant("prompted", prompted))
     assert "pooling" in encoder_store.light_spec(variant("weighted", weighted))
     extra = variant("extra", extra_args)
     assert "tokenizer_args" in encoder_store.light_spec(extra)
