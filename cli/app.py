@@ -156,6 +156,16 @@ def _read_queries(path: Path) -> list[dict]:
     return out
 
 
+def _heading(idx, record: dict) -> str:
+    """The title line of a query's result table."""
+    from graphbuild.related import is_outside
+
+    if not is_outside(record):
+        pid = str(record["id"])
+        return f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
+    return f"related to: {str(record.get('title', ''))[:80]}"
+
+
 @app.command()
 def query(
     index: Path = typer.Argument(..., help="Index directory."),
@@ -209,90 +219,11 @@ def query(
             raise GraftError(f"--feedback must be >= 0, got {feedback}")
         if text_neighbours < 0:
             raise GraftError(f"--text-neighbours must be >= 0, got {text_neighbours}")
-        outside: dict = {}  # the extractor / scorer for papers outside the corpus, built once
+        from graphbuild.related import RelatedPapers, is_outside
 
-        def scorer():  # the teacher's rows of papers outside the corpus
-            from graphbuild.external import FEEDBACK, ExternalScorer
-
-            if "scorer" not in outside:
-                outside["scorer"] = ExternalScorer(idx, text_neighbours=text_neighbours,
-                                                   feedback=FEEDBACK if feedback is None else feedback,
-                                                   citation_weight=citation_weight)
-                if outside["scorer"].text_coupling_off and text_neighbours and not as_json:
-                    err.print(f"no text coupling: {outside['scorer'].text_coupling_off}", highlight=False)
-            return outside["scorer"]
-
-        def record_facets():  # the generative retriever's facet items of papers outside the corpus
-            from graphbuild.external import RecordFacets
-
-            if "facets" not in outside:
-                outside["facets"] = RecordFacets(idx)
-            return outside["facets"]
-
-        def text_channel() -> bool:
-            if text_neighbours and idx.paper_embeddings is None:
-                if "no text channel" not in outside and not as_json:
-                    err.print(f"no text channel: index '{index}' has no embeddings/papers.npy (rebuild it with "
-                              "`graft build` to add them)", highlight=False)
-                outside["no text channel"] = True
-            return bool(text_neighbours) and idx.paper_embeddings is not None
-
-        def is_text(rec: dict) -> bool:
-            return rec.get("id") is None or bool(rec.get("title") or rec.get("abstract"))
-
-        def prepare(recs: list[dict]) -> dict[int, tuple]:
-            """Papers outside the corpus of a --queries file, taken apart together: facets extracted
-            and embedded in shared encoder batches (`rows_many`, `RecordFacets.many`), which a bulk
-            encoder runs on ONNX Runtime, instead of one paper at a time."""
-            from graft.progress import Reporter
-            from graphbuild.external import RECORD_CHUNK
-
-            todo = [i for i, rec in enumerate(recs) if is_text(rec)]
-            if len(todo) < 2:
-                return {}
-            batch = [recs[i] for i in todo]
-            with Reporter(quiet=as_json).stage("facets of the papers outside the corpus", total=len(batch),
-                                               unit="papers") as advance:
-                if chosen == "teacher":
-                    made = scorer().rows_many(batch, progress=advance)
-                else:
-                    made = []
-                    for start in range(0, len(batch), RECORD_CHUNK):  # passes as the teacher's rows_many
-                        part = batch[start : start + RECORD_CHUNK]
-                        near = record_facets().neighbours(part, text_neighbours) if text_channel() else [None] * len(part)
-                        made += zip(record_facets().many(part), near)
-                        advance(len(part))
-            return dict(zip(todo, made))
-
-        def run(rec: dict, ready: tuple | None = None) -> tuple:
-            pid = rec.get("id")
-            if not is_text(rec):
-                pid = str(pid)
-                heading = f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
-                if chosen == "teacher" and fusion in (None, "rrf"):
-                    if "corpus" not in outside:
-                        from graphbuild.external import CorpusScorer
-
-                        outside["corpus"] = CorpusScorer(idx, feedback=feedback or 0, citation_weight=citation_weight)
-                    return outside["corpus"].query_paper(pid, k=k), heading
-                return idx.query(paper=pid, retriever=chosen, fusion=fusion, k=k, beams=beams,
-                                 citation_weight=citation_weight), heading
-            qid = str(rec.get("id") or "query")
-            heading = f"related to: {str(rec.get('title', ''))[:80]}"
-            if chosen == "teacher":
-                teacher = scorer()
-                rows, _ = ready if ready is not None else teacher.rows(rec)
-                known = set(teacher.reference_rows(rec).tolist())
-                result = teacher.query_rows(rows, query_id=qid, k=k, exclude=known)
-                result.info["feedback"] = teacher.feedback if teacher.passes else 0
-                return result, heading
-            if ready is not None:
-                items, near = ready
-            else:
-                items = record_facets()(rec)
-                near = record_facets().neighbours([rec], text_neighbours)[0] if text_channel() else None
-            return idx.query(facets=items, retriever=chosen, fusion=fusion, k=k, beams=beams,
-                             query_id=qid, citation_weight=citation_weight, neighbours=near), heading
+        related = RelatedPapers(idx, retriever=chosen, fusion=fusion, k=k, beams=beams,
+                                text_neighbours=text_neighbours, feedback=feedback, citation_weight=citation_weight,
+                                on_note=None if as_json else (lambda note: err.print(note, highlight=False)))
 
         if queries is not None:
             recs = _read_queries(queries)
@@ -313,10 +244,18 @@ def query(
                 recs[0]["references"] = list(dict.fromkeys([*(recs[0].get("references") or []), *given]))
         if references is not None and (paper is not None or queries is not None):
             raise GraftError("--references goes with --text or --record (a paper outside the corpus)")
-        if chosen == "teacher" and fusion not in (None, "rrf") and any(is_text(r) for r in recs):
+        if chosen == "teacher" and fusion not in (None, "rrf") and any(map(is_outside, recs)):
             raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
-        ready = prepare(recs)
-        results = [run(r, ready.get(i)) for i, r in enumerate(recs)]
+        related.check(recs)
+        ready: dict = {}
+        outside = sum(map(is_outside, recs))
+        if outside >= 2:  # taken apart together, in shared encoder batches
+            from graft.progress import Reporter
+
+            with Reporter(quiet=as_json).stage("facets of the papers outside the corpus", total=outside,
+                                               unit="papers") as advance:
+                ready = related.prepared(recs, progress=advance)
+        results = [(related.query(r, ready.get(i)), _heading(idx, r)) for i, r in enumerate(recs)]
     except (GraftError, ValueError) as exc:
         _fail(exc)
     if trec_out is not None:

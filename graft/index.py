@@ -271,7 +271,8 @@ class Index:
             if fusion != "rrf":
                 raise GraftError("the teacher fuses with plain rrf; use fusion rrf or the graft retriever")
             if paper is None:
-                raise GraftError("the teacher scores a paper outside the corpus from its edge rows: use "
+                raise GraftError("the teacher scores a paper outside the corpus from its edge rows, made at query "
+                                 "time: use graphbuild.related.RelatedPapers(index).query(record), or "
                                  "graphbuild.external.ExternalScorer(index).rows(record) and Index.query_rows")
             return self.query_paper(paper, k=k, config=TeacherConfig(citation_weight=self.channel_weight(citation_weight)))
         gen = self.generative(device=device)

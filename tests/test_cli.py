@@ -191,6 +191,50 @@ def test_text_query_runs_the_stored_encoder_without_model_libraries(built, encod
     assert [h["score"] for h in hits] == pytest.approx([h.score for h in want.hits], abs=1e-4)
 
 
+def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
+    """`graphbuild.related.RelatedPapers`, what `graft query` runs: a paper outside the corpus with
+    references gets the CLI's answer and never its references back; a mixed batch answers each query
+    as alone; bad queries and settings are refused before any work."""
+    from graft.errors import GraftError
+    from graft.index import Index
+    from graphbuild.external import ExternalScorer
+    from graphbuild.related import RelatedPapers, is_outside
+
+    out, _ = built
+    idx = Index.open(out)
+    cited = idx.citations["cited"].value_counts().sort(["count", "cited"], descending=[True, False])["cited"].to_list()
+    row = idx.papers.row(idx.row(cited[1]), named=True)
+    record = {"id": "draft", "title": row["title"], "abstract": row["abstract"], "references": cited[2:4]}
+    related = RelatedPapers(idx, retriever="teacher", k=10)
+    related._made["scorer"] = ExternalScorer(idx, encoder=encoder)  # the session's encoder, as the CLI's own
+    alone = related.query(record)
+    assert alone.query_id == "draft" and len(alone.hits) == 10
+    assert not {h.paper_id for h in alone.hits} & set(cited[2:4])
+    path = out.parent / "draft.json"
+    path.write_text(json.dumps(record))
+    res = runner.invoke(app, ["query", str(out), "--record", str(path), "--retriever", "teacher", "--k", "10", "--json"])
+    assert res.exit_code == 0, res.output
+    assert [h["paper_id"] for h in json.loads(res.stdout)] == [h.paper_id for h in alone.hits]
+
+    other = {"title": row["title"], "abstract": row["abstract"]}
+    batch = [record, {"id": cited[0]}, other]
+    assert [is_outside(r) for r in batch] == [True, False, True]
+    many = related.query_many(batch)
+    assert [r.query_id for r in many] == ["draft", cited[0], "query"]
+    for got, rec in zip(many, batch):
+        assert [h.paper_id for h in got.hits] == [h.paper_id for h in related.query(rec).hits]
+    fresh = RelatedPapers(idx, retriever="teacher")
+    with pytest.raises(GraftError, match="'no-such-paper' is not in index"):
+        fresh.query_many([record, other, {"id": "no-such-paper"}])
+    assert not fresh._made  # refused before any scorer was loaded or any record taken apart
+    with pytest.raises(GraftError, match="plain rrf"):
+        RelatedPapers(idx, retriever="teacher", fusion="graph-rrf").query(other)
+    with pytest.raises(GraftError, match="text_neighbours must be >= 0"):
+        RelatedPapers(idx, text_neighbours=-1)
+    with pytest.raises(GraftError, match="unknown retriever 'bm25'"):
+        RelatedPapers(idx, retriever="bm25")
+
+
 def test_query_text_and_record(built, tmp_path) -> None:
     out, _ = built
     text = ("Graph neural networks for molecule property prediction. We propose a message passing "
