@@ -45,6 +45,10 @@ def print_build_summary(summary, out: Console = console) -> None:
     if summary.reused:
         out.print(f"reused checkpoints ({', '.join(summary.reused)}) from {summary.index_dir / 'cache' / 'build'}: "
                   "same corpus, model and extractor; --fresh recomputes them", highlight=False)
+    if summary.encoder_export is not None:
+        size = summary.encoder_export.stat().st_size if summary.encoder_export.is_file() else 0
+        out.print(f"stored the encoder's ONNX export for queries, which then start without torch: "
+                  f"{summary.encoder_export} ({_fmt_bytes(size)}; one per model, safe to delete)", highlight=False)
     f = Table(show_header=True, title=f"{c['papers']} papers · {c['citations']} citations · "
                                       f"{c['skipped_records']} records skipped · "
                                       f"{c['dropped_references']} unknown references dropped")
@@ -116,7 +120,9 @@ def build(
     if as_json:
         typer.echo(json.dumps({"index": str(summary.index_dir), "counts": summary.counts,
                                "timings_s": summary.timings, "peak_rss_bytes": summary.peaks,
-                               "reused_checkpoints": summary.reused}, indent=2))
+                               "reused_checkpoints": summary.reused,
+                               "encoder_export": None if summary.encoder_export is None else str(summary.encoder_export)},
+                              indent=2))
     elif not quiet:
         print_build_summary(summary)
     skipped = summary.report.get("skipped") or []

@@ -99,6 +99,8 @@ class BuildSummary:
     peaks: dict[str, int]
     report: dict[str, Any]
     reused: list[str] = field(default_factory=list)  # stages loaded from INDEX/cache/build
+    #: the encoder's ONNX export this build stored for queries (`graphbuild.encoder_store`), or None
+    encoder_export: Path | None = None
 
 
 def make_extractor(config: BuildConfig, encoder: Any, index_dir: Path) -> FacetExtractor:
@@ -319,7 +321,7 @@ def build_index(
                         "reused_checkpoints": list(ckpt.reused)})
     read_manifest(out)  # the index must open after a build
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
-                        list(ckpt.reused))
+                        list(ckpt.reused), getattr(encoder, "stored", None))
 
 
 def _facets_in_parts(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, ckpt: StageCheckpoints,

@@ -235,6 +235,20 @@ def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
         RelatedPapers(idx, retriever="bm25")
 
 
+def test_build_says_where_it_stored_the_encoder_export(tmp_path, monkeypatch) -> None:
+    """The first CPU build with an empty user cache stores the encoder's export there and says so
+    (table and --json); a second build finds it stored and writes nothing."""
+    monkeypatch.setenv("GRAFT_CACHE", str(tmp_path / "cache"))
+    res = runner.invoke(app, ["build", "aclsum", "--limit", "5", "--out", str(tmp_path / "a")], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    stored = tmp_path / "cache" / "encoders"
+    onnx = next(stored.glob("*.onnx"))
+    assert f"stored the encoder's ONNX export for queries, which then start without torch: {onnx}" in res.stdout
+    res = runner.invoke(app, ["build", "aclsum", "--limit", "5", "--out", str(tmp_path / "b"), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["encoder_export"] is None
+    assert list(stored.glob("*.onnx")) == [onnx]
+
+
 def test_query_text_and_record(built, tmp_path) -> None:
     out, _ = built
     text = ("Graph neural networks for molecule property prediction. We propose a message passing "
