@@ -223,9 +223,10 @@ def build_index(
             from graphbuild.embeddings import Encoder
             from graphbuild.encoder_store import default_store
 
-            # the export to ONNX Runtime is kept for queries, which then start without torch; the
-            # build itself always runs sentence-transformers' pipeline, so a resumed build's
-            # vectors are those of a build from scratch
+            # the export to ONNX Runtime is kept for queries, which then start without torch (and a
+            # stored one is run instead of exporting again); the build itself always tokenises and
+            # pools through sentence-transformers, so a resumed build's vectors are those of a build
+            # from scratch
             encoder = Encoder(config.embedding_model, batch_size=config.embedding_batch_size,
                               device=config.embedding_device, backend=config.embedding_backend,
                               store=default_store(), from_store=False)

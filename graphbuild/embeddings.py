@@ -224,8 +224,9 @@ class Encoder:
             "auto" or "onnx"); without one, an "auto" encoder exports with its first call, whatever
             its size, and the export is written there for later processes (where the folder is
             writable and `encoder_store.light_spec` reproduces the model).
-        from_store: run a stored export when there is one (False: only write it; the build, whose
-            vectors then stay those of sentence-transformers' pipeline from start to resume).
+        from_store: run a stored export when there is one, without sentence-transformers (False:
+            the build's, which still tokenises and pools through sentence-transformers, running only
+            the stored transformer file, so its vectors stay that pipeline's from start to resume).
     """
 
     def __init__(
@@ -297,11 +298,13 @@ class Encoder:
         from graphbuild.encoder_onnx import OnnxBackbone
 
         self._onnx_due = False
-        # written once per model: another encoder (another build, a query) may have stored it already
-        keep = self.store is not None and self._storable() and not encoder_store.has(self.store, self.path)
-        self._onnx = OnnxBackbone(self.model, keep_bytes=keep)
+        # written once per model: where another encoder (another build, a query) has stored it, the
+        # session runs that file and nothing is exported
+        exported = encoder_store.stored_export(self.store, self.path) if self.store is not None else None
+        storable = self.store is not None and self._storable()
+        self._onnx = OnnxBackbone(self.model, keep_bytes=storable, exported=exported)
         self.backend = "onnx"
-        if keep:
+        if storable and not self._onnx.from_stored:  # none stored yet, or one that would not load
             self.stored = encoder_store.save(self.store, self.path, self._onnx.take_bytes(), self._onnx.input_names)
         # sentence-transformers still tokenises and pools; the transformer's forward pass now runs in
         # ONNX Runtime, which holds its own copy of the weights

@@ -60,11 +60,14 @@ class OnnxBackbone:
         threads: ONNX Runtime's intra-op threads (None: torch's thread count, so both backends use
             the same cores).
         keep_bytes: keep the serialised export for `take_bytes` (to store it for later processes).
+        exported: (file, input names) of this model's stored export (`graphbuild.encoder_store`):
+            run from it instead of exporting, where its inputs are the model's and it loads.
     Raises:
         GraftError: onnxruntime / onnx missing, or a model this export does not cover.
     """
 
-    def __init__(self, model: Any, *, threads: int | None = None, keep_bytes: bool = False) -> None:
+    def __init__(self, model: Any, *, threads: int | None = None, keep_bytes: bool = False,
+                 exported: tuple[Any, list[str]] | None = None) -> None:
         if not available():
             raise GraftError(MISSING)
         import onnxruntime as ort
@@ -83,6 +86,19 @@ class OnnxBackbone:
                              f"{type(transformer).__name__} does not")
         self.model = model
         self.rest = modules[1:]  # pooling, dense, normalise: run as sentence-transformers runs them
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(threads or torch.get_num_threads())
+        options.log_severity_level = 3  # errors only
+        self._bytes: bytes | None = None
+        #: True when the session runs the stored export given as `exported` (nothing was exported)
+        self.from_stored = False
+        if exported is not None and list(exported[1]) == self.input_names:
+            try:  # this model's stored export (`graphbuild.encoder_store`): no export to make
+                self.session = ort.InferenceSession(str(exported[0]), options, providers=["CPUExecutionProvider"])
+                self.from_stored = True
+                return
+            except Exception:  # noqa: BLE001 - an unreadable file: export as if there were none
+                pass
 
         names = self.input_names
 
@@ -111,11 +127,8 @@ class OnnxBackbone:
                              "use the torch encoder backend") from exc
         finally:
             transformer.train(was_training)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(threads or torch.get_num_threads())
-        options.log_severity_level = 3  # errors only
         self.session = ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"])
-        self._bytes: bytes | None = buffer.getvalue() if keep_bytes else None
+        self._bytes = buffer.getvalue() if keep_bytes else None
 
     def take_bytes(self) -> bytes:
         """The serialised export, once (`keep_bytes=True`; `graphbuild.encoder_store.save` writes it)."""

@@ -12,7 +12,8 @@ Where such an export is kept: the user cache (`graft.store.user_cache_dir`: `$GR
 model alone, so every index of the model shares one (86 MiB for MiniLM). The fingerprint names the
 model folder's files (names, sizes, modification times), so another model, or the same model changed
 on disk, never reads a stale export. `graft build` writes it when its encoder moves to ONNX Runtime
-(the bytes are already in memory); where there is none yet (an index built on a GPU or on torch,
+(the bytes are already in memory), and later builds run that file instead of exporting again; where
+there is none yet (an index built on a GPU or on torch,
 the cache deleted), the first query exports and writes it once, and later queries start without
 torch. The folder may be deleted at any time.
 
@@ -189,10 +190,11 @@ def _matching(store: Path, model_path: str | Path) -> tuple[Spec, Path, dict[str
     return spec, onnx_path, meta
 
 
-def has(store: Path, model_path: str | Path) -> bool:
-    """True when `store` holds an export that fits the model as it is now (`load` may still find the
-    file unreadable)."""
-    return _matching(store, model_path) is not None
+def stored_export(store: Path, model_path: str | Path) -> tuple[Path, list[str]] | None:
+    """The ONNX file and input names of a stored export that fits the model as it is now, or None:
+    what `encoder_onnx.OnnxBackbone` runs instead of exporting the model again."""
+    found = _matching(store, model_path)
+    return None if found is None else (found[1], list(found[2].get("input_names") or []))
 
 
 def load(store: Path, model_path: str | Path, *, threads: int | None = None) -> StoredEncoder | None:

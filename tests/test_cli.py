@@ -387,10 +387,10 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     # auto, with a store to keep the export in for queries: it is due with the first call, however small,
     # so ONNX Runtime made the vectors, the manifest says so, and the store holds the export
     from graphbuild.embeddings import default_model_path
-    from graphbuild.encoder_store import default_store, has
+    from graphbuild.encoder_store import default_store, stored_export
 
     assert read_manifest(tmp_path / "i")["embedding"]["backend"] == "onnx"
-    assert has(default_store(), default_model_path())
+    assert stored_export(default_store(), default_model_path()) is not None
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--fresh", "--json",
                               "--encoder-backend", "torch"])
     assert res.exit_code == 0 and read_manifest(tmp_path / "i")["embedding"]["backend"] == "torch"

@@ -91,6 +91,36 @@ def test_a_stale_or_broken_export_is_not_read(stored, tmp_path) -> None:
     assert encoder_store.fingerprint(model) != before
 
 
+def test_a_build_encoder_runs_the_stored_file_instead_of_exporting(stored, tmp_path, monkeypatch) -> None:
+    """An encoder that only writes the store (the build's, `from_store=False`) still loads
+    sentence-transformers, but runs the stored file in ONNX Runtime instead of exporting again; a
+    stored file that will not load (same size, bytes garbled) is exported and written anew."""
+    import torch
+
+    store, writer = stored
+    texts = real_texts()[:40]
+    writer._memo.clear()
+    want = writer.encode(texts)
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported although the store holds the model's export")
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.onnx, "export", no_export)
+        enc = Encoder(backend="onnx", store=copy, from_store=False)
+    assert enc.model is not None and enc._onnx.from_stored and enc.stored is None
+    np.testing.assert_allclose(enc.encode(texts), want, atol=1e-6)
+
+    onnx_path = next(copy.glob("*.onnx"))
+    onnx_path.write_bytes(b"\0" * onnx_path.stat().st_size)
+    enc = Encoder(backend="onnx", store=copy, from_store=False)
+    assert not enc._onnx.from_stored and enc.stored == onnx_path
+    assert encoder_store.load(copy, default_model_path()) is not None
+    np.testing.assert_allclose(enc.encode(texts), want, atol=1e-6)
+
+
 def test_an_unwritable_store_keeps_the_auto_threshold(tmp_path) -> None:
     """Where the export cannot be stored (here a file stands where the folder would go), a query's
     few sentences stay on PyTorch, as without a store."""
