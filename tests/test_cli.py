@@ -33,6 +33,45 @@ def test_build_json_summary(built) -> None:
     assert (out / "manifest.json").is_file()
 
 
+def test_info_shows_the_index_and_one_papers_edges(built) -> None:
+    """`graft info`: the manifest's counts and settings; `--paper` the paper's facet items, citation
+    links and heaviest out-edges per facet, as the stored graph holds them."""
+    import numpy as np
+
+    from graft.facets import FACETS
+    from graft.index import Index
+
+    out, summary = built
+    res = runner.invoke(app, ["info", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["papers"] == 80 and got["citations"] == summary["counts"]["citations"]
+    assert {f: got["facets"][f]["edges"] for f in FACETS} == summary["counts"]["edges"]
+    assert got["build"]["top_k"] == 20 and got["stages"] == ["build"] and "model" not in got
+    table = runner.invoke(app, ["info", str(out)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "no trained model" in table.stdout and "method" in table.stdout
+
+    idx = Index.open(out)
+    pid = idx.citations["cited"].value_counts().sort(["count", "cited"], descending=[True, False])["cited"][0]
+    res = runner.invoke(app, ["info", str(out), "--paper", pid, "--k", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    card = json.loads(res.stdout)
+    assert card["facets"] == idx.paper_facets(pid)
+    assert card["cited_by_in_corpus"] == int((idx.citations["cited"] == pid).sum()) > 0
+    assert card["references_in_corpus"] == int((idx.citations["citing"] == pid).sum())
+    for facet in FACETS:
+        row = idx.graphs[facet].getrow(idx.row(pid))
+        heaviest = np.sort(row.data)[::-1][:3]
+        assert [e["weight"] for e in card["edges"][facet]] == pytest.approx(heaviest, abs=1e-4)
+        for e in card["edges"][facet]:
+            assert row[0, idx.row(e["paper_id"])] == pytest.approx(e["weight"], abs=1e-4)
+    table = runner.invoke(app, ["info", str(out), "--paper", pid], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and card["edges"]["method"][0]["paper_id"] in table.stdout
+    bad = runner.invoke(app, ["info", str(out), "--paper", "no-such-paper"])
+    assert bad.exit_code == 2 and "'no-such-paper' is not in index" in bad.output
+    assert runner.invoke(app, ["info", str(out), "--k", "0"]).exit_code == 2
+
+
 def test_query_json_and_table(built) -> None:
     out, _ = built
     from graft.index import Index

@@ -206,6 +206,13 @@ def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
         if path.is_file():
             assert stat.S_IMODE(path.stat().st_mode) == FILE_MODE, path.name
     assert not (model_dir / "checkpoints").exists()
+    from graft.describe import index_summary
+    from graft.index import Index
+
+    shown = index_summary(Index.open(index80))  # `graft info`
+    assert shown["model"]["steps"] == 40 and shown["model"]["base_model"] == "tiny"
+    assert shown["model"]["final_loss"] == pytest.approx(r.final_loss)
+    assert shown["pairs"]["sampling"] == "coverage" and shown["pairs"]["papers_share"] == 1.0
     stage = read_manifest(index80)["stages"]["train"]
     assert stage["counts"]["steps"] == 40 and stage["counts"]["pairs"] == summary.pairs
     assert stage["config"]["train"]["lr"] == 2e-3 and stage["config"]["base_model"]["name"] == "tiny"
