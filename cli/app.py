@@ -404,7 +404,8 @@ def demo(
         survey_md = demo_survey(out, Reporter(quiet=quiet), console)
     except (GraftError, ValueError) as exc:
         _fail(exc)
-    console.print(f"index: {out}  ·  try: graft query {out} --paper {paper} --json")
+    console.print(f"index: {out}  ·  try: graft query {out} --paper {paper} --json  ·  "
+                  f"graft info {out} --paper {paper}")
     if survey_md is not None:
         console.print(f"survey: {survey_md}  ·  try: graft survey {out} \"your topic\" --out my-survey")
 
