@@ -275,6 +275,9 @@ def query(
     elif queries is None:
         result, heading = results[0]
         print_hits(result, heading)
+        if result.info.get("query_facets"):  # a paper outside the corpus: its facets as read from its text
+            for facet, items in result.info["query_facets"].items():
+                console.print(f"its {facet}: " + " | ".join(items), highlight=False)
         if "dropped" in result.info:
             console.print(f"{result.info['dropped']} candidates without a supporting edge dropped")
         if result.info.get("feedback"):

@@ -142,7 +142,8 @@ class RelatedPapers:
         return dict(zip(todo, made))
 
     def query(self, record: dict[str, Any], ready: tuple | None = None) -> QueryResult:
-        """Related papers of one query paper (`ready`: its entry of `prepared`, if made)."""
+        """Related papers of one query paper (`ready`: its entry of `prepared`, if made). For a paper
+        outside the corpus, `info["query_facets"]` holds the facet items extracted from its text."""
         self.check([record])
         if not is_outside(record):
             pid = str(record["id"])
@@ -158,19 +159,23 @@ class RelatedPapers:
         qid = str(record.get("id") or "query")
         if self.retriever == "teacher":
             teacher = self.scorer
-            rows, _ = ready if ready is not None else teacher.rows(record)
+            rows, items = ready if ready is not None else teacher.rows(record)
             known = set(teacher.reference_rows(record).tolist())
             result = teacher.query_rows(rows, query_id=qid, k=self.k, exclude=known)
             result.info["feedback"] = teacher.feedback if teacher.passes else 0
-            return result
-        if ready is not None:
-            items, near = ready
         else:
-            items = self.record_facets(record)
-            near = self.record_facets.neighbours([record], self.text_neighbours)[0] if self._text_channel() else None
-        return self.index.query(facets=items, retriever=self.retriever, fusion=self.fusion, k=self.k,
-                                beams=self.beams, query_id=qid, citation_weight=self.citation_weight,
-                                neighbours=near, device=self.device)
+            if ready is not None:
+                items, near = ready
+            else:
+                items = self.record_facets(record)
+                near = (self.record_facets.neighbours([record], self.text_neighbours)[0] if self._text_channel()
+                        else None)
+            result = self.index.query(facets=items, retriever=self.retriever, fusion=self.fusion, k=self.k,
+                                      beams=self.beams, query_id=qid, citation_weight=self.citation_weight,
+                                      neighbours=near, device=self.device)
+        # the paper's facets as they were read from its text: what its facet credits refer to
+        result.info["query_facets"] = {f: list(v) for f, v in items.items()}
+        return result
 
     def query_many(self, records: list[dict[str, Any]], progress: Callable[[int], None] | None = None,
                    ) -> list[QueryResult]:

@@ -254,6 +254,12 @@ def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
     res = runner.invoke(app, ["query", str(out), "--record", str(path), "--retriever", "teacher", "--k", "10", "--json"])
     assert res.exit_code == 0, res.output
     assert [h["paper_id"] for h in json.loads(res.stdout)] == [h.paper_id for h in alone.hits]
+    # the paper's facets as read from its text travel with the result, and the table shows them
+    read = related.scorer.rows(record)[1]
+    assert alone.info["query_facets"] == read and all(read[f] for f in read)
+    res = runner.invoke(app, ["query", str(out), "--record", str(path), "--retriever", "teacher", "--k", "3"],
+                        env={"COLUMNS": "300"})
+    assert res.exit_code == 0 and f"its method: {' | '.join(read['method'])}" in res.stdout
 
     other = {"title": row["title"], "abstract": row["abstract"]}
     batch = [record, {"id": cited[0]}, other]

@@ -202,6 +202,14 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
         assert alone.exit_code == 0, alone.output
         want = [h["paper_id"] for h in json.loads(alone.stdout)]
         assert want and [x[2] for x in lines if x[0] == rec["id"]] == want
+    # --json of a batch: each paper outside the corpus carries its facets as read from its text
+    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5", "--json"])
+    assert res.exit_code == 0, res.output
+    from graft.facets import FACETS
+
+    for entry in json.loads(res.stdout):
+        read = entry["info"]["query_facets"]
+        assert list(read) == list(FACETS) and all(read[f] for f in FACETS)
 
     res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--retriever", "teacher", "--k", "3"])
     assert res.exit_code == 0, res.output
