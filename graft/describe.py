@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from graft.facets import FACETS
 from graft.index import Index, has_model
@@ -71,8 +70,6 @@ def paper_card(index: Index, paper_id: str, k: int = 5) -> dict[str, Any]:
     node = index.row(paper_id)
     meta = index.papers.row(node, named=True)
     cites = index.citations
-    references = cites.filter(pl.col("citing") == paper_id)["cited"].to_list()
-    cited_by = cites.filter(pl.col("cited") == paper_id)["citing"].to_list()
     titles = index.papers["title"]
     edges: dict[str, list[dict[str, Any]]] = {}
     for facet in FACETS:
@@ -81,5 +78,5 @@ def paper_card(index: Index, paper_id: str, k: int = 5) -> dict[str, Any]:
         edges[facet] = [{"paper_id": index.paper_ids[int(j)], "title": titles[int(j)],
                          "weight": round(float(w), 4)} for j, w in zip(row.indices[order], row.data[order])]
     return {"paper_id": paper_id, "title": meta.get("title"), "year": meta.get("year"), "venue": meta.get("venue"),
-            "facets": index.paper_facets(paper_id), "references_in_corpus": len(references),
-            "cited_by_in_corpus": len(cited_by), "edges": edges}
+            "facets": index.paper_facets(paper_id), "references_in_corpus": int((cites["citing"] == paper_id).sum()),
+            "cited_by_in_corpus": int((cites["cited"] == paper_id).sum()), "edges": edges}

@@ -276,7 +276,7 @@ class Encoder:
         # an "auto" encoder's export, due with its first call of `_onnx_at` new texts: AUTO_ONNX_TEXTS,
         # or any first call when the export is stored for later processes, where it pays off anyway
         self._onnx_due = backend == "auto" and target == "onnx"
-        if self._onnx_due and self.store is not None and self._storable():
+        if self._onnx_due and self._storable():
             self._onnx_at = 1
         if backend == "onnx":
             self._to_onnx()
@@ -301,7 +301,7 @@ class Encoder:
         # written once per model: where another encoder (another build, a query) has stored it, the
         # session runs that file and nothing is exported
         exported = encoder_store.stored_export(self.store, self.path) if self.store is not None else None
-        storable = self.store is not None and self._storable()
+        storable = self._storable()
         self._onnx = OnnxBackbone(self.model, keep_bytes=storable, exported=exported)
         self.backend = "onnx"
         if storable and not self._onnx.from_stored:  # none stored yet, or one that would not load

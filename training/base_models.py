@@ -64,16 +64,11 @@ def hf_progress_bars(enabled: bool) -> Iterator[None]:
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
-def cache_dir() -> Path:
-    """GRAFT's user cache (`graft.store.user_cache_dir`)."""
-    from graft.store import user_cache_dir
-
-    return user_cache_dir()
-
-
 def smollm2_dir() -> Path:
     """Where the converted SmolLM2 folder lives (it may not exist yet)."""
-    return cache_dir() / "models" / "smollm2-135m-instruct"
+    from graft.store import user_cache_dir
+
+    return user_cache_dir() / "models" / "smollm2-135m-instruct"
 
 
 def smollm2_gguf_path() -> Path:
