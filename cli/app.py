@@ -43,8 +43,12 @@ def print_build_summary(summary, out: Console = console) -> None:
         t.add_row(name, f"{secs:.1f}", _fmt_bytes(summary.peaks.get(name, 0)))
     out.print(t)
     if summary.reused:
-        out.print(f"reused checkpoints ({', '.join(summary.reused)}) from {summary.index_dir / 'cache' / 'build'}: "
-                  "same corpus, model and extractor; --fresh recomputes them", highlight=False)
+        out.print(f"reused ({', '.join(summary.reused)}) from {summary.index_dir / 'cache' / 'build'}: papers "
+                  "and texts taken apart and embedded by an earlier build with this model and extractor; "
+                  "--fresh makes them again", highlight=False)
+    if summary.removed:
+        out.print(f"removed {', '.join(summary.removed)} of the graph this build replaced: `graft train "
+                  f"{summary.index_dir}` trains the generative retriever on the new one", highlight=False)
     if summary.encoder_export is not None:
         size = summary.encoder_export.stat().st_size if summary.encoder_export.is_file() else 0
         out.print(f"stored the encoder's ONNX export for queries, which then start without torch: "
@@ -88,15 +92,16 @@ def build(
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
     llm_concurrency: int = typer.Option(4, help="Concurrent LLM requests."),
-    fresh: bool = typer.Option(False, "--fresh", help="Recompute facets and embeddings instead of reusing "
-                               "the checkpoints an earlier or interrupted build left in OUT/cache/build."),
+    fresh: bool = typer.Option(False, "--fresh", help="Recompute every paper's facets and embeddings instead "
+                               "of reusing what an earlier or interrupted build kept in OUT/cache/build."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Build the typed facet graph of a corpus into an index directory.
 
-    Facets and embeddings are checkpointed in OUT/cache/build as each stage ends: rerunning the same
-    command after a crash, or with other graph settings (--top-k, --title-weight), reuses them.
+    Each paper's facets and embeddings are kept in OUT/cache/build as they are made: rerunning the
+    command after a crash, with other graph settings (--top-k, --title-weight), or on a corpus with
+    papers added, removed or edited takes apart and embeds only the papers not seen before.
     """
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
@@ -120,7 +125,7 @@ def build(
     if as_json:
         typer.echo(json.dumps({"index": str(summary.index_dir), "counts": summary.counts,
                                "timings_s": summary.timings, "peak_rss_bytes": summary.peaks,
-                               "reused_checkpoints": summary.reused,
+                               "reused_checkpoints": summary.reused, "removed": summary.removed,
                                "encoder_export": None if summary.encoder_export is None else str(summary.encoder_export)},
                               indent=2))
     elif not quiet:

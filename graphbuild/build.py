@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from graft.manifest import manifest_path, new_manifest, read_manifest, record_st
 from graft.progress import Reporter
 from graft.store import read_json, write_json, write_npy, write_npz, write_parquet
 from graft.text import normalize_text, paper_texts
-from graphbuild.checkpoints import StageCheckpoints, make_key, order_digest, source_digest
+from graphbuild.checkpoints import RowStore, StoredEncoder, StoredRows, make_key, paper_digests, source_digest
 from graphbuild.citations import (
     RESCALE_MODES,
     CitationSignals,
@@ -32,8 +33,11 @@ from graphbuild.extract import EXTRACTORS, FacetExtractor
 from graphbuild.graph import GraphParams, facet_graph
 from graphbuild.similarity import group_items
 
-#: Papers per checkpoint of the facets stage: a build killed there loses at most this many papers' work.
+#: Papers per stored shard of the facets stage: a build killed there loses at most this many papers' work.
 CHECKPOINT_PAPERS = 1024
+
+#: Texts per stored shard of the other encoder passes (titles; title + abstract of each paper).
+CHECKPOINT_TEXTS = 4096
 
 
 @dataclass
@@ -98,9 +102,12 @@ class BuildSummary:
     timings: dict[str, float]
     peaks: dict[str, int]
     report: dict[str, Any]
-    reused: list[str] = field(default_factory=list)  # stages loaded from INDEX/cache/build
+    #: stages served from INDEX/cache/build: "facets" (all of it) or "facets (6,445 of 6,545 papers)"
+    reused: list[str] = field(default_factory=list)
     #: the encoder's ONNX export this build stored for queries (`graphbuild.encoder_store`), or None
     encoder_export: Path | None = None
+    #: later stages' folders of the index this build replaced ("docids", "train", "model")
+    removed: list[str] = field(default_factory=list)
 
 
 def make_extractor(config: BuildConfig, encoder: Any, index_dir: Path) -> FacetExtractor:
@@ -196,8 +203,8 @@ def build_index(
         config: build settings; defaults as in DESIGN.md.
         reporter: progress and timing; a quiet one by default.
         encoder: an already loaded `Encoder` to reuse (tests); built from the config otherwise.
-        fresh: recompute every stage instead of loading matching checkpoints from
-            INDEX/cache/build (`graphbuild.checkpoints`); the checkpoints are rewritten either way.
+        fresh: recompute every paper's facets and vectors instead of looking them up in
+            INDEX/cache/build (`graphbuild.checkpoints`), which is emptied and filled anew.
     Returns:
         counts, per-stage timings and peak memory, the corpus load report and the stages reused.
     Raises:
@@ -208,9 +215,11 @@ def build_index(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _invalidate(out)
+    removed = []
     for stale in ("docids", "train", "model"):  # artefacts of later stages belong to the old graph
         if (out / stale).exists():
             shutil.rmtree(out / stale)
+            removed.append(stale)
 
     with reporter.stage("load", unit="papers") as adv:
         corpus = load_corpus(corpus_path, skip_bad=config.skip_bad, limit=config.limit)
@@ -232,28 +241,31 @@ def build_index(
                               store=default_store(), from_store=False)
         extractor = make_extractor(config, encoder, out)
 
-    ckpt = StageCheckpoints(out / "cache" / "build", reuse=not fresh)
+    cache = out / "cache" / "build"
+    _drop_legacy_checkpoints(cache)
     origin = VectorOrigin(encoder)
-    same_corpus = {"corpus": corpus.content_hash(), "order": order_digest(paper_ids)}
+    reused: list[str] = []
     same_model = {"model": encoder.name, "batch_size": getattr(encoder, "batch_size", None),
                   "device": getattr(encoder, "device", "cpu")}
-    facets_key = make_key(stage="facets", **same_corpus, **same_model, extractor=config.extractor,
-                          llm=config.llm, code=source_digest("graphbuild/facets_heuristic.py",
-                                                             "graphbuild/facets_llm.py", "graft/facets.py",
-                                                             "graft/text.py"))
+    facets_store = RowStore(cache / "facets", make_key(
+        stage="facets", **same_model, extractor=config.extractor, llm=config.llm,
+        code=source_digest("graphbuild/facets_heuristic.py", "graphbuild/facets_llm.py", "graft/facets.py",
+                           "graft/text.py")), reuse=not fresh)
     with reporter.stage("facets", total=n, unit="papers") as adv:
         # facet items, and the items' own vectors (mostly the encoder's memo of the sentences the
-        # extractor embedded), checkpointed every CHECKPOINT_PAPERS papers
-        table, alone, extractor_stats = _facets_in_parts(corpus.papers, extractor, encoder, ckpt, facets_key, adv,
-                                                         origin)
+        # extractor embedded), looked up per paper; the missing ones stored CHECKPOINT_PAPERS at a time
+        table, alone, extractor_stats = _facets(corpus.papers, extractor, encoder, facets_store, adv, origin,
+                                                reused)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
     with reporter.stage("embed", total=n, unit="titles") as adv:
         # the items in their paper's context (the graph's vectors)
         if config.title_weight > 0:
-            titles = _checkpointed(ckpt, "titles", make_key(stage="titles", **same_corpus, **same_model),
-                                   lambda: title_vectors(encoder, corpus.papers["title"].to_list()), origin=origin)
+            stored = _stored_encoder(encoder, cache / "titles", make_key(stage="titles", **same_model), fresh, origin)
+            titles = title_vectors(stored, corpus.papers["title"].to_list())
+            reused += _reuse_label("titles", stored.found, stored.total)
+            stored.compact()
             vectors = with_title(alone, titles[owner], config.title_weight)
         else:
             vectors = alone
@@ -263,10 +275,10 @@ def build_index(
     if config.paper_embeddings:
         with reporter.stage("embed papers", total=n, unit="papers") as adv:
             # title + abstract per paper: text-only queries' stand-in for citation coupling, the dense baseline
-            papers_key = make_key(stage="papers", **same_corpus, **same_model, code=source_digest("graft/text.py"))
-            papers_vec = _checkpointed(ckpt, "papers", papers_key,
-                                       lambda: encoder.encode(paper_texts(corpus.papers), progress=adv),
-                                       on_reuse=lambda: adv(n), origin=origin)
+            stored = _stored_encoder(encoder, cache / "papers", make_key(stage="papers", **same_model), fresh, origin)
+            papers_vec = stored.encode(paper_texts(corpus.papers), progress=adv)
+            reused += _reuse_label("papers", stored.found, stored.total)
+            stored.compact()
 
     cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
@@ -319,87 +331,111 @@ def build_index(
     record_stage(out, manifest, "build", config=config_to_dict(config), counts=counts,
                  timings=reporter.timings(),
                  extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict(),
-                        "reused_checkpoints": list(ckpt.reused)})
+                        "reused_checkpoints": reused})
     read_manifest(out)  # the index must open after a build
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
-                        list(ckpt.reused), getattr(encoder, "stored", None))
+                        reused, getattr(encoder, "stored", None), removed)
 
 
-def _facets_in_parts(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, ckpt: StageCheckpoints,
-                     key: str, advance: Callable[[int], None],
-                     origin: VectorOrigin) -> tuple[pl.DataFrame, np.ndarray, dict[str, int]]:
-    """Facet items of every paper, the items' own vectors and the extractor's counters, made
-    CHECKPOINT_PAPERS papers at a time; a part checkpointed by an earlier run with the same key is
-    loaded instead (its item vectors are remembered by the encoder, as if it had just made them)."""
-    ids = papers["paper_id"].to_list()
-    tables, vectors, stats, loaded = [], [], {}, 0
-    parts = -(-len(ids) // CHECKPOINT_PAPERS)
-    for part, start in enumerate(range(0, len(ids), CHECKPOINT_PAPERS)):
-        chunk = ids[start : start + CHECKPOINT_PAPERS]
-        part_key = make_key(stage="facets", facets=key, part=part, papers=order_digest(chunk))
-        saved = ckpt.load(f"facets.{part:05d}", part_key, record=False)
-        if saved is not None:
-            loaded += 1
-            table, alone, counts = saved["table"], saved["arrays"]["vectors"], saved["meta"]["extractor"]
-            origin.reused(saved["meta"])
-            if hasattr(encoder, "remember"):
-                encoder.remember(table["text"].to_list(), alone)
-            advance(len(chunk))
-        else:
-            before = extractor.stats()
-            table = facets_table(chunk, extractor.extract(papers.slice(start, len(chunk)), progress=advance))
-            alone = np.asarray(encoder.encode(table["text"].to_list()), dtype=np.float32)
-            counts = {k: v - before.get(k, 0) for k, v in extractor.stats().items()}
-            ckpt.save(f"facets.{part:05d}", part_key, table=table, arrays={"vectors": alone},
-                      meta={"extractor": counts, **origin.made()})
+def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store: RowStore,
+            advance: Callable[[int], None], origin: VectorOrigin,
+            reused: list[str]) -> tuple[pl.DataFrame, np.ndarray, dict[str, int]]:
+    """Facet items of every paper, the items' own vectors and the extractor's counters. A paper the
+    store holds (same title, abstract and full text, same setting) is served from it; the others
+    are taken apart CHECKPOINT_PAPERS at a time, each batch stored as it is done (but a paper whose
+    LLM request failed: a later build asks again)."""
+    n = papers.height
+    keys = paper_digests(papers)
+    stored = store.load()
+    todo: dict[str, int] = {}  # key of each paper to take apart -> its first row
+    for i, rows in enumerate(stored.positions(keys)):
+        if not rows:
+            todo.setdefault(keys[i], i)
+    advance(n - len(todo))
+    if todo and stored.table.height and hasattr(encoder, "remember"):
+        # a sentence shared with a stored paper gets the stored vector, as it would in one run
+        encoder.remember(stored.table["text"].to_list(), stored.vectors)
+    before = extractor.stats()
+    tables = [stored.table.drop("shard")] if stored.table.height else []
+    vectors = [stored.vectors] if stored.table.height else []
+    rows_todo = list(todo.values())
+    for start in range(0, len(rows_todo), CHECKPOINT_PAPERS):
+        chunk = rows_todo[start : start + CHECKPOINT_PAPERS]
+        items, counts = extractor.extract_counted(papers[chunk], progress=advance)
+        table = facets_table([keys[i] for i in chunk], items).drop("docid").rename({"paper_id": "key"})
+        per_paper = [sum(len(f[facet]) for facet in FACETS) for f in items]
+        table = table.with_columns(pl.Series("counts", np.repeat([json.dumps(c, sort_keys=True) for c in counts],
+                                                                per_paper).tolist(), dtype=pl.Utf8))
+        alone = np.asarray(encoder.encode(table["text"].to_list()), dtype=np.float32)
+        ok = np.repeat([c.get("failed", 0) == 0 for c in counts], per_paper)
+        if ok.any():
+            store.add(table.filter(pl.Series(ok)), alone[ok], origin.made())
         tables.append(table)
         vectors.append(alone)
-        stats = {k: stats.get(k, 0) + v for k, v in counts.items()}
-    ckpt.remove_parts("facets", keep=parts)  # those of a longer corpus
-    if loaded:
-        ckpt.reused.append("facets" if loaded == parts else f"facets ({loaded} of {parts} parts)")
-    dim = int(getattr(encoder, "dim", 0))
-    table = pl.concat(tables) if tables else facets_table([], [])
-    return table, np.concatenate(vectors) if vectors else np.zeros((0, dim), np.float32), stats
+    every = StoredRows(pl.concat(tables, how="diagonal_relaxed"), np.concatenate(vectors))
+    positions = every.positions(keys)
+    rows = np.array([r for p in positions for r in p], dtype=np.int64)
+    table = every.table[rows].select(
+        pl.Series("paper_id", [pid for pid, p in zip(papers["paper_id"].to_list(), positions) for _ in p],
+                  dtype=pl.Utf8),
+        "facet", pl.col("item_idx").cast(pl.Int32), "text",
+        pl.col("text").map_elements(normalize_text, return_dtype=pl.Utf8).alias("docid"))
+    # counters: each paper's own, summed over the corpus, and the run's others (an LLM client's)
+    stats: dict[str, int] = {}
+    counts_col = every.table["counts"]
+    for p in positions:
+        for k, v in json.loads(counts_col[p[0]]).items():
+            stats[k] = stats.get(k, 0) + v
+    stats.update({k: v - before.get(k, 0) for k, v in extractor.stats().items() if k not in stats})
+    n_stored = stored.table.height
+    for meta in stored.metas_of(int(r) for r in rows if r < n_stored):
+        origin.reused(meta)
+    reused.extend(_reuse_label("facets", sum(p[0] < n_stored for p in positions), n, "papers"))
+    store.compact(keys)
+    return table, every.vectors[rows], stats
+
+
+def _reuse_label(stage: str, found: int, total: int, unit: str = "") -> list[str]:
+    """How much of a stage the stores served: [] (none), [stage] (all), or ["stage (f of t unit)"]."""
+    if found == 0 or total == 0:
+        return []
+    return [stage] if found == total else [f"{stage} ({found:,} of {total:,}{' ' + unit if unit else ''})"]
+
+
+def _stored_encoder(encoder: Any, folder: Path, key: str, fresh: bool, origin: VectorOrigin) -> StoredEncoder:
+    return StoredEncoder(encoder, RowStore(folder, key, reuse=not fresh), origin, chunk=CHECKPOINT_TEXTS)
+
+
+def _drop_legacy_checkpoints(cache: Path) -> None:
+    """Checkpoints of earlier versions (files directly in INDEX/cache/build, keyed by the whole
+    corpus) can never be read again: their space is given back."""
+    if cache.is_dir():
+        for path in cache.iterdir():
+            if path.is_file():
+                path.unlink()
 
 
 class VectorOrigin:
-    """Which encoder backends made a build's vectors: the encoder's own for the stages this run
-    computes, the one a reused checkpoint recorded for the stages it loads (the manifest's
-    `embedding.backend`). A rebuild from checkpoints makes no vectors, and its encoder may never
-    reach a bulk call that moves it to ONNX Runtime; what made the vectors is still known."""
+    """Which encoder backends made a build's vectors: the encoder's own for the vectors this run
+    makes, the one stored with each shard of INDEX/cache/build it reads (the manifest's
+    `embedding.backend`). A rebuild that finds everything stored makes no vectors, and its encoder
+    may never reach a bulk call that moves it to ONNX Runtime; what made the vectors is still known."""
 
     def __init__(self, encoder: Any) -> None:
         self.encoder = encoder
         self.seen: set[str] = set()
 
     def made(self) -> dict[str, str]:
-        """The backend of vectors the encoder has just made, as a checkpoint's metadata."""
+        """The backend of vectors the encoder has just made, as a stored shard's metadata."""
         backend = str(getattr(self.encoder, "backend", "torch"))
         self.seen.add(backend)
         return {"backend": backend}
 
     def reused(self, meta: dict[str, Any]) -> None:
-        """Vectors loaded from a checkpoint whose metadata is `meta` (checkpoints written before
-        the backend was recorded name none)."""
+        """Vectors read from a stored shard whose metadata is `meta`."""
         if meta.get("backend"):
             self.seen.add(str(meta["backend"]))
 
     def backend(self) -> str:
         """"torch", "onnx", or "onnx+torch" when stages differ; the encoder's own when nothing said."""
         return "+".join(sorted(self.seen)) or str(getattr(self.encoder, "backend", "torch"))
-
-
-def _checkpointed(ckpt: StageCheckpoints, stage: str, key: str, compute: Callable[[], Any],
-                  on_reuse: Callable[[], None] | None = None, *, origin: VectorOrigin) -> np.ndarray:
-    """The stage's float32 vectors from its checkpoint (then `on_reuse()`), else `compute()`d and
-    checkpointed, with the backend that made them recorded in `origin`."""
-    saved = ckpt.load(stage, key)
-    if saved is not None:
-        origin.reused(saved["meta"])
-        if on_reuse is not None:
-            on_reuse()
-        return saved["arrays"]["vectors"]
-    vectors = np.asarray(compute(), dtype=np.float32)
-    ckpt.save(stage, key, arrays={"vectors": vectors}, meta=origin.made())
-    return vectors

@@ -29,6 +29,13 @@ class FacetExtractor(Protocol):
         """
         ...
 
+    def extract_counted(
+        self, papers: pl.DataFrame, *, progress: Callable[[int], None] | None = None
+    ) -> tuple[list[FacetItems], list[dict[str, int]]]:
+        """`extract`, and each row's share of the per-paper counters of `stats()` (one dict per
+        row), so that the counters of papers extracted in different runs add up."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """Counters for the manifest and the summary table (e.g. discarded LLM responses)."""
         ...

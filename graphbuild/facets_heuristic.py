@@ -394,18 +394,28 @@ class HeuristicFacetExtractor:
         Returns:
             one `FacetItems` per row, in row order, every facet with 1..max_items items.
         """
+        return self.extract_counted(papers, progress=progress)[0]
+
+    def extract_counted(
+        self, papers: pl.DataFrame, *, progress: Callable[[int], None] | None = None
+    ) -> tuple[list[FacetItems], list[dict[str, int]]]:
+        """`extract`, and each paper's share of `stats()` (papers, sentences, fallback_items,
+        title_only_papers), so the counters of papers taken apart in other runs add up."""
         out: list[FacetItems] = []
+        counts: list[dict[str, int]] = []
         step = max(self.config.chunk_papers, 1)
         for start in range(0, papers.height, step):
             chunk = self.prepare(papers.slice(start, step))
             for p in chunk:
-                out.append(select_items(p, self.config, self._counts))
-                self._counts["papers"] += 1
-                self._counts["sentences"] += len(p.texts)
-                self._counts["title_only_papers"] += not p.texts
+                mine = {"papers": 1, "sentences": len(p.texts), "fallback_items": 0,
+                        "title_only_papers": int(not p.texts)}
+                out.append(select_items(p, self.config, mine))
+                counts.append(mine)
+                for k, v in mine.items():
+                    self._counts[k] += v
             if progress is not None:
                 progress(len(chunk))
-        return out
+        return out, counts
 
     def stats(self) -> dict[str, int]:
         """Papers seen, candidate sentences scored, facets filled by a fallback, title-only papers."""

@@ -155,13 +155,22 @@ class LLMFacetExtractor:
     def extract(
         self, papers: pl.DataFrame, *, progress: Callable[[int], None] | None = None
     ) -> list[FacetItems]:
-        """Extract facets for every row.
+        """Extract facets for every row (`extract_counted` without the counters)."""
+        return self.extract_counted(papers, progress=progress)[0]
+
+    def extract_counted(
+        self, papers: pl.DataFrame, *, progress: Callable[[int], None] | None = None
+    ) -> tuple[list[FacetItems], list[dict[str, int]]]:
+        """Extract facets for every row, with each paper's share of the counters of `stats()`
+        (papers, llm_ok, discarded, failed, fallback; the client's `llm_` counters are the run's).
 
         Args:
             papers: corpus table with paper_id, title, abstract and optionally full_text.
             progress: called with 1 as each paper's LLM call finishes.
         Returns:
-            one `FacetItems` per row, in row order.
+            one `FacetItems` per row, in row order, and one dict of counters per row. A paper whose
+            request failed counts `failed` (its items are the fallback's, and a later build asks
+            the model again).
         Raises:
             InputValidationError: a required column is missing, or some papers got no valid answer
                 and no fallback was given (the message lists their ids).
@@ -181,27 +190,33 @@ class LLMFacetExtractor:
 
         results: list[FacetItems | None] = []
         bad: list[int] = []
+        counts = [{"papers": 1, "llm_ok": 0, "discarded": 0, "failed": 0, "fallback": 0} for _ in answers]
         for i, answer in enumerate(answers):
             if isinstance(answer, Exception):
-                self._counts["failed"] += 1
+                counts[i]["failed"] = 1
                 self.issues.append((ids[i], f"request failed: {answer}"))
                 results.append(None)
                 bad.append(i)
                 continue
             try:
                 results.append(parse_facet_response(answer, where=f"paper {ids[i]}"))
+                counts[i]["llm_ok"] = 1
             except InputValidationError as exc:
-                self._counts["discarded"] += 1
+                counts[i]["discarded"] = 1
                 self.issues.append((ids[i], f"discarded: {exc}"))
                 log.debug("discarded LLM facets: %s", exc)
                 results.append(None)
                 bad.append(i)
-        self._counts["papers"] += len(answers)
-        self._counts["llm_ok"] += len(answers) - len(bad)
 
+        for mine in counts:  # counted before the fallback, which may raise
+            for k, v in mine.items():
+                self._counts[k] += v
         if bad:
             self._fill_from_fallback(papers, ids, bad, results)
-        return [r for r in results if r is not None]
+            for i in bad:
+                counts[i]["fallback"] = 1
+            self._counts["fallback"] += len(bad)
+        return [r for r in results if r is not None], counts
 
     def _fill_from_fallback(
         self, papers: pl.DataFrame, ids: list[str], bad: list[int], results: list[FacetItems | None]
@@ -226,4 +241,3 @@ class LLMFacetExtractor:
             )
         for i, items in zip(bad, filled, strict=True):
             results[i] = check_facet_items(items, where=f"paper {ids[i]} (fallback)")
-        self._counts["fallback"] += len(bad)

@@ -247,7 +247,16 @@ def _assert_same_build(a, b) -> None:
     np.testing.assert_array_equal(a[3], b[3])
 
 
-def test_a_killed_build_resumes_from_its_checkpoints_and_equals_a_fresh_one(tmp_path, encoder, monkeypatch) -> None:
+def _store_files(out, stage):
+    return sorted(p.name for p in (out / "cache" / "build" / stage).iterdir())
+
+
+def _stored_rows(out, stage) -> int:
+    folder = out / "cache" / "build" / stage
+    return sum(json.loads(p.read_text())["vectors"][0][0] for p in folder.glob("*.json"))
+
+
+def test_a_killed_build_resumes_from_its_stores_and_equals_a_fresh_one(tmp_path, encoder, monkeypatch) -> None:
     import graphbuild.build as b
 
     corpus = write_slice(cs768_path(), 50, tmp_path)
@@ -255,9 +264,10 @@ def test_a_killed_build_resumes_from_its_checkpoints_and_equals_a_fresh_one(tmp_
     first = build_index(corpus, out, BuildConfig(), encoder=encoder)
     assert first.reused == []
     fresh = _built(out)
-    assert sorted(p.name for p in (out / "cache" / "build").iterdir()) == [
-        "facets.00000.json", "facets.00000.parquet", "facets.00000.vectors.npy",
-        "papers.json", "papers.vectors.npy", "titles.json", "titles.vectors.npy"]
+    assert sorted(p.name for p in (out / "cache" / "build").iterdir()) == ["facets", "papers", "titles"]
+    for stage in ("facets", "papers", "titles"):
+        assert _store_files(out, stage) == ["000000.json", "000000.parquet", "000000.vectors.npy"]
+    assert _stored_rows(out, "facets") == fresh[1].height and _stored_rows(out, "papers") == 50
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -283,19 +293,21 @@ def test_a_killed_build_resumes_from_its_checkpoints_and_equals_a_fresh_one(tmp_
     again = build_index(corpus, out, BuildConfig(), encoder=counting, fresh=True)
     assert again.reused == [] and counting.texts > 0
     _assert_same_build(_built(out), fresh)
+    for stage in ("facets", "papers", "titles"):  # --fresh empties the stores and fills them anew
+        assert _store_files(out, stage) == ["000000.json", "000000.parquet", "000000.vectors.npy"]
 
 
-def test_a_build_killed_in_the_facets_stage_keeps_the_parts_it_finished(tmp_path, encoder, monkeypatch) -> None:
+def test_a_build_killed_in_the_facets_stage_keeps_the_papers_it_finished(tmp_path, encoder, monkeypatch) -> None:
     import graphbuild.build as b
     from graphbuild.facets_heuristic import HeuristicFacetExtractor
 
-    monkeypatch.setattr(b, "CHECKPOINT_PAPERS", 16)  # 50 papers: parts of 16, 16, 16 and 2
+    monkeypatch.setattr(b, "CHECKPOINT_PAPERS", 16)  # 50 papers: batches of 16, 16, 16 and 2
     corpus = write_slice(cs768_path(), 50, tmp_path)
     build_index(corpus, tmp_path / "scratch", BuildConfig(), encoder=encoder)
     calls = []
-    extract = HeuristicFacetExtractor.extract
+    extract = HeuristicFacetExtractor.extract_counted
 
-    def killed_in_part_3(self, papers, **kwargs):
+    def killed_in_batch_3(self, papers, **kwargs):
         calls.append(papers.height)
         if len(calls) == 3:
             raise KeyboardInterrupt
@@ -303,47 +315,129 @@ def test_a_build_killed_in_the_facets_stage_keeps_the_parts_it_finished(tmp_path
 
     out = tmp_path / "idx"
     with monkeypatch.context() as m:
-        m.setattr(HeuristicFacetExtractor, "extract", killed_in_part_3)
+        m.setattr(HeuristicFacetExtractor, "extract_counted", killed_in_batch_3)
         with pytest.raises(KeyboardInterrupt):
             build_index(corpus, out, BuildConfig(), encoder=encoder)
     assert calls == [16, 16, 16]
-    counting = CountingEncoder(encoder)
-    resumed = build_index(corpus, out, BuildConfig(), encoder=counting)
-    assert resumed.reused == ["facets (2 of 4 parts)"]
+    assert _store_files(out, "facets") == ["000000.json", "000000.parquet", "000000.vectors.npy",
+                                           "000001.json", "000001.parquet", "000001.vectors.npy"]
+    calls.clear()
+    with monkeypatch.context() as m:
+        m.setattr(HeuristicFacetExtractor, "extract_counted", killed_in_batch_3)
+        resumed = build_index(corpus, out, BuildConfig(), encoder=encoder)
+    assert calls == [16, 2]  # only the papers the killed run did not finish
+    assert resumed.reused == ["facets (32 of 50 papers)"]
     _assert_same_build(_built(out), _built(tmp_path / "scratch"))
     assert resumed.counts["extractor"] == Index.open(tmp_path / "scratch").manifest["stages"]["build"][
         "counts"]["extractor"]
 
     (tmp_path / "short").mkdir()
-    shorter = write_slice(cs768_path(), 20, tmp_path / "short")  # parts 2 and 3 of the longer corpus go
-    build_index(shorter, out, BuildConfig(), encoder=encoder)
-    assert sorted(p.name for p in (out / "cache" / "build").glob("facets.*.json")) == [
-        "facets.00000.json", "facets.00001.json"]
+    shorter = write_slice(cs768_path(), 20, tmp_path / "short")  # 30 of the 50 papers go: rewritten to 20
+    summary = build_index(shorter, out, BuildConfig(), encoder=encoder)
+    assert summary.reused == ["facets", "titles", "papers"]
+    assert _stored_rows(out, "facets") == Index.open(out).facets.height and _stored_rows(out, "papers") == 20
+    build_index(shorter, tmp_path / "scratch20", BuildConfig(), encoder=encoder)
+    _assert_same_build(_built(out), _built(tmp_path / "scratch20"))
 
 
-def test_checkpoints_of_other_inputs_or_cut_short_are_not_used(tmp_path, encoder) -> None:
+def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monkeypatch) -> None:
+    """An index rebuilt from a corpus with papers added, one edited and the rows shuffled extracts
+    and embeds only the new and edited papers, and equals a build from scratch of that corpus; on
+    ONNX Runtime bit for bit."""
+    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+
+    records = [json.loads(line) for line in write_slice(cs768_path(), 60, tmp_path).read_text().splitlines()]
+    known = {r["id"] for r in records[:45]}
+    (tmp_path / "old.jsonl").write_text("".join(json.dumps({**r, "references": [x for x in r["references"]
+                                                             if x in known]}) + "\n" for r in records[:45]))
+    records[7]["abstract"] += " We also release the code."
+    rng = np.random.default_rng(0)
+    grown = [records[i] for i in rng.permutation(len(records))]
+    (tmp_path / "new.jsonl").write_text("".join(json.dumps(r) + "\n" for r in grown))
+
+    extracted = []
+    extract = HeuristicFacetExtractor.extract_counted
+
+    def counted(self, papers, **kwargs):
+        extracted.extend(papers["paper_id"].to_list())
+        return extract(self, papers, **kwargs)
+
+    monkeypatch.setattr(HeuristicFacetExtractor, "extract_counted", counted)
+    for backend in ("torch", "onnx"):
+        out, scratch = tmp_path / f"idx-{backend}", tmp_path / f"scratch-{backend}"
+        config = BuildConfig(embedding_backend=backend)
+        use = {"encoder": encoder} if backend == "torch" else {}  # onnx: the build's own encoder
+        build_index(tmp_path / "old.jsonl", out, config, **use)
+        extracted.clear()
+        counting = CountingEncoder(encoder) if backend == "torch" else None
+        summary = build_index(tmp_path / "new.jsonl", out, config, **({"encoder": counting} if counting else {}))
+        assert sorted(extracted) == sorted([records[7]["id"]] + [r["id"] for r in records[45:]])
+        assert summary.reused == ["facets (44 of 60 papers)", "titles (45 of 60)", "papers (44 of 60)"]
+        if counting is not None:  # the new papers' sentences, items, titles and texts, nothing else
+            assert 0 < counting.texts < 16 * 20
+        build_index(tmp_path / "new.jsonl", scratch, config, **use)
+        assert Index.open(out).manifest["embedding"]["backend"] == backend
+        assert summary.counts["extractor"] == Index.open(scratch).manifest["stages"]["build"]["counts"]["extractor"]
+        if backend == "onnx":
+            _assert_same_build(_built(out), _built(scratch))
+            for name in ("papers.parquet", "citations.parquet", "facets.parquet", "embeddings/items.npy",
+                         "embeddings/papers.npy", "graph/method.npz", "graph/citation.npz"):
+                assert (out / name).read_bytes() == (scratch / name).read_bytes(), name
+        else:
+            a, b_ = _built(out), _built(scratch)
+            assert a[1].equals(b_[1])
+            np.testing.assert_allclose(a[2], b_[2], atol=2e-3)  # float16 files: one rounding step
+            for f in FACETS:
+                np.testing.assert_array_equal(a[0][f] > 0, b_[0][f] > 0)
+                np.testing.assert_allclose(a[0][f], b_[0][f], atol=1e-5)
+
+
+def test_stored_rows_of_other_settings_or_cut_short_are_not_used(tmp_path, encoder) -> None:
     corpus = write_slice(cs768_path(), 30, tmp_path)
     out = tmp_path / "idx"
     build_index(corpus, out, BuildConfig(), encoder=encoder)
-    ckpt = out / "cache" / "build"
-    (ckpt / "papers.json").unlink()  # killed while writing the papers' checkpoint
-    np.save(ckpt / "titles.vectors.npy", np.zeros(3))  # replaced by other data
+    cache = out / "cache" / "build"
+    (cache / "papers" / "000000.json").unlink()  # killed while writing the papers' shard
+    np.save(cache / "titles" / "000000.vectors.npy", np.zeros(3))  # replaced by other data
     summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
-    assert summary.reused == ["facets"]  # the others are recomputed and their checkpoints replaced
+    assert summary.reused == ["facets"]  # the others are made again and stored anew
     assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "papers"]
-    (ckpt / "facets.00000.vectors.npy").write_bytes(b"not an array")  # a damaged file
+    assert _store_files(out, "papers") == ["000000.json", "000000.parquet", "000000.vectors.npy"]
+    (cache / "facets" / "000000.vectors.npy").write_bytes(b"not an array")  # a damaged file
     assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "papers"]
 
     records = [json.loads(line) for line in corpus.read_text().splitlines()]
-    records[3]["abstract"] += " We also release the code."
-    corpus.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == []  # another corpus
     corpus.write_text("\n".join(json.dumps(r) for r in records[::-1]) + "\n")  # same papers, other order
     summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
-    assert summary.reused == [] and Index.open(out).paper_ids[0] == records[-1]["id"]
+    assert summary.reused == ["facets", "titles", "papers"] and Index.open(out).paper_ids[0] == records[-1]["id"]
     other_model = CountingEncoder(encoder)
-    other_model.batch_size = 8  # batches change the last bits of the vectors: the facets' key too
+    other_model.batch_size = 8  # batches change the last bits of PyTorch's vectors: another setting
     assert build_index(corpus, out, BuildConfig(), encoder=other_model).reused == []
+    for stage in ("facets", "titles", "papers"):  # the first setting's shards are gone
+        assert len(list((cache / stage).glob("*.json"))) == 1
+
+    # checkpoints of earlier versions (files directly in cache/build) are removed
+    (cache / "facets.00000.json").write_text("{}")
+    build_index(corpus, out, BuildConfig(), encoder=other_model)
+    assert not (cache / "facets.00000.json").exists()
+
+
+def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path, encoder) -> None:
+    from rich.console import Console
+
+    from cli.app import print_build_summary
+
+    corpus = write_slice(cs768_path(), 20, tmp_path)
+    out = tmp_path / "idx"
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).removed == []
+    for stage in ("docids", "model"):  # what `graft train` left for the old graph
+        (out / stage).mkdir()
+        (out / stage / "file").write_text("x")
+    summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
+    assert summary.removed == ["docids", "model"] and not (out / "model").exists()
+    console = Console(record=True, width=200)
+    print_build_summary(summary, console)
+    assert f"removed docids, model of the graph this build replaced: `graft train {out}`" in console.export_text()
 
 
 def test_aclsum_slice_builds_with_full_text(tmp_path, encoder) -> None:
@@ -398,7 +492,7 @@ def test_a_build_on_the_onnx_backend_records_it_and_equals_the_torch_build(tmp_p
     summary = build_index(None, tmp_path / "onnx", BuildConfig(limit=12, top_k=5))
     assert sorted(summary.reused) == ["facets", "papers", "titles"]
     assert Index.open(tmp_path / "onnx").manifest["embedding"]["backend"] == "onnx"
-    (tmp_path / "onnx" / "cache" / "build" / "titles.json").unlink()  # the titles made again, on torch
+    (tmp_path / "onnx" / "cache" / "build" / "titles" / "000000.json").unlink()  # the titles made again, on torch
     summary = build_index(None, tmp_path / "onnx", BuildConfig(limit=12), encoder=encoder)
     assert "titles" not in summary.reused and "facets" in summary.reused
     assert Index.open(tmp_path / "onnx").manifest["embedding"]["backend"] == "onnx+torch"
@@ -642,3 +736,20 @@ def test_build_scale_benchmark_smoke(tmp_path) -> None:
     assert res["encoder_backend"] == "torch" and res["counts"]["papers"] == 60
     assert res["graph_stage_method"]["top20_overlap"] > 0.9
     assert Index.open(tmp_path / "idx").manifest["embedding"]["backend"] == "torch"
+
+
+def test_incremental_build_benchmark_smoke(tmp_path) -> None:
+    """eval/benchmarks/incremental_build.py on a cs768 slice: the newest papers held back, then added
+    to the index, which then equals a build from scratch (the build's own encoder, ONNX Runtime)."""
+    from eval.benchmarks.incremental_build import main
+
+    assert main(["--limit", "30", "--added", "8", "--work", str(tmp_path / "work"), "--results", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "incremental_build_limit30.json").read_text())
+    base, grown, scratch = res["rows"]
+    assert (base["papers"], grown["papers"], scratch["papers"]) == (22, 30, 30)
+    assert grown["reused"] == ["facets (22 of 30 papers)", "titles (22 of 30)", "papers (22 of 30)"]
+    assert base["reused"] == scratch["reused"] == [] and grown["extractor"] == scratch["extractor"]
+    agree = res["meta"]["agreement"]
+    assert agree["facet_items_equal"] and agree["max_item_vector_diff"] == agree["max_paper_vector_diff"] == 0.0
+    assert all(f["shared_share"] == f["rows_identical_share"] == 1.0 for f in agree["facets"].values())
+    assert "| grown: the whole corpus, incremental | 30 |" in (tmp_path / "incremental_build_limit30.md").read_text()

@@ -422,7 +422,7 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--top-k", "1"],
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "reused checkpoints (facets, titles, papers)" in res.stdout and "--fresh" in res.stdout
+    assert "reused (facets, titles, papers)" in res.stdout and "--fresh" in res.stdout
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--fresh", "--json",
                               "--batch-size", "8"])
     assert res.exit_code == 0 and json.loads(res.stdout)["reused_checkpoints"] == []
@@ -482,11 +482,14 @@ def test_build_with_llm_extractor_caches_and_falls_back(tmp_path) -> None:
 
     corpus = write_slice(cs768_path(), 12, tmp_path)
     server = FakeLLMServer()
+    down = {"Bolasso"}  # requests about these titles fail (the server refuses them)
 
     def behave(hit, body):
         title = body["messages"][-1]["content"].splitlines()[0]
         if "Robust mixtures" in title:  # one paper's answer breaks the schema: discarded, heuristic used
             return Reply(content='{"problem": ["x"]}')
+        if any(word in title for word in down):
+            return Reply(status=400)
         return Reply(content=json.dumps({f: [f"{f} of {title[:60]}"] for f in
                                          ("problem", "method", "result", "contribution")}))
 
@@ -498,14 +501,26 @@ def test_build_with_llm_extractor_caches_and_falls_back(tmp_path) -> None:
         res = runner.invoke(app, args)
         assert res.exit_code == 0, res.output
         stats = json.loads(res.stdout)["counts"]["extractor"]
-        assert stats["llm_ok"] == 11 and stats["discarded"] == 1 and stats["fallback"] == 1
+        assert (stats["llm_ok"], stats["discarded"], stats["failed"], stats["fallback"]) == (10, 1, 1, 2)
         facets = pl.read_parquet(out / "facets.parquet")
-        assert facets.filter(pl.col("text").str.starts_with("method of ")).height == 11
+        assert facets.filter(pl.col("text").str.starts_with("method of ")).height == 10
         assert (out / "cache" / "llm.sqlite").is_file()
+        down.clear()  # the server is back: a rerun asks again for the failed paper alone
         hits = server.hits
-        res = runner.invoke(app, args)  # a rerun is served from the cache
+        res = runner.invoke(app, args)
         assert res.exit_code == 0, res.output
-        assert server.hits == hits
+        assert server.hits == hits + 1
+        rerun = json.loads(res.stdout)
+        assert rerun["reused_checkpoints"][0] == "facets (11 of 12 papers)"
+        stats = rerun["counts"]["extractor"]
+        assert (stats["llm_ok"], stats["discarded"], stats["failed"], stats["fallback"]) == (11, 1, 0, 1)
+        assert stats["llm_requests"] == 1  # this run's traffic
+        assert pl.read_parquet(out / "facets.parquet").filter(
+            pl.col("text").str.starts_with("method of ")).height == 11
+        hits = server.hits
+        res = runner.invoke(app, args)  # and then every paper is served from the index's cache
+        assert res.exit_code == 0, res.output
+        assert server.hits == hits and json.loads(res.stdout)["reused_checkpoints"][0] == "facets"
     finally:
         server.close()
     res = runner.invoke(app, ["build", str(corpus), "--out", str(out), "--extractor", "llm"])

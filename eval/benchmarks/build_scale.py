@@ -3,8 +3,8 @@
 Prints wall time and peak resident memory per stage, edge counts per facet and the share of papers
 with an incoming edge; then, in the same run, times the graph stage of one facet against a dense
 baseline (the exact item-level similarity materialised as full matrices, then argsorted), to show
-what the blocked computation saves; last, rebuilds the index with another top-K from the stage
-checkpoints the first build left (what a rerun after a crash, or a change of graph settings, costs).
+what the blocked computation saves; last, rebuilds the index with another top-K from the facets and
+vectors the first build stored (what a rerun after a crash, or a change of graph settings, costs).
 Writes eval/results/build_scale.{md,json}.
 
     python -m eval.benchmarks.build_scale [--corpus PATH] [--index DIR] [--limit N]
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-REBUILD_TOP_K = 30  # graph setting of the rebuild from checkpoints
+REBUILD_TOP_K = 30  # graph setting of the rebuild from what the first build stored
 DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
 
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| dense exact (m x m items, n x n papers) | {dense_s:.2f} | {dense_mem / 2**20:,.0f} | 1.000 |",
         f"| ratio blocked / dense | {blocked_s / dense_s:.2f} | {blocked_mem / max(dense_mem, 1):.2f} | |",
         "",
-        f"Rebuild with top-K {REBUILD_TOP_K} from the first build's checkpoints (INDEX/cache/build; the same "
+        f"Rebuild with top-K {REBUILD_TOP_K} from what the first build stored (INDEX/cache/build; the same "
         f"as a rerun after a crash in the graph stage): {rebuild_s:.1f} s, "
         f"{rebuild_s / total:.2f} of the first build (reused: {', '.join(rebuild.reused) or 'nothing'}).",
         "",

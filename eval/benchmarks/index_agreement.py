@@ -67,6 +67,22 @@ def agreement(index_a: str | Path, index_b: str | Path) -> dict[str, Any]:
     return out
 
 
+def agreement_lines(res: dict[str, Any], a: str = "A", b: str = "B") -> list[str]:
+    """Markdown of an `agreement` result: the per-facet edge table, then the items and vectors,
+    naming the two indexes `a` and `b`."""
+    lines = [f"| facet | edges {a} | edges {b} | {a}'s edges in {b} | rows with the same out-edges | "
+             "max weight difference |", "|---|---:|---:|---:|---:|---:|"]
+    for facet, r in res["facets"].items():
+        lines.append(f"| {facet} | {r['edges_a']:,} | {r['edges_b']:,} | {100 * r['shared_share']:.2f}% | "
+                     f"{100 * r['rows_identical_share']:.2f}% | {r['max_weight_diff']:.1e} |")
+    lines += ["", f"- facet items equal: {'yes' if res['facet_items_equal'] else 'no'}"]
+    if "max_item_vector_diff" in res:
+        lines.append(f"- largest item-vector difference (embeddings/items.npy): {res['max_item_vector_diff']:.1e}")
+    if "max_paper_vector_diff" in res:
+        lines.append(f"- largest paper-vector difference (embeddings/papers.npy): {res['max_paper_vector_diff']:.1e}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("index_a")
@@ -84,17 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             "index_b": args.index_b, **{k: v for k, v in res.items() if k != "facets"}}
     rows = [{"facet": f, **v} for f, v in res["facets"].items()]
     lines = ["# Agreement of two builds", "", f"Command: `{command}`  ", f"Date: {meta['date']} · {res['papers']} papers · "
-             f"A: {res['builds']['a']} · B: {res['builds']['b']}", "",
-             "| facet | edges A | edges B | A's edges in B | rows with the same out-edges | max weight difference |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['facet']} | {r['edges_a']:,} | {r['edges_b']:,} | {100 * r['shared_share']:.2f}% | "
-                     f"{100 * r['rows_identical_share']:.2f}% | {r['max_weight_diff']:.1e} |")
-    lines += ["", f"- facet items equal: {'yes' if res['facet_items_equal'] else 'no'}"]
-    if "max_item_vector_diff" in res:
-        lines.append(f"- largest item-vector difference (embeddings/items.npy): {res['max_item_vector_diff']:.1e}")
-    if "max_paper_vector_diff" in res:
-        lines.append(f"- largest paper-vector difference (embeddings/papers.npy): {res['max_paper_vector_diff']:.1e}")
+             f"A: {res['builds']['a']} · B: {res['builds']['b']}", "", *agreement_lines(res)]
     write_tables(args.results, "index_agreement" + (f"_{args.name}" if args.name else ""), meta, rows, lines)
     return 0
 
