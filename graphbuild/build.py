@@ -39,6 +39,13 @@ CHECKPOINT_PAPERS = 1024
 #: Texts per stored shard of the other encoder passes (titles; title + abstract of each paper).
 CHECKPOINT_TEXTS = 4096
 
+#: The source files whose code decides each extractor's items: stored facets are kept per digest of
+#: the chosen extractor's files, so editing one extractor does not throw away the other's work.
+EXTRACTOR_SOURCES = {
+    "heuristic": ("graphbuild/facets_heuristic.py", "graft/facets.py", "graft/text.py"),
+    "llm": ("graphbuild/facets_llm.py", "graphbuild/facets_heuristic.py", "graft/facets.py", "graft/text.py"),
+}
+
 
 @dataclass
 class BuildConfig:
@@ -249,8 +256,7 @@ def build_index(
                   "device": getattr(encoder, "device", "cpu")}
     facets_store = RowStore(cache / "facets", make_key(
         stage="facets", **same_model, extractor=config.extractor, llm=config.llm,
-        code=source_digest("graphbuild/facets_heuristic.py", "graphbuild/facets_llm.py", "graft/facets.py",
-                           "graft/text.py")), reuse=not fresh)
+        code=source_digest(*EXTRACTOR_SOURCES[config.extractor])), reuse=not fresh)
     with reporter.stage("facets", total=n, unit="papers") as adv:
         # facet items, and the items' own vectors (mostly the encoder's memo of the sentences the
         # extractor embedded), looked up per paper; the missing ones stored CHECKPOINT_PAPERS at a time

@@ -422,6 +422,28 @@ def test_stored_rows_of_other_settings_or_cut_short_are_not_used(tmp_path, encod
     assert not (cache / "facets.00000.json").exists()
 
 
+def test_stored_facets_follow_the_code_of_the_extractor_that_made_them(tmp_path, encoder, monkeypatch) -> None:
+    import shutil
+
+    import graphbuild.checkpoints as ck
+    from graphbuild.build import EXTRACTOR_SOURCES
+
+    code = tmp_path / "code"  # a copy of the sources the keys are made of, to edit
+    for rel in {f for files in EXTRACTOR_SOURCES.values() for f in files}:
+        (code / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ck._REPO_PACKAGES / rel, code / rel)
+    monkeypatch.setattr(ck, "_REPO_PACKAGES", code)
+    corpus = write_slice(cs768_path(), 12, tmp_path)
+    out = tmp_path / "idx"
+    build_index(corpus, out, BuildConfig(), encoder=encoder)
+    with open(code / "graphbuild" / "facets_llm.py", "a") as fh:  # another extractor's code
+        fh.write("\n# edited\n")
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "papers"]
+    with open(code / "graphbuild" / "facets_heuristic.py", "a") as fh:  # this extractor's code
+        fh.write("\n# edited\n")
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "papers"]
+
+
 def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path, encoder) -> None:
     from rich.console import Console
 
