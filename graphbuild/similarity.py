@@ -5,7 +5,9 @@ item of j and the cosines are averaged, the same from j to i, and the two means 
 
 Candidates come from a blocked prefilter over mean-pooled facet vectors (one matmul of
 `block_rows x n` at a time, so memory is bounded by the block, not by n^2); candidate pairs are then
-scored exactly from the items.
+scored exactly from the items: pair by pair from their gathered items (`score_pairs`), or, for a
+corpus of up to `ROW_SCORING_MAX_PAPERS` papers, by one matrix product of a few rows' items with
+every item of the facet, from which the candidates' cosines are read (`score_rows`).
 """
 
 from __future__ import annotations
@@ -93,6 +95,54 @@ def score_pairs(
         r = rows[s : s + chunk]
         c = cols[s : s + chunk]
         out[s : s + chunk] = pair_similarity(left.padded[r], left.mask[r], right.padded[c], right.mask[c])
+    return out
+
+
+#: Corpus size up to which `score_rows` scores the graph's candidate pairs. It multiplies every item of
+#: a few rows with every item of the facet, 9 n^2 d multiply-adds a facet against ~9 c n d for the
+#: pairs, but as one BLAS product instead of gathering 2 x 3 x d floats per pair: on cs768 (6,545
+#: papers, ~380 candidates a row, 2 cores) 6.2 s a facet instead of 17.0 s, cosines within 3.6e-7.
+#: The pairs' cost grows with n and the product's with n^2: they meet at about 18,000 papers there.
+ROW_SCORING_MAX_PAPERS = 16_000
+
+
+def score_rows(items: FacetItemsMatrix, rows: np.ndarray, cols: np.ndarray,
+               budget_floats: int = 1 << 23) -> np.ndarray:
+    """Exact facet similarity of pairs (row `rows[k]`, column `cols[k]`) of one matrix, as
+    `score_pairs(items, rows, items, cols)` gives it (to float32 rounding), from matrix products of
+    a few rows' items with all items (at most `budget_floats` cosines at a time).
+
+    Args:
+        items: the facet's grouped items.
+        rows, cols: the pairs, sorted by row.
+    Returns:
+        (P,) float32 similarities; 0 where either side has no item.
+    """
+    n, width, d = items.padded.shape
+    out = np.zeros(len(rows), dtype=np.float32)
+    if not len(rows):
+        return out
+    if np.any(np.diff(rows) < 0):
+        raise ValueError("score_rows needs the pairs sorted by row")
+    flat = items.padded.reshape(n * width, d)
+    count = items.mask.sum(axis=1)
+    slots = np.arange(width)
+    step = max(1, budget_floats // (width * n * width))
+    starts = np.arange(int(rows[0]), int(rows[-1]) + 1, step)
+    bounds = np.searchsorted(rows, np.append(starts, int(rows[-1]) + 1))
+    for b, start in enumerate(starts.tolist()):
+        lo, hi = bounds[b], bounds[b + 1]
+        if lo == hi:
+            continue
+        r, c = rows[lo:hi], cols[lo:hi]
+        cos = flat[start * width : (start + step) * width] @ flat.T  # (step x width, n x width)
+        pair = cos[((r - start) * width)[:, None, None] + slots[None, :, None],
+                   (c * width)[:, None, None] + slots[None, None, :]]  # (P, width, width)
+        valid = items.mask[r][:, :, None] & items.mask[c][:, None, :]
+        pair = np.where(valid, pair, -np.inf)
+        r_mean = np.where(items.mask[r], pair.max(axis=2), 0.0).sum(axis=1) / np.maximum(count[r], 1)
+        c_mean = np.where(items.mask[c], pair.max(axis=1), 0.0).sum(axis=1) / np.maximum(count[c], 1)
+        out[lo:hi] = np.where((count[r] > 0) & (count[c] > 0), 0.5 * (r_mean + c_mean), 0.0)
     return out
 
 

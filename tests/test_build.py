@@ -775,3 +775,21 @@ def test_incremental_build_benchmark_smoke(tmp_path) -> None:
     assert agree["facet_items_equal"] and agree["max_item_vector_diff"] == agree["max_paper_vector_diff"] == 0.0
     assert all(f["shared_share"] == f["rows_identical_share"] == 1.0 for f in agree["facets"].values())
     assert "| grown: the whole corpus, incremental | 30 |" in (tmp_path / "incremental_build_limit30.md").read_text()
+
+
+def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
+    """eval/benchmarks/graph_scoring.py on the 400-paper index: both ways of scoring give the index's
+    graph, and the row scoring limit is restored afterwards."""
+    import graphbuild.similarity as sim
+    from eval.benchmarks.graph_scoring import main
+
+    limit = sim.ROW_SCORING_MAX_PAPERS
+    assert main(["--index", str(cs768_index[0]), "--facets", "method,result", "--rounds", "1",
+                 "--results", str(tmp_path)]) == 0
+    assert sim.ROW_SCORING_MAX_PAPERS == limit
+    res = json.loads((tmp_path / "graph_scoring.json").read_text())
+    assert [r["facet"] for r in res["rows"]] == ["method", "result"]
+    for r in res["rows"]:
+        assert r["edges_a"] == Index.open(cs768_index[0]).graphs[r["facet"]].nnz
+        assert r["shared_share"] == 1.0 and r["max_weight_diff"] < 1e-5 and r["pairs_s"] > 0 and r["rows_s"] > 0
+    assert "| method |" in (tmp_path / "graph_scoring.md").read_text()

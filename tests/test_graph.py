@@ -6,7 +6,7 @@ import scipy.sparse as sp
 
 from graphbuild.citations import citation_links, citation_matrix, citation_signals
 from graphbuild.graph import GraphParams, external_facet_row, facet_graph
-from graphbuild.similarity import group_items, pair_similarity, prefilter_blocks
+from graphbuild.similarity import group_items, pair_similarity, prefilter_blocks, score_pairs, score_rows
 
 
 def random_items(rng: np.random.Generator, n: int, d: int = 16, max_items: int = 4):
@@ -49,8 +49,13 @@ def dense_top_k(w: np.ndarray, k: int) -> sp.csr_matrix:
     return sp.csr_matrix((vals, (rows, cols)), shape=(n, n))
 
 
+@pytest.mark.parametrize("by_rows", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_blocked_top_k_equals_dense_argsort(seed: int) -> None:
+def test_blocked_top_k_equals_dense_argsort(seed: int, by_rows: bool, monkeypatch) -> None:
+    """Either way of scoring the candidates (`score_rows` for smaller corpora, `score_pairs`)."""
+    import graphbuild.similarity as sim
+
+    monkeypatch.setattr(sim, "ROW_SCORING_MAX_PAPERS", 10**9 if by_rows else 0)
     rng = np.random.default_rng(seed)
     n = 60
     owner, vecs = random_items(rng, n)
@@ -80,6 +85,27 @@ def test_prefilter_keeps_citation_linked_candidates() -> None:
     # with only 2 facet candidates, the citation-linked pairs are still scored
     assert g[0, 1] > 0 and g[0, 40] > 0 and g[1, 0] > 0
     assert np.all(np.diff(g.indptr) <= 2 + 2)
+
+
+def test_rows_are_scored_as_pairs_are() -> None:
+    rng = np.random.default_rng(7)
+    n = 45
+    owner, vecs = random_items(rng, n, max_items=3)
+    items = group_items(owner, vecs, n)
+    rows = np.repeat(np.arange(n), n)
+    cols = np.tile(np.arange(n), n)
+    want = score_pairs(items, rows, items, cols)
+    np.testing.assert_allclose(want, dense_similarity(owner, vecs, n).ravel(), atol=1e-5)
+    for budget in (1, 100, 1 << 23):  # one row at a time, a few, all at once
+        np.testing.assert_allclose(score_rows(items, rows, cols, budget_floats=budget), want, atol=1e-6)
+    some = rng.random(len(rows)) < 0.2  # a subset of the pairs, from a later row on
+    some[: 3 * n] = False
+    np.testing.assert_allclose(score_rows(items, rows[some], cols[some], budget_floats=500), want[some], atol=1e-6)
+    assert score_rows(items, rows[:0], cols[:0]).shape == (0,)
+    with pytest.raises(ValueError, match="sorted by row"):
+        score_rows(items, rows[::-1], cols[::-1])
+    empty = int(np.setdiff1d(np.arange(n), owner)[0])  # the paper without items scores 0 both ways
+    assert not score_rows(items, np.array([empty, empty]), np.array([0, 1])).any()
 
 
 def test_pair_similarity_ignores_padding() -> None:
