@@ -110,7 +110,6 @@ class RowStore:
     def __init__(self, folder: str | Path, key: str, *, reuse: bool = True) -> None:
         self.folder = Path(folder)
         self.key = key
-        self.reuse = reuse
         self._written = False
         if not reuse:
             self._remove(self._shards())
@@ -236,22 +235,18 @@ class StoredEncoder:
         """float32 (len(texts), dim) unit rows, as `encoder.encode` would give them."""
         keys = [text_digest(t) for t in texts]
         self.asked.update(keys)
-        stored = self.store.load() if self.store.reuse else None
+        stored = self.store.load()
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         missing: dict[str, list[int]] = {}
         served: list[int] = []
-        if stored is not None and stored.table.height:
-            for i, rows in enumerate(stored.positions(keys)):
-                if rows:
-                    out[i] = stored.vectors[rows[0]]
-                    served.append(rows[0])
-                else:
-                    missing.setdefault(texts[i], []).append(i)
-            for meta in stored.metas_of(served):
-                self.origin.reused(meta)
-        else:
-            for i, t in enumerate(texts):
-                missing.setdefault(t, []).append(i)
+        for i, rows in enumerate(stored.positions(keys)):
+            if rows:
+                out[i] = stored.vectors[rows[0]]
+                served.append(rows[0])
+            else:
+                missing.setdefault(texts[i], []).append(i)
+        for meta in stored.metas_of(served):
+            self.origin.reused(meta)
         self.total += len(texts)
         self.found += len(served)
         if progress is not None and served:
