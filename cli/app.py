@@ -42,6 +42,16 @@ def print_build_summary(summary, out: Console = console) -> None:
     for name, secs in summary.timings.items():
         t.add_row(name, f"{secs:.1f}", _fmt_bytes(summary.peaks.get(name, 0)))
     out.print(t)
+    if summary.seeded_from is not None:
+        what = {"facets": "facets of {:,} papers", "titles": "{:,} title vectors",
+                "papers": "{:,} title + abstract vectors"}
+        copied = ", ".join(what[stage].format(count) for stage, count in summary.seeded.items())
+        if any(summary.seeded.values()):
+            out.print(f"copied from {summary.seeded_from} ({copied}): this corpus's papers and texts as that "
+                      "index stores them", highlight=False)
+        else:
+            out.print(f"copied nothing from {summary.seeded_from}: its stores hold none of this corpus's papers "
+                      "made with this model, batch size, device and extractor", highlight=False)
     if summary.reused:
         out.print(f"reused ({', '.join(summary.reused)}) from {summary.index_dir / 'cache' / 'build'}: papers "
                   "and texts taken apart and embedded by an earlier build with this model and extractor; "
@@ -94,6 +104,11 @@ def build(
     llm_concurrency: int = typer.Option(4, help="Concurrent LLM requests."),
     fresh: bool = typer.Option(False, "--fresh", help="Recompute every paper's facets and embeddings instead "
                                "of reusing what an earlier or interrupted build kept in OUT/cache/build."),
+    cache_from: Path | None = typer.Option(None, "--cache-from",
+                                           help="Another index (same model and extractor) whose stored facets "
+                                                "and embeddings of this corpus's papers are copied into "
+                                                "OUT/cache/build first: a slice or variant of a corpus already "
+                                                "built costs only its new papers and the graph. Only read."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -101,7 +116,8 @@ def build(
 
     Each paper's facets and embeddings are kept in OUT/cache/build as they are made: rerunning the
     command after a crash, with other graph settings (--top-k, --title-weight), or on a corpus with
-    papers added, removed or edited takes apart and embeds only the papers not seen before.
+    papers added, removed or edited takes apart and embeds only the papers not seen before;
+    --cache-from seeds them from another index.
     """
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
@@ -119,13 +135,15 @@ def build(
                              title_weight=title_weight,
                              paper_embeddings=paper_embeddings, llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
-                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh)
+                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from)
     except (GraftError, ValueError) as exc:
         _fail(exc)
     if as_json:
         typer.echo(json.dumps({"index": str(summary.index_dir), "counts": summary.counts,
                                "timings_s": summary.timings, "peak_rss_bytes": summary.peaks,
                                "reused_checkpoints": summary.reused, "removed": summary.removed,
+                               "cache_from": None if summary.seeded_from is None else
+                               {"index": str(summary.seeded_from), "copied": summary.seeded},
                                "encoder_export": None if summary.encoder_export is None else str(summary.encoder_export)},
                               indent=2))
     elif not quiet:

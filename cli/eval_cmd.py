@@ -52,7 +52,8 @@ def prepare(
         t.add_row(k, f"{v:,}")
     t.add_row("corpus hash", meta["corpus_hash"][:16])
     console.print(t)
-    console.print(f"next: graft build {out / 'corpus.jsonl'} --out {out / 'index'}")
+    console.print(f"next: graft build {out / 'corpus.jsonl'} --out {out / 'index'} (with --cache-from INDEX, an "
+                  "index of the whole corpus lends its facets and vectors)", highlight=False)
 
 
 @eval_app.command()

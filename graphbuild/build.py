@@ -14,6 +14,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from graft.config import config_from_dict, config_to_dict
+from graft.errors import GraftError
 from graft.facets import FACETS, FacetItems
 from graft.manifest import manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
@@ -115,6 +116,9 @@ class BuildSummary:
     encoder_export: Path | None = None
     #: later stages' folders of the index this build replaced ("docids", "train", "model")
     removed: list[str] = field(default_factory=list)
+    #: `cache_from`: the other index, and per stage how many papers / texts were copied from its stores
+    seeded_from: Path | None = None
+    seeded: dict[str, int] = field(default_factory=dict)
 
 
 def make_extractor(config: BuildConfig, encoder: Any, index_dir: Path) -> FacetExtractor:
@@ -200,6 +204,7 @@ def build_index(
     reporter: Reporter | None = None,
     encoder: Any = None,
     fresh: bool = False,
+    cache_from: str | Path | None = None,
 ) -> BuildSummary:
     """Build a GRAFT index directory from a corpus.
 
@@ -212,14 +217,20 @@ def build_index(
         encoder: an already loaded `Encoder` to reuse (tests); built from the config otherwise.
         fresh: recompute every paper's facets and vectors instead of looking them up in
             INDEX/cache/build (`graphbuild.checkpoints`), which is emptied and filled anew.
+        cache_from: another index directory whose stores (its cache/build) were made with this
+            build's model and extractor: the facets and vectors of this corpus's papers that it
+            holds are copied into this index's stores first, so a slice or a variant of a corpus
+            already built costs only its papers the other index lacks, plus the graph. Only read.
     Returns:
         counts, per-stage timings and peak memory, the corpus load report and the stages reused.
     Raises:
         InputValidationError: bad corpus records (unless `skip_bad`).
+        GraftError: `cache_from` is no index with stores, is `out` itself, or comes with `fresh`.
     """
     config = config or BuildConfig()
     reporter = reporter or Reporter(quiet=True)
     out = Path(out)
+    seed_root = _seed_root(cache_from, out, fresh)
     out.mkdir(parents=True, exist_ok=True)
     _invalidate(out)
     removed = []
@@ -254,10 +265,14 @@ def build_index(
     reused: list[str] = []
     same_model = {"model": encoder.name, "batch_size": getattr(encoder, "batch_size", None),
                   "device": getattr(encoder, "device", "cpu")}
-    facets_store = RowStore(cache / "facets", make_key(
-        stage="facets", **same_model, extractor=config.extractor, llm=config.llm,
-        code=source_digest(*EXTRACTOR_SOURCES[config.extractor])), reuse=not fresh)
+    facets_key = make_key(stage="facets", **same_model, extractor=config.extractor, llm=config.llm,
+                          code=source_digest(*EXTRACTOR_SOURCES[config.extractor]))
+    facets_store = RowStore(cache / "facets", facets_key, reuse=not fresh)
+    seeded: dict[str, int] = {}
     with reporter.stage("facets", total=n, unit="papers") as adv:
+        if seed_root is not None:  # the other index's facets of this corpus's papers, copied first
+            seeded["facets"] = facets_store.seed(RowStore(seed_root / "facets", facets_key),
+                                                 paper_digests(corpus.papers))
         # facet items, and the items' own vectors (mostly the encoder's memo of the sentences the
         # extractor embedded), looked up per paper; the missing ones stored CHECKPOINT_PAPERS at a time
         table, alone, extractor_stats = _facets(corpus.papers, extractor, encoder, facets_store, adv, origin,
@@ -268,9 +283,12 @@ def build_index(
     with reporter.stage("embed", total=n, unit="titles") as adv:
         # the items in their paper's context (the graph's vectors)
         if config.title_weight > 0:
-            stored = _stored_encoder(encoder, cache / "titles", make_key(stage="titles", **same_model), fresh, origin)
+            stored = _stored_encoder(encoder, cache, "titles", make_key(stage="titles", **same_model), fresh, origin,
+                                     seed_root)
             titles = title_vectors(stored, corpus.papers["title"].to_list())
             reused += _reuse_label("titles", stored.found, stored.total)
+            if seed_root is not None:
+                seeded["titles"] = stored.seeded
             stored.compact()
             vectors = with_title(alone, titles[owner], config.title_weight)
         else:
@@ -281,9 +299,12 @@ def build_index(
     if config.paper_embeddings:
         with reporter.stage("embed papers", total=n, unit="papers") as adv:
             # title + abstract per paper: text-only queries' stand-in for citation coupling, the dense baseline
-            stored = _stored_encoder(encoder, cache / "papers", make_key(stage="papers", **same_model), fresh, origin)
+            stored = _stored_encoder(encoder, cache, "papers", make_key(stage="papers", **same_model), fresh, origin,
+                                     seed_root)
             papers_vec = stored.encode(paper_texts(corpus.papers), progress=adv)
             reused += _reuse_label("papers", stored.found, stored.total)
+            if seed_root is not None:
+                seeded["papers"] = stored.seeded
             stored.compact()
 
     cites = corpus.citations()
@@ -337,10 +358,12 @@ def build_index(
     record_stage(out, manifest, "build", config=config_to_dict(config), counts=counts,
                  timings=reporter.timings(),
                  extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict(),
-                        "reused_checkpoints": reused})
+                        "reused_checkpoints": reused,
+                        **({"cache_from": {"index": str(cache_from), "copied": seeded}} if seed_root else {})})
     read_manifest(out)  # the index must open after a build
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
-                        reused, getattr(encoder, "stored", None), removed)
+                        reused, getattr(encoder, "stored", None), removed,
+                        Path(cache_from) if seed_root is not None else None, seeded)
 
 
 def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store: RowStore,
@@ -408,8 +431,27 @@ def _reuse_label(stage: str, found: int, total: int, unit: str = "") -> list[str
     return [stage] if found == total else [f"{stage} ({found:,} of {total:,}{' ' + unit if unit else ''})"]
 
 
-def _stored_encoder(encoder: Any, folder: Path, key: str, fresh: bool, origin: VectorOrigin) -> StoredEncoder:
-    return StoredEncoder(encoder, RowStore(folder, key, reuse=not fresh), origin, chunk=CHECKPOINT_TEXTS)
+def _stored_encoder(encoder: Any, cache: Path, stage: str, key: str, fresh: bool, origin: VectorOrigin,
+                    seed_root: Path | None) -> StoredEncoder:
+    return StoredEncoder(encoder, RowStore(cache / stage, key, reuse=not fresh), origin, chunk=CHECKPOINT_TEXTS,
+                         seed=None if seed_root is None else RowStore(seed_root / stage, key))
+
+
+def _seed_root(cache_from: str | Path | None, out: Path, fresh: bool) -> Path | None:
+    """The build stores of the `cache_from` index (None without one), checked before any work."""
+    if cache_from is None:
+        return None
+    if fresh:
+        raise GraftError("--cache-from and --fresh contradict each other: --fresh recomputes every paper's "
+                         "facets and embeddings; drop one of them")
+    root = Path(cache_from) / "cache" / "build"
+    if not root.is_dir():
+        raise GraftError(f"--cache-from {cache_from}: no build stores there ({root} is missing); give an index "
+                         "directory written by `graft build`")
+    if out.exists() and root.resolve() == (out / "cache" / "build").resolve():
+        raise GraftError(f"--cache-from {cache_from} is the index being built, whose stores are read anyway; "
+                         "drop --cache-from")
+    return root
 
 
 def _drop_legacy_checkpoints(cache: Path) -> None:

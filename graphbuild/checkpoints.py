@@ -199,15 +199,32 @@ class RowStore:
         is_live = stored.table["key"].is_in(list(set(live))).to_numpy()
         if not ((~is_live).sum() > is_live.sum() or len(names) > MAX_SHARDS):
             return False
-        rows = np.flatnonzero(is_live)
-        # one shard per distinct maker's metadata (the backend that made the vectors), so it is kept
+        self._add_rows(stored, np.flatnonzero(is_live))
+        self._remove(names)
+        return True
+
+    def seed(self, other: RowStore, keys: Iterable[str]) -> int:
+        """Copy from `other` (another index's store of the same stage) the rows of those `keys` that
+        it holds under this store's setting and this store lacks: `graft build --cache-from`.
+        `other` is only read. Returns how many keys were copied."""
+        theirs = other.load() if other.key == self.key else None
+        if theirs is None or not theirs.table.height:
+            return 0
+        wanted = set(keys).difference(self.load().table["key"].to_list())
+        rows = np.flatnonzero(theirs.table["key"].is_in(list(wanted)).to_numpy())
+        self._add_rows(theirs, rows)
+        return int(theirs.table["key"][rows].n_unique()) if len(rows) else 0
+
+    def _add_rows(self, stored: StoredRows, rows: np.ndarray) -> None:
+        """Append the given rows of `stored` as one shard per distinct maker's metadata (the backend
+        that made the vectors), so that it is kept."""
+        if not len(rows):
+            return
         made_by = [json.dumps(meta, sort_keys=True) for meta in stored.metas]
         group = np.array([made_by.index(made_by[s]) for s in stored.table["shard"].to_numpy()], dtype=np.int64)
         for g in sorted(set(group[rows].tolist())):
             part = rows[group[rows] == g]
             self.add(stored.table[part].drop("shard"), stored.vectors[part], stored.metas[g])
-        self._remove(names)
-        return True
 
 
 class StoredEncoder:
@@ -220,11 +237,16 @@ class StoredEncoder:
         origin: told what made the vectors: `made()` gives the metadata stored with new ones,
             `reused(meta)` takes that of each shard that served some (`graphbuild.build.VectorOrigin`).
         chunk: texts per stored shard (what a crash can lose).
+        seed: another index's store of the same stage, whose vectors of the texts asked for are
+            copied into `store` before anything is encoded (`RowStore.seed`).
     """
 
-    def __init__(self, encoder: Any, store: RowStore, origin: Any, *, chunk: int = 4096) -> None:
+    def __init__(self, encoder: Any, store: RowStore, origin: Any, *, chunk: int = 4096,
+                 seed: RowStore | None = None) -> None:
         self.encoder = encoder
         self.store = store
+        self.seed = seed
+        self.seeded = 0  # texts copied from `seed`, over all calls
         self.origin = origin
         self.chunk = chunk
         self.dim = int(encoder.dim)
@@ -235,6 +257,8 @@ class StoredEncoder:
         """float32 (len(texts), dim) unit rows, as `encoder.encode` would give them."""
         keys = [text_digest(t) for t in texts]
         self.asked.update(keys)
+        if self.seed is not None:
+            self.seeded += self.store.seed(self.seed, keys)
         stored = self.store.load()
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         missing: dict[str, list[int]] = {}

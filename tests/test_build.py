@@ -392,6 +392,62 @@ def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monke
                 np.testing.assert_allclose(a[0][f], b_[0][f], atol=1e-5)
 
 
+def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(tmp_path, monkeypatch) -> None:
+    """--cache-from: a slice of an indexed corpus plus papers the index lacks copies the slice's
+    facets and vectors from it, extracts and embeds only the others, equals a build from scratch of
+    that corpus bit for bit (ONNX Runtime), and leaves the other index as it was."""
+    from graft.errors import GraftError
+    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+
+    records = [json.loads(line) for line in write_slice(cs768_path(), 66, tmp_path).read_text().splitlines()]
+
+    def write(name, part):
+        ids = {r["id"] for r in part}
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({**r, "references": [x for x in r["references"] if x in ids]}) + "\n"
+                                for r in part))
+        return path
+
+    whole, part = write("whole.jsonl", records[:60]), write("part.jsonl", records[10:50] + records[60:])
+    extracted = []
+    extract = HeuristicFacetExtractor.extract_counted
+
+    def counted(self, papers, **kwargs):
+        extracted.extend(papers["paper_id"].to_list())
+        return extract(self, papers, **kwargs)
+
+    monkeypatch.setattr(HeuristicFacetExtractor, "extract_counted", counted)
+    config = BuildConfig(embedding_backend="onnx")
+    build_index(whole, tmp_path / "whole", config)
+    other_cache = tmp_path / "whole" / "cache" / "build"
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in other_cache.rglob("*")}
+    extracted.clear()
+    summary = build_index(part, tmp_path / "part", config, cache_from=tmp_path / "whole")
+    assert sorted(extracted) == sorted(r["id"] for r in records[60:])
+    titles = {r["title"] for r in records[10:50]}
+    assert summary.seeded == {"facets": 40, "titles": len(titles), "papers": 40}
+    assert summary.seeded_from == tmp_path / "whole"
+    assert summary.reused == ["facets (40 of 46 papers)", f"titles ({len(titles)} of 46)", "papers (40 of 46)"]
+    recorded = Index.open(tmp_path / "part").manifest["stages"]["build"]["cache_from"]
+    assert recorded == {"index": str(tmp_path / "whole"), "copied": summary.seeded}
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in other_cache.rglob("*")} == before
+    build_index(part, tmp_path / "scratch", config)
+    _assert_same_build(_built(tmp_path / "part"), _built(tmp_path / "scratch"))
+    for name in ("facets.parquet", "embeddings/items.npy", "embeddings/papers.npy", "graph/problem.npz"):
+        assert (tmp_path / "part" / name).read_bytes() == (tmp_path / "scratch" / name).read_bytes(), name
+
+    # a second seeded build finds everything in its own stores: nothing more is copied
+    again = build_index(part, tmp_path / "part", config, cache_from=tmp_path / "whole")
+    assert again.seeded == {"facets": 0, "titles": 0, "papers": 0}
+    assert again.reused == ["facets", "titles", "papers"]
+    with pytest.raises(GraftError, match="--cache-from and --fresh contradict"):
+        build_index(part, tmp_path / "x", config, cache_from=tmp_path / "whole", fresh=True)
+    with pytest.raises(GraftError, match="no build stores there"):
+        build_index(part, tmp_path / "x", config, cache_from=tmp_path / "nowhere")
+    with pytest.raises(GraftError, match="is the index being built"):
+        build_index(part, tmp_path / "part", config, cache_from=tmp_path / "part")
+
+
 def test_stored_rows_of_other_settings_or_cut_short_are_not_used(tmp_path, encoder) -> None:
     corpus = write_slice(cs768_path(), 30, tmp_path)
     out = tmp_path / "idx"
@@ -767,13 +823,15 @@ def test_incremental_build_benchmark_smoke(tmp_path) -> None:
 
     assert main(["--limit", "30", "--added", "8", "--work", str(tmp_path / "work"), "--results", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "incremental_build_limit30.json").read_text())
-    base, grown, scratch = res["rows"]
-    assert (base["papers"], grown["papers"], scratch["papers"]) == (22, 30, 30)
+    base, grown, scratch, seeded = res["rows"]
+    assert (base["papers"], grown["papers"], scratch["papers"], seeded["papers"]) == (22, 30, 30, 22)
     assert grown["reused"] == ["facets (22 of 30 papers)", "titles (22 of 30)", "papers (22 of 30)"]
     assert base["reused"] == scratch["reused"] == [] and grown["extractor"] == scratch["extractor"]
-    agree = res["meta"]["agreement"]
-    assert agree["facet_items_equal"] and agree["max_item_vector_diff"] == agree["max_paper_vector_diff"] == 0.0
-    assert all(f["shared_share"] == f["rows_identical_share"] == 1.0 for f in agree["facets"].values())
+    assert seeded["reused"] == ["facets", "titles", "papers"] and seeded["extractor"] == base["extractor"]
+    assert seeded["copied"]["facets"] == seeded["copied"]["papers"] == 22 and base["copied"] == {}
+    for agree in (res["meta"]["agreement"], res["meta"]["agreement_seeded"]):
+        assert agree["facet_items_equal"] and agree["max_item_vector_diff"] == agree["max_paper_vector_diff"] == 0.0
+        assert all(f["shared_share"] == f["rows_identical_share"] == 1.0 for f in agree["facets"].values())
     assert "| grown: the whole corpus, incremental | 30 |" in (tmp_path / "incremental_build_limit30.md").read_text()
 
 

@@ -115,3 +115,43 @@ def test_paper_digests_follow_what_an_extractor_reads() -> None:
     with_text = papers.with_columns(pl.Series("full_text", ["F", None, None]))
     d2 = paper_digests(with_text)
     assert d2[0] != d2[1] and json.dumps(d2)  # the full text is
+
+
+def _files(folder):
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+def test_seeding_copies_the_wanted_rows_of_the_same_setting_only(tmp_path) -> None:
+    """`graft build --cache-from`: another store's rows of the keys asked for, which this store
+    lacks, are copied (several rows per key, one shard per maker); the other store is only read."""
+    other = RowStore(tmp_path / "other", "k")
+    other.add(pl.DataFrame({"key": ["a", "a", "b", "c"], "text": ["a1", "a2", "b1", "c1"]}),
+              np.arange(12, dtype=np.float32).reshape(4, 3), {"backend": "onnx"})
+    other.add(rows(["d"]), np.full((1, 3), 5, np.float32), {"backend": "torch"})
+    before = _files(tmp_path / "other")
+    mine = RowStore(tmp_path / "mine", "k")
+    mine.add(rows(["b"]), np.full((1, 3), -1, np.float32), {"backend": "onnx"})
+    assert mine.seed(other, ["a", "b", "d", "zz"]) == 2  # "b" is held already, "zz" by neither
+    got = mine.load()
+    assert got.table["key"].to_list() == ["b", "a", "a", "d"]
+    assert got.table["text"].to_list() == ["text of b", "a1", "a2", "text of d"]
+    np.testing.assert_array_equal(got.vectors, [[-1, -1, -1], [0, 1, 2], [3, 4, 5], [5, 5, 5]])
+    assert got.metas == [{"backend": "onnx"}, {"backend": "onnx"}, {"backend": "torch"}]
+    assert mine.seed(other, ["a", "b", "d"]) == 0  # all held now: nothing more is written
+    assert len(mine._shards()) == 3
+    assert _files(tmp_path / "other") == before
+    assert RowStore(tmp_path / "fresh", "other-setting").seed(other, ["a"]) == 0  # another setting's rows
+    assert RowStore(tmp_path / "fresh", "k").seed(RowStore(tmp_path / "nothing", "k"), ["a"]) == 0
+
+
+def test_the_stored_encoder_copies_seeded_vectors_before_encoding(tmp_path) -> None:
+    inner = HashEncoder()
+    StoredEncoder(inner, RowStore(tmp_path / "other", "k"), Origin("torch")).encode(["x", "y"])
+    inner.calls.clear()
+    seeded = StoredEncoder(inner, RowStore(tmp_path / "mine", "k"), Origin(), seed=RowStore(tmp_path / "other", "k"))
+    vecs = seeded.encode(["y", "z", "y"])
+    assert inner.calls == [["z"]] and seeded.seeded == 1 and (seeded.found, seeded.total) == (2, 3)
+    assert seeded.origin.seen == {"torch", "onnx"}  # y made on torch by the other index, z here
+    np.testing.assert_array_equal(vecs, HashEncoder().encode(["y", "z", "y"]))
+    assert sorted(RowStore(tmp_path / "mine", "k").load().table["key"].to_list()) == sorted(
+        [text_digest("y"), text_digest("z")])

@@ -423,12 +423,24 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "reused (facets, titles, papers)" in res.stdout and "--fresh" in res.stdout
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "k"), "--skip-bad", "--cache-from",
+                              str(tmp_path / "i")], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert (f"copied from {tmp_path / 'i'} (facets of 3 papers, 3 title vectors, 3 title + abstract vectors)"
+            in res.stdout)
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "k"), "--skip-bad", "--fresh",
+                              "--cache-from", str(tmp_path / "i")])
+    assert res.exit_code == 2 and "--cache-from and --fresh contradict" in res.output
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--fresh", "--json",
                               "--batch-size", "8"])
     assert res.exit_code == 0 and json.loads(res.stdout)["reused_checkpoints"] == []
     from graft.manifest import read_manifest
 
     assert read_manifest(tmp_path / "i")["stages"]["build"]["config"]["embedding_batch_size"] == 8
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "m"), "--skip-bad", "--json",
+                              "--cache-from", str(tmp_path / "i")])  # its stores are batch size 8's now
+    assert res.exit_code == 0 and json.loads(res.stdout)["cache_from"]["copied"] == {
+        "facets": 0, "titles": 0, "papers": 0}
     # auto, with a store to keep the export in for queries: it is due with the first call, however small,
     # so ONNX Runtime made the vectors, the manifest says so, and the store holds the export
     from graphbuild.embeddings import default_model_path

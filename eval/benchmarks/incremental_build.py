@@ -1,16 +1,19 @@
 """What a grown corpus costs `graft build`: an index built without the corpus's newest papers is
-rebuilt with them added, against a build of the whole corpus from scratch in the same run.
+rebuilt with them added, against a build of the whole corpus from scratch in the same run; and what
+a slice of an indexed corpus costs with `--cache-from` that index.
 
     python -m eval.benchmarks.incremental_build [--corpus PATH] [--added 500] [--work DIR] [--limit N]
 
-Three builds, each a whole `build_index` with its own encoder, as `graft build` runs them:
+Four builds, each a whole `build_index` with its own encoder, as `graft build` runs them:
 1. base: the corpus without its `--added` newest papers (by year, then id; references to them
-   dropped), into WORK/index;
+   dropped), into WORK/index (its files, less the stores, kept in WORK/base);
 2. grown: the whole corpus into WORK/index, which looks up what build 1 stored in
    WORK/index/cache/build and takes apart and embeds only the added papers;
-3. scratch: the whole corpus into WORK/scratch, from nothing (the baseline);
-then how far 2 and 3 agree (`eval.benchmarks.index_agreement`): items, vectors and edges. Writes
-eval/results/incremental_build[_limitN].{md,json}.
+3. scratch: the whole corpus into WORK/scratch, from nothing (the baseline of 2);
+4. seeded: the base corpus into WORK/seeded, from nothing but `cache_from` WORK/scratch (build 1
+   is its baseline);
+then how far 2 and 3, and 4 and 1, agree (`eval.benchmarks.index_agreement`): items, vectors and
+edges. Writes eval/results/incremental_build[_limitN].{md,json}.
 """
 
 from __future__ import annotations
@@ -63,16 +66,18 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-def timed_build(corpus: Path, out: Path, *, fresh: bool) -> dict[str, Any]:
-    """One `build_index` with its own encoder: wall seconds, peak RSS, stage timings, what it reused."""
+def timed_build(corpus: Path, out: Path, *, fresh: bool, cache_from: Path | None = None) -> dict[str, Any]:
+    """One `build_index` with its own encoder: wall seconds, peak RSS, stage timings, what it reused
+    (and copied from `cache_from`)."""
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
 
     t0 = time.perf_counter()
-    summary = build_index(corpus, out, BuildConfig(), reporter=Reporter(quiet=not sys.stderr.isatty()), fresh=fresh)
+    summary = build_index(corpus, out, BuildConfig(), reporter=Reporter(quiet=not sys.stderr.isatty()), fresh=fresh,
+                          cache_from=cache_from)
     return {"wall_s": time.perf_counter() - t0, "peak_rss_bytes": max(summary.peaks.values()),
             "timings_s": summary.timings, "reused": summary.reused, "papers": summary.counts["papers"],
-            "extractor": summary.counts["extractor"]}
+            "extractor": summary.counts["extractor"], "copied": summary.seeded}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from graft.index import Index
 
     work = Path(args.work)
-    for old in ("index", "scratch"):
+    for old in ("index", "base", "scratch", "seeded"):
         shutil.rmtree(work / old, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     added = newest(records, args.added)
@@ -106,22 +111,29 @@ def main(argv: list[str] | None = None) -> int:
     whole = write_jsonl(work / "whole.jsonl", records)
 
     base = timed_build(base_corpus, work / "index", fresh=True)
+    shutil.copytree(work / "index", work / "base", ignore=lambda d, names: ["cache"] if Path(d) == work / "index"
+                    else [])
     grown = timed_build(whole, work / "index", fresh=False)
     scratch = timed_build(whole, work / "scratch", fresh=True)
+    seeded = timed_build(base_corpus, work / "seeded", fresh=False, cache_from=work / "scratch")
     agree = agreement(work / "index", work / "scratch")
+    agree_seeded = agreement(work / "seeded", work / "base")
     idx = Index.open(work / "scratch")
 
     command = "python -m eval.benchmarks.incremental_build " + " ".join(argv if argv is not None else sys.argv[1:])
     rows = [{"build": name, **run} for name, run in
             (("base (without the added papers)", base), ("grown: the whole corpus, incremental", grown),
-             ("scratch: the whole corpus, from nothing", scratch))]
+             ("scratch: the whole corpus, from nothing", scratch),
+             ("seeded: the base corpus, --cache-from the scratch index", seeded))]
     ratio = grown["wall_s"] / scratch["wall_s"]
+    ratio_seeded = seeded["wall_s"] / base["wall_s"]
     meta = {"command": command, "date": dt.date.today().isoformat(), "corpus": args.corpus,
             "corpus_hash": idx.manifest["corpus_hash"], "papers": len(records), "added": len(added),
             "machine": {"cores": os.cpu_count(), "arch": platform.machine(), "cpu_flags": cpu_flags(),
                         "python": platform.python_version()},
             "encoder_backend": idx.manifest["embedding"].get("backend"),
-            "grown_over_scratch": ratio, "agreement": agree}
+            "grown_over_scratch": ratio, "agreement": agree,
+            "seeded_over_base": ratio_seeded, "agreement_seeded": agree_seeded}
     lines = [
         f"# Incremental build ({Path(args.corpus).name}, {len(records):,} papers, the {len(added):,} newest added)",
         "",
@@ -140,11 +152,16 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['peak_rss_bytes'] / 2**20:,.0f} | {', '.join(r['reused']) or '–'} |")
     lines += [
         "",
-        f"Grown / scratch wall time: **{ratio:.2f}×** ({grown['wall_s']:.1f} s vs {scratch['wall_s']:.1f} s).",
+        f"Grown / scratch wall time: **{ratio:.2f}×** ({grown['wall_s']:.1f} s vs {scratch['wall_s']:.1f} s).  ",
+        f"Seeded / base wall time: **{ratio_seeded:.2f}×** ({seeded['wall_s']:.1f} s vs {base['wall_s']:.1f} s).",
         "",
         "Agreement of the grown index with the one from scratch (`eval.benchmarks.index_agreement`):",
         "",
         *agreement_lines(agree, "grown", "scratch"),
+        "",
+        "Agreement of the seeded index with the base one:",
+        "",
+        *agreement_lines(agree_seeded, "seeded", "base"),
     ]
     stem = "incremental_build" if args.limit is None else f"incremental_build_limit{args.limit}"
     write_tables(args.results, stem, meta, rows, lines)
