@@ -340,12 +340,25 @@ def test_a_build_killed_in_the_facets_stage_keeps_the_papers_it_finished(tmp_pat
     _assert_same_build(_built(out), _built(tmp_path / "scratch20"))
 
 
+def _count_extractions(monkeypatch) -> list[str]:
+    """The ids of the papers the heuristic extractor takes apart from now on, in order."""
+    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+
+    extracted: list[str] = []
+    extract = HeuristicFacetExtractor.extract_counted
+
+    def counted(self, papers, **kwargs):
+        extracted.extend(papers["paper_id"].to_list())
+        return extract(self, papers, **kwargs)
+
+    monkeypatch.setattr(HeuristicFacetExtractor, "extract_counted", counted)
+    return extracted
+
+
 def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monkeypatch) -> None:
     """An index rebuilt from a corpus with papers added, one edited and the rows shuffled extracts
     and embeds only the new and edited papers, and equals a build from scratch of that corpus; on
     ONNX Runtime bit for bit."""
-    from graphbuild.facets_heuristic import HeuristicFacetExtractor
-
     records = [json.loads(line) for line in write_slice(cs768_path(), 60, tmp_path).read_text().splitlines()]
     known = {r["id"] for r in records[:45]}
     (tmp_path / "old.jsonl").write_text("".join(json.dumps({**r, "references": [x for x in r["references"]
@@ -355,14 +368,7 @@ def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monke
     grown = [records[i] for i in rng.permutation(len(records))]
     (tmp_path / "new.jsonl").write_text("".join(json.dumps(r) + "\n" for r in grown))
 
-    extracted = []
-    extract = HeuristicFacetExtractor.extract_counted
-
-    def counted(self, papers, **kwargs):
-        extracted.extend(papers["paper_id"].to_list())
-        return extract(self, papers, **kwargs)
-
-    monkeypatch.setattr(HeuristicFacetExtractor, "extract_counted", counted)
+    extracted = _count_extractions(monkeypatch)
     for backend in ("torch", "onnx"):
         out, scratch = tmp_path / f"idx-{backend}", tmp_path / f"scratch-{backend}"
         config = BuildConfig(embedding_backend=backend)
@@ -397,7 +403,6 @@ def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(
     facets and vectors from it, extracts and embeds only the others, equals a build from scratch of
     that corpus bit for bit (ONNX Runtime), and leaves the other index as it was."""
     from graft.errors import GraftError
-    from graphbuild.facets_heuristic import HeuristicFacetExtractor
 
     records = [json.loads(line) for line in write_slice(cs768_path(), 66, tmp_path).read_text().splitlines()]
 
@@ -409,14 +414,7 @@ def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(
         return path
 
     whole, part = write("whole.jsonl", records[:60]), write("part.jsonl", records[10:50] + records[60:])
-    extracted = []
-    extract = HeuristicFacetExtractor.extract_counted
-
-    def counted(self, papers, **kwargs):
-        extracted.extend(papers["paper_id"].to_list())
-        return extract(self, papers, **kwargs)
-
-    monkeypatch.setattr(HeuristicFacetExtractor, "extract_counted", counted)
+    extracted = _count_extractions(monkeypatch)
     config = BuildConfig(embedding_backend="onnx")
     build_index(whole, tmp_path / "whole", config)
     other_cache = tmp_path / "whole" / "cache" / "build"
