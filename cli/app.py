@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import typer
@@ -168,6 +169,20 @@ def print_hits(result, title: str, out: Console = console) -> None:
     out.print(t)
 
 
+def print_matches(result, out: Console = console) -> None:
+    """`--explain`: each result's facet credits in words, the query's item and the result's."""
+    out.print("why, facet by facet: the query's item ↔ the result's item most alike (cosine of the two items)",
+              highlight=False)
+    for h in result.hits:
+        matched = sorted(((f, e.match) for f, e in h.evidence.items() if e.match is not None),
+                         key=lambda fm: -fm[1].cosine)
+        if not matched:
+            continue
+        out.print(f"{h.rank:>3}. {h.paper_id} {textwrap.shorten(h.title, 80, placeholder=' …')}", highlight=False)
+        for facet, m in matched:
+            out.print(f"     {facet} {m.cosine:.2f}: “{m.query}” ↔ “{m.hit}”", highlight=False)
+
+
 def _read_queries(path: Path) -> list[dict]:
     """`--queries` lines: a paper id, or a JSON record (an in-corpus `id`, or title + abstract)."""
     out = []
@@ -227,6 +242,9 @@ def query(
                                           help="The citation channel: the papers that cite or are cited by the "
                                                "first 3 results join the fusion as a fifth list of this weight "
                                                "(each facet's weighs 1), labelled 'cited with' (0 = off)."),
+    explain: bool = typer.Option(False, "--explain",
+                                 help="For each facet that surfaced a result, the query's item and the "
+                                      "result's item most alike, with their cosine (--json: evidence.match)."),
     as_json: bool = typer.Option(False, "--json", help="Print results as a JSON list."),
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
@@ -252,7 +270,8 @@ def query(
 
         related = RelatedPapers(idx, retriever=chosen, fusion=fusion, k=k, beams=beams,
                                 text_neighbours=text_neighbours, feedback=feedback, citation_weight=citation_weight,
-                                on_note=None if as_json else (lambda note: err.print(note, highlight=False)))
+                                on_note=None if as_json else (lambda note: err.print(note, highlight=False)),
+                                explain=explain)
 
         if queries is not None:
             recs = _read_queries(queries)
@@ -301,6 +320,8 @@ def query(
         if result.info.get("query_facets"):  # a paper outside the corpus: its facets as read from its text
             for facet, items in result.info["query_facets"].items():
                 console.print(f"its {facet}: " + " | ".join(items), highlight=False)
+        if explain:
+            print_matches(result)
         if "dropped" in result.info:
             console.print(f"{result.info['dropped']} candidates without a supporting edge dropped")
         if result.info.get("feedback"):

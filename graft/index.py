@@ -111,6 +111,17 @@ class Index:
         return np.array([self.row_of[p] for p in self.facets["paper_id"].to_list()], dtype=np.int64)
 
     @cached_property
+    def _item_rows(self) -> dict[tuple[str, str], np.ndarray]:
+        grouped = (self.facets.select("paper_id", "facet").with_row_index("row")
+                   .group_by(["paper_id", "facet"], maintain_order=True).agg("row"))
+        return {(pid, facet): np.asarray(rows, dtype=np.int64)
+                for pid, facet, rows in grouped.iter_rows()}
+
+    def item_rows_of(self, paper_id: str, facet: str) -> np.ndarray:
+        """`facets` rows (and item embedding rows) of one paper's items of one facet, in item order."""
+        return self._item_rows.get((paper_id, facet), np.zeros(0, dtype=np.int64))
+
+    @cached_property
     def paper_ids(self) -> list[str]:
         return self.papers["paper_id"].to_list()
 

@@ -8,6 +8,16 @@ from typing import Any
 
 
 @dataclass
+class ItemMatch:
+    """The query's and the result's facet items most alike in one facet (`graft.explain`): the
+    relation in the papers' own words."""
+
+    query: str  # the query paper's item
+    hit: str  # the result's item of the same facet
+    cosine: float  # cosine of the two items' own embeddings (without their titles)
+
+
+@dataclass
 class Evidence:
     """Why one facet surfaced a result: the graph walk that reached it."""
 
@@ -15,6 +25,7 @@ class Evidence:
     hops: int  # 1 = direct facet edge, 2 = reached through one intermediate paper
     via: str | None = None  # paper id of the intermediate paper on the strongest two-hop path
     rank: int = 0  # rank of the result in this facet's list (1-based)
+    match: ItemMatch | None = None  # the closest pair of items, where asked for (`graft.explain`)
 
 
 @dataclass

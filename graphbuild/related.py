@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from graft.errors import GraftError
 from graft.fusion import CITATION_WEIGHT
 from graft.index import RETRIEVERS, Index, has_model
@@ -51,6 +53,8 @@ class RelatedPapers:
         device: where the generative retriever decodes.
         on_note: called once with each note worth showing a user (no text coupling or text channel
             for this index, and why).
+        explain: name each facet credit's closest pair of items, the query's and the result's
+            (`graft.explain.attach_matches`, `Evidence.match`).
     Raises:
         GraftError: an unknown retriever, a fusion the teacher does not use, or a negative setting.
     """
@@ -58,7 +62,7 @@ class RelatedPapers:
     def __init__(self, index: Index, *, retriever: str | None = None, fusion: str | None = None, k: int = 20,
                  beams: int = 20, text_neighbours: int = TEXT_NEIGHBOURS, feedback: int | None = None,
                  citation_weight: float = CITATION_WEIGHT, device: str = "cpu",
-                 on_note: Callable[[str], None] | None = None) -> None:
+                 on_note: Callable[[str], None] | None = None, explain: bool = False) -> None:
         self.retriever = retriever or ("graft" if has_model(index.path) else "teacher")
         if self.retriever not in RETRIEVERS:
             raise GraftError(f"unknown retriever {self.retriever!r}; use one of {', '.join(RETRIEVERS)}")
@@ -68,7 +72,7 @@ class RelatedPapers:
                 raise GraftError(f"{name} must be >= 0, got {value}")
         self.index, self.fusion, self.k, self.beams, self.device = index, fusion, k, beams, device
         self.text_neighbours, self.feedback, self.citation_weight = text_neighbours, feedback, citation_weight
-        self.on_note = on_note
+        self.on_note, self.explain = on_note, explain
         self._noted: set[str] = set()
         self._made: dict[str, Any] = {}  # the scorers and extractor, each made on first use
 
@@ -144,6 +148,23 @@ class RelatedPapers:
     def query(self, record: dict[str, Any], ready: tuple | None = None) -> QueryResult:
         """Related papers of one query paper (`ready`: its entry of `prepared`, if made). For a paper
         outside the corpus, `info["query_facets"]` holds the facet items extracted from its text."""
+        result = self._query(record, ready)
+        if self.explain:
+            from graft.explain import attach_matches, corpus_items
+
+            if is_outside(record):
+                items = result.info["query_facets"]
+                encoder = (self.scorer if self.retriever == "teacher" else self.record_facets).encoder
+                texts = [t for f in items for t in items[f]]
+                embedded = np.asarray(encoder.encode(texts), dtype=np.float32) if texts else None
+                bounds = np.cumsum([0] + [len(items[f]) for f in items])
+                vectors = {f: embedded[bounds[i]:bounds[i + 1]] for i, f in enumerate(items) if items[f]}
+            else:
+                items, vectors = corpus_items(self.index, str(record["id"]))
+            attach_matches(self.index, result, items, vectors)
+        return result
+
+    def _query(self, record: dict[str, Any], ready: tuple | None) -> QueryResult:
         self.check([record])
         if not is_outside(record):
             pid = str(record["id"])

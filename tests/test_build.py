@@ -122,6 +122,58 @@ def test_teacher_query_returns_attributed_corpus_papers(cs768_index) -> None:
                 assert ev.via in idx.row_of
 
 
+def _closest_pairs(query_vecs, query_texts, hit_vecs, hit_texts):
+    """The best cosine of two item lists and every (query item, hit item) pair within 1e-5 of it."""
+    cos = np.asarray(query_vecs, dtype=np.float32) @ np.asarray(hit_vecs, dtype=np.float32).T
+    best = float(cos.max())
+    return best, {(query_texts[i], hit_texts[j]) for i, j in zip(*np.nonzero(cos >= best - 1e-5))}
+
+
+def test_explained_hits_name_the_closest_items_of_each_crediting_facet(cs768_index) -> None:
+    """--explain: each facet credit of a corpus paper's hits names the query's and the hit's items
+    of that facet with the highest cosine of their own embeddings (items_alone.npy), checked against
+    every pair; a paper outside the corpus matches the items read from its text."""
+    from graphbuild.related import RelatedPapers
+
+    idx = Index.open(cs768_index[0])
+    alone = np.load(cs768_index[0] / "embeddings" / "items_alone.npy").astype(np.float32)
+    facets = idx.facets.with_row_index("row")
+
+    def items(pid, facet):
+        rows = facets.filter((pl.col("paper_id") == pid) & (pl.col("facet") == facet)).sort("item_idx")
+        return alone[rows["row"].to_numpy()], rows["text"].to_list()
+
+    pid = idx.citations["citing"][0]
+    plain = RelatedPapers(idx, retriever="teacher").query({"id": pid})
+    assert all(e.match is None for h in plain.hits for e in h.evidence.values())
+    res = RelatedPapers(idx, retriever="teacher", explain=True).query({"id": pid})
+    assert [h.paper_id for h in res.hits] == [h.paper_id for h in plain.hits]  # nothing re-ranked
+    checked = 0
+    for h in res.hits:
+        for facet, ev in h.evidence.items():
+            (qv, qt), (hv, ht) = items(pid, facet), items(h.paper_id, facet)
+            if not qt or not ht:
+                assert ev.match is None
+                continue
+            best, pairs = _closest_pairs(qv, qt, hv, ht)
+            assert ev.match.cosine == pytest.approx(best, abs=1e-4)
+            assert (ev.match.query, ev.match.hit) in pairs
+            checked += 1
+    assert checked >= len(res.hits)
+
+    row = idx.papers.row(7, named=True)
+    outside = RelatedPapers(idx, retriever="teacher", explain=True).query(
+        {"title": row["title"] + " revisited", "abstract": row["abstract"]})
+    read = outside.info["query_facets"]
+    matched = [(f, e.match) for h in outside.hits for f, e in h.evidence.items() if e.match is not None]
+    assert matched
+    for facet, m in matched:
+        assert m.query in read[facet] and -1 <= m.cosine <= 1
+    own = [m for h in outside.hits if h.paper_id == row["paper_id"] for m in
+           (e.match for e in h.evidence.values()) if m is not None]
+    assert own and max(m.cosine for m in own) > 0.99  # its own abstract's sentences are among the items
+
+
 def test_teacher_finds_citation_neighbours_better_than_chance(cs768_index) -> None:
     idx = Index.open(cs768_index[0])
     cites = idx.citations

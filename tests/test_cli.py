@@ -76,7 +76,8 @@ def test_query_json_and_table(built) -> None:
     out, _ = built
     from graft.index import Index
 
-    pid = Index.open(out).paper_ids[3]
+    idx = Index.open(out)
+    pid = idx.paper_ids[3]
     res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--json"])
     assert res.exit_code == 0, res.output
     hits = json.loads(res.stdout)
@@ -88,6 +89,20 @@ def test_query_json_and_table(built) -> None:
     assert res.exit_code == 0, res.output
     assert hits[0]["paper_id"] in res.stdout
     assert any(f in res.stdout for f in ("problem 0.", "method 0.", "result 0.", "contribution 0."))
+    assert all(e["match"] is None for h in hits for e in h["evidence"].values())
+    res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--json", "--explain"])
+    assert res.exit_code == 0, res.output
+    explained = json.loads(res.stdout)
+    assert [h["paper_id"] for h in explained] == [h["paper_id"] for h in hits]
+    matches = [(h["paper_id"], f, e["match"]) for h in explained for f, e in h["evidence"].items() if e["match"]]
+    assert matches and all({"query", "hit", "cosine"} == set(m) for _, _, m in matches)
+    for hit_id, facet, m in matches:  # each side's item of that facet
+        assert m["query"] in idx.paper_facets(pid)[facet] and m["hit"] in idx.paper_facets(hit_id)[facet]
+    res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--explain"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    hit_id, facet, m = matches[0]
+    assert "why, facet by facet" in res.stdout
+    assert f"{facet} {m['cosine']:.2f}: “{m['query']}” ↔ “{m['hit']}”" in res.stdout
 
 
 def test_query_paper_citation_channel_feedback_and_off(built) -> None:

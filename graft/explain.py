@@ -1,0 +1,49 @@
+"""Why a result is related, in the papers' own words.
+
+A facet credits a result because the query's and the result's items of that facet are alike (the
+facet graph's edge weight is the symmetric mean of best-match cosines, `graphbuild.similarity`).
+`attach_matches` names, for every facet that credits a result, the pair of items behind the
+strongest of those matches: the query's item and the result's item most alike, with the cosine of
+the two items' own embeddings (`embeddings/items_alone.npy` where the build mixed in titles, so the
+shared title does not count). Nothing is re-ranked; only `Evidence.match` is filled in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graft.facets import FACETS
+from graft.index import Index
+from graft.results import ItemMatch, QueryResult
+
+
+def corpus_items(index: Index, paper_id: str) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
+    """A corpus paper's facet items and their own embeddings, per facet (in item order)."""
+    texts = index.facets["text"]
+    vectors = index.item_text_embeddings
+    items, embedded = {}, {}
+    for facet in FACETS:
+        rows = index.item_rows_of(paper_id, facet)
+        items[facet] = [texts[int(r)] for r in rows]
+        embedded[facet] = np.asarray(vectors[rows], dtype=np.float32)
+    return items, embedded
+
+
+def attach_matches(index: Index, result: QueryResult, items: dict[str, list[str]],
+                   vectors: dict[str, np.ndarray]) -> QueryResult:
+    """Fill in `Evidence.match` of every facet credit of `result`'s hits: the query's item
+    (`items[facet][i]`, embedded as `vectors[facet][i]`, unit rows) and the hit's item of that facet
+    with the highest cosine. A facet without items on either side gets no match. Returns `result`."""
+    texts = index.facets["text"]
+    stored = index.item_text_embeddings
+    for hit in result.hits:
+        for facet, evidence in hit.evidence.items():
+            query = vectors.get(facet)
+            rows = index.item_rows_of(hit.paper_id, facet)
+            if query is None or not len(query) or not len(rows):
+                continue
+            cosines = np.asarray(query, dtype=np.float32) @ np.asarray(stored[rows], dtype=np.float32).T
+            i, j = np.unravel_index(int(np.argmax(cosines)), cosines.shape)
+            evidence.match = ItemMatch(query=items[facet][i], hit=texts[int(rows[j])],
+                                       cosine=round(float(cosines[i, j]), 4))
+    return result
