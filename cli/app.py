@@ -51,8 +51,8 @@ def print_build_summary(summary, out: Console = console) -> None:
             out.print(f"copied from {summary.seeded_from} ({copied}): this corpus's papers and texts as that "
                       "index stores them", highlight=False)
         else:
-            out.print(f"copied nothing from {summary.seeded_from}: its stores hold none of this corpus's papers "
-                      "made with this model, batch size, device and extractor", highlight=False)
+            out.print(f"copied nothing from {summary.seeded_from}: its stores hold none of the papers this index "
+                      "lacked, made with this model, batch size, device and extractor", highlight=False)
     if summary.reused:
         out.print(f"reused ({', '.join(summary.reused)}) from {summary.index_dir / 'cache' / 'build'}: papers "
                   "and texts taken apart and embedded by an earlier build with this model and extractor; "
