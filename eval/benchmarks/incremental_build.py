@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     agree_seeded = agreement(work / "seeded", work / "base")
     idx = Index.open(work / "scratch")
 
-    command = "python -m eval.benchmarks.incremental_build " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = " ".join(["python -m eval.benchmarks.incremental_build", *(argv if argv is not None else sys.argv[1:])])
     rows = [{"build": name, **run} for name, run in
             (("base (without the added papers)", base), ("grown: the whole corpus, incremental", grown),
              ("scratch: the whole corpus, from nothing", scratch),
