@@ -27,12 +27,36 @@ class GraphParams:
 
 
 def _top_k_rows(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:
-    """Indices into (rows, cols, weights) of each row's k best entries by (-weight, col)."""
-    order = np.lexsort((cols, -weights, rows))
+    """Indices into (rows, cols, weights) of each row's k best entries by (-weight, col), in that
+    order.
+
+    The graph's entries come sorted by (row, col) with float32 weights >= 0, whose bits order as
+    the weights do: one stable sort of a packed 64-bit key (row, then the weight's bits inverted)
+    leaves ties in column order, as a three-key lexsort does, in about an eighth of its time on
+    cs768's 2.5 million candidate pairs a facet. Other input takes the lexsort.
+    """
+    packable = (weights.dtype == np.float32 and len(rows) and int(rows.min()) >= 0
+                and int(rows.max()) < 2**31 and not (weights < 0).any() and not np.isnan(weights).any())
+    if packable:
+        pair = rows.astype(np.int64) * (int(cols.max()) + 1) + cols
+        packable = bool(np.all(pair[1:] > pair[:-1]))
+    if packable:
+        bits = (weights + np.float32(0)).view(np.uint32).astype(np.uint64)  # + 0: -0.0 becomes 0.0
+        order = np.argsort((rows.astype(np.uint64) << np.uint64(32)) | (np.uint64(0xFFFFFFFF) - bits),
+                           kind="stable")
+    else:
+        order = np.lexsort((cols, -weights, rows))
     r = rows[order]
     first = np.searchsorted(r, r, side="left")
     rank = np.arange(len(r)) - first
     return order[rank < k]
+
+
+def _unique(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array, by one sort: NumPy 2's hash-based np.unique
+    takes about 50 times as long on the graph's millions of candidate pair keys."""
+    values = np.sort(values)
+    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
 
 
 def _lookup(m: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -76,7 +100,7 @@ def facet_graph(
         block_links = links[start : start + b].tocoo()
         rows = np.concatenate([rows, block_links.row.astype(np.int64) + start])
         cols = np.concatenate([cols, block_links.col.astype(np.int64)])
-        keys = np.unique(rows * n + cols)
+        keys = _unique(rows * n + cols)
         rows, cols = keys // n, keys % n
         keep = rows != cols
         rows, cols = rows[keep], cols[keep]

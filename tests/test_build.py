@@ -886,18 +886,20 @@ def test_incremental_build_benchmark_smoke(tmp_path) -> None:
 
 
 def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
-    """eval/benchmarks/graph_scoring.py on the 400-paper index: both ways of scoring give the index's
-    graph, and the row scoring limit is restored afterwards."""
+    """eval/benchmarks/graph_scoring.py on the 400-paper index: every way of scoring and ranking
+    gives the index's graph, and the graph module is restored afterwards."""
+    import graphbuild.graph as graph
     import graphbuild.similarity as sim
-    from eval.benchmarks.graph_scoring import main
+    from eval.benchmarks.graph_scoring import WAYS, main
 
-    limit = sim.ROW_SCORING_MAX_PAPERS
+    kept = sim.ROW_SCORING_MAX_PAPERS, graph._unique, graph._top_k_rows
     assert main(["--index", str(cs768_index[0]), "--facets", "method,result", "--rounds", "1",
                  "--results", str(tmp_path)]) == 0
-    assert sim.ROW_SCORING_MAX_PAPERS == limit
+    assert (sim.ROW_SCORING_MAX_PAPERS, graph._unique, graph._top_k_rows) == kept
     res = json.loads((tmp_path / "graph_scoring.json").read_text())
-    assert [r["facet"] for r in res["rows"]] == ["method", "result"]
+    assert [(r["facet"], r["way"]) for r in res["rows"]] == [(f, w) for f in ("method", "result") for w in WAYS]
     for r in res["rows"]:
         assert r["edges_a"] == Index.open(cs768_index[0]).graphs[r["facet"]].nnz
-        assert r["shared_share"] == 1.0 and r["max_weight_diff"] < 1e-5 and r["pairs_s"] > 0 and r["rows_s"] > 0
-    assert "| method |" in (tmp_path / "graph_scoring.md").read_text()
+        assert r["shared_share"] == r["rows_identical_share"] == 1.0 and r["max_weight_diff"] < 1e-5
+        assert r["seconds"] > 0
+    assert "| method | rows, one sort each (graft build) |" in (tmp_path / "graph_scoring.md").read_text()

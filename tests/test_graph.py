@@ -73,6 +73,31 @@ def test_blocked_top_k_equals_dense_argsort(seed: int, by_rows: bool, monkeypatc
     assert np.all(np.diff(got.indptr) <= 7)
 
 
+def test_top_k_rows_and_unique_equal_numpy_s_own() -> None:
+    """The packed-key sort keeps each row's k best by (-weight, col), ties in column order, exactly
+    as the three-key lexsort; input it cannot pack (unsorted, float64) takes the lexsort."""
+    from graphbuild.graph import _top_k_rows, _unique
+
+    rng = np.random.default_rng(0)
+    n = 300
+    keys = rng.integers(0, n * n, 20_000)
+    np.testing.assert_array_equal(_unique(keys), np.unique(keys))
+    assert len(_unique(keys[:0])) == 0
+    pairs = _unique(keys)
+    rows, cols = pairs // n, pairs % n
+    w = rng.choice(np.array([0.0, -0.0, 0.25, 0.5, 0.5000001, 1.0], dtype=np.float32), len(rows))
+    w[::3] = rng.random(len(w[::3])).astype(np.float32)
+    for k in (1, 5, 50):
+        want = np.lexsort((cols, -w, rows))
+        r = rows[want]
+        want = want[np.arange(len(r)) - np.searchsorted(r, r) < k]
+        np.testing.assert_array_equal(_top_k_rows(rows, cols, w, k), want)
+        shuffled = rng.permutation(len(rows))  # not sorted by (row, col): the lexsort
+        got = _top_k_rows(rows[shuffled], cols[shuffled], w[shuffled], k)
+        np.testing.assert_array_equal(shuffled[got], want)
+        np.testing.assert_array_equal(_top_k_rows(rows, cols, w.astype(np.float64), k), want)
+
+
 def test_prefilter_keeps_citation_linked_candidates() -> None:
     rng = np.random.default_rng(5)
     n = 50

@@ -1,11 +1,14 @@
-"""The graph stage's two ways of scoring candidate pairs, on a built index's item vectors.
+"""The graph stage's ways of scoring and ranking candidate pairs, on a built index's item vectors.
 
 `graphbuild.graph.facet_graph` scores each row's candidates exactly, either pair by pair from the
 pairs' gathered items (`similarity.score_pairs`) or, up to `similarity.ROW_SCORING_MAX_PAPERS`
 papers, by one matrix product of a few rows' items with every item of the facet
-(`similarity.score_rows`). This builds each facet's graph both ways from the same vectors, in
-alternating rounds, and prints the wall time of each (median over rounds), their ratio, and how far
-the two graphs agree (edges shared, rows with the same out-edges, largest weight difference).
+(`similarity.score_rows`); it dedupes the candidate pairs and keeps each row's top K by one sort each
+(`graph._unique`, `graph._top_k_rows`) where NumPy's `np.unique` and a three-key `np.lexsort` did it
+before. This builds each facet's graph every way (`WAYS`) from the same vectors, in alternating
+rounds, and prints the wall time of each (median over rounds), its ratio to the first way, and how
+far each graph agrees with the last way's, `graft build`'s (edges shared, rows with the same
+out-edges, largest weight difference).
 
     python -m eval.benchmarks.graph_scoring --index INDEX [--rounds 2] [--facets method,...]
 
@@ -30,8 +33,22 @@ if str(REPO) not in sys.path:
 from eval.benchmarks.index_agreement import edge_agreement  # noqa: E402
 from eval.benchmarks.split_queries import write_tables  # noqa: E402
 
-#: the ways compared: the value `similarity.ROW_SCORING_MAX_PAPERS` takes for each
-WAYS = {"pairs (score_pairs)": 0, "rows (score_rows)": 10**12}
+#: the ways compared: the value `similarity.ROW_SCORING_MAX_PAPERS` takes for each, and whether the
+#: pairs are deduped and ranked by NumPy's np.unique and three-key np.lexsort (the graph stage before)
+WAYS = {"pairs, np.unique + lexsort": (0, True), "rows, np.unique + lexsort": (10**12, True),
+        "rows, one sort each (graft build)": (10**12, False)}
+
+
+def _numpy_unique_and_lexsort() -> tuple:
+    """`graph._unique` and `graph._top_k_rows` as they were: np.unique and a three-key lexsort."""
+    import numpy as np
+
+    def top_k(rows, cols, weights, k):
+        order = np.lexsort((cols, -weights, rows))
+        r = rows[order]
+        return order[np.arange(len(r)) - np.searchsorted(r, r, side="left") < k]
+
+    return np.unique, top_k
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from eval.benchmarks.encoder_backend import cpu_flags
     from graft.facets import FACETS
     from graft.index import Index
-    from graphbuild import similarity
+    from graphbuild import graph, similarity
     from graphbuild.build import BuildConfig
     from graphbuild.citations import citation_links
     from graphbuild.graph import facet_graph
@@ -62,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
     cite = idx.citation_score
     links = citation_links(idx.citation_matrix, cite)
-    kept = similarity.ROW_SCORING_MAX_PAPERS
+    kept = similarity.ROW_SCORING_MAX_PAPERS, graph._unique, graph._top_k_rows
+    before = _numpy_unique_and_lexsort()
     rows = []
     try:
         for facet in facets:
@@ -71,42 +89,48 @@ def main(argv: list[str] | None = None) -> int:
             seconds: dict[str, list[float]] = {way: [] for way in WAYS}
             graphs = {}
             for _ in range(args.rounds):
-                for way, limit in WAYS.items():
+                for way, (limit, numpy_sorts) in WAYS.items():
                     similarity.ROW_SCORING_MAX_PAPERS = limit
+                    graph._unique, graph._top_k_rows = before if numpy_sorts else kept[1:]
                     t0 = time.perf_counter()
                     graphs[way] = facet_graph(items, cite, links, params)
                     seconds[way].append(time.perf_counter() - t0)
-            pairs, by_rows = (statistics.median(seconds[w]) for w in WAYS)
-            agree = edge_agreement(*graphs.values())
-            rows.append({"facet": facet, "pairs_s": pairs, "rows_s": by_rows, "ratio": by_rows / pairs, **agree})
-            print(f"{facet}: pairs {pairs:.1f} s, rows {by_rows:.1f} s", file=sys.stderr)
+            final = list(WAYS)[-1]
+            first_s = statistics.median(seconds[list(WAYS)[0]])
+            for way in WAYS:
+                median = statistics.median(seconds[way])
+                rows.append({"facet": facet, "way": way, "seconds": median, "ratio": median / first_s,
+                             **edge_agreement(graphs[way], graphs[final])})
+            print(f"{facet}: " + ", ".join(f"{w} {statistics.median(seconds[w]):.1f} s" for w in WAYS),
+                  file=sys.stderr)
     finally:
-        similarity.ROW_SCORING_MAX_PAPERS = kept
+        similarity.ROW_SCORING_MAX_PAPERS, graph._unique, graph._top_k_rows = kept
 
-    command = "python -m eval.benchmarks.graph_scoring " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = " ".join(["python -m eval.benchmarks.graph_scoring", *(argv if argv is not None else sys.argv[1:])])
     meta = {"command": command, "date": dt.date.today().isoformat(), "index": args.index, "papers": idx.n,
             "corpus_hash": idx.manifest["corpus_hash"], "rounds": args.rounds, "cores": os.cpu_count(),
-            "cpu_flags": cpu_flags(), "row_scoring_max_papers": kept}
+            "cpu_flags": cpu_flags(), "row_scoring_max_papers": kept[0], "ways": list(WAYS)}
+    first, final = list(WAYS)[0], list(WAYS)[-1]
     lines = [
-        f"# Graph stage: candidate pairs scored pair by pair or by rows ({idx.n:,} papers)",
+        f"# Graph stage: candidate pairs scored pair by pair or by rows, deduped and ranked ({idx.n:,} papers)",
         "",
         f"Command: `{command}`  ",
         f"Date: {meta['date']} · {os.cpu_count()} cores, {platform.machine()} ({cpu_flags()}), Python "
         f"{platform.python_version()} · corpus hash `{meta['corpus_hash'][:16]}` · top-K {params.top_k}, "
         f"{params.n_candidates} prefilter candidates · {args.rounds} alternating rounds, medians",
         "",
-        "| facet | pairs s | rows s | rows / pairs | edges | pairs' edges in rows' | rows with the same out-edges | "
+        f"| facet | way | s | ratio to {first} | edges | its edges in {final}'s | rows with the same out-edges | "
         "max weight difference |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['facet']} | {r['pairs_s']:.1f} | {r['rows_s']:.1f} | {r['ratio']:.2f} | "
+        lines.append(f"| {r['facet']} | {r['way']} | {r['seconds']:.1f} | {r['ratio']:.2f} | "
                      f"{r['edges_a']:,} | {100 * r['shared_share']:.3f}% | {100 * r['rows_identical_share']:.3f}% | "
                      f"{r['max_weight_diff']:.1e} |")
-    total_pairs, total_rows = sum(r["pairs_s"] for r in rows), sum(r["rows_s"] for r in rows)
-    lines += ["", f"All facets: {total_pairs:.1f} s pair by pair, {total_rows:.1f} s by rows "
-                  f"(**{total_rows / total_pairs:.2f}×**). `graft build` scores by rows up to "
-                  f"{kept:,} papers (`graphbuild.similarity.ROW_SCORING_MAX_PAPERS`)."]
+    totals = {w: sum(r["seconds"] for r in rows if r["way"] == w) for w in WAYS}
+    lines += ["", "All facets: " + ", ".join(f"{w} {t:.1f} s ({t / totals[first]:.2f}×)" for w, t in totals.items())
+              + f". `graft build` scores by rows up to {kept[0]:,} papers "
+              "(`graphbuild.similarity.ROW_SCORING_MAX_PAPERS`)."]
     write_tables(args.results, "graph_scoring" + (f"_{args.name}" if args.name else ""), meta, rows, lines)
     return 0
 
