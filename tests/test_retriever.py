@@ -377,6 +377,15 @@ def test_cli_query_text_with_graft_has_the_text_channel(trained, tmp_path) -> No
     assert reads and all(0 < h["text"]["cosine"] <= 1 for h in reads)
     assert any(h["paper_id"] == pid for h in reads)  # a record without an id: its own text reads like it
     res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json",
+                              "--explain"])  # the decoded papers' facet credits in words
+    assert res.exit_code == 0, res.output
+    matched = [(h["paper_id"], f, e["match"]) for h in json.loads(res.stdout) for f, e in h["evidence"].items()]
+    assert matched and all(m is not None for _, _, m in matched)
+    for hit_id, facet, m in matched:
+        assert m["hit"] in idx.paper_facets(hit_id)[facet] and -1 <= m["cosine"] <= 1
+    flat = " ".join(text.split())
+    assert all(" ".join(m["query"].split())[:40] in flat for _, _, m in matched)  # items read from the text
+    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json",
                               "--text-neighbours", "0"])
     assert res.exit_code == 0, res.output
     assert all(h["text"] is None for h in json.loads(res.stdout))
