@@ -871,7 +871,8 @@ def test_incremental_build_benchmark_smoke(tmp_path) -> None:
     to the index, which then equals a build from scratch (the build's own encoder, ONNX Runtime)."""
     from eval.benchmarks.incremental_build import main
 
-    assert main(["--limit", "30", "--added", "8", "--work", str(tmp_path / "work"), "--results", str(tmp_path)]) == 0
+    assert main(["--corpus", str(cs768_path()), "--limit", "30", "--added", "8", "--work", str(tmp_path / "work"),
+                 "--results", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "incremental_build_limit30.json").read_text())
     base, grown, scratch, seeded = res["rows"]
     assert (base["papers"], grown["papers"], scratch["papers"], seeded["papers"]) == (22, 30, 30, 22)
