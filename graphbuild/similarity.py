@@ -146,6 +146,49 @@ def score_rows(items: FacetItemsMatrix, rows: np.ndarray, cols: np.ndarray,
     return out
 
 
+#: Extra places `best_columns` takes beyond c, so that scores equal to the c-th best are ordered by
+#: column among all of them; a row whose tie runs past them is ranked over all its columns.
+TIE_MARGIN = 16
+
+#: Scores per call from which `best_columns` selects with torch.topk (multi-threaded, about a
+#: fifth of np.argpartition's time on a block of the graph's prefilter); smaller calls, such as
+#: one query's row, stay in NumPy and never import torch.
+TORCH_TOPK_MIN = 1 << 20
+
+
+def best_columns(scores: np.ndarray, c: int) -> np.ndarray:
+    """(b, c) int64 columns of each row's c highest scores, highest first, equal scores by lower column.
+
+    The result depends only on the scores (not on how they were selected): the rows' c + `TIE_MARGIN`
+    best are selected (torch.topk on large blocks, np.argpartition otherwise) and ordered by
+    (score descending, column); a row whose c-th best score recurs at the last selected place is
+    ordered over all its columns instead.
+    """
+    b, n = scores.shape
+    c = max(0, min(c, n))
+    if c == 0 or b == 0:
+        return np.zeros((b, c), dtype=np.int64)
+    k = min(n, c + TIE_MARGIN)
+    if k == n:
+        cols = np.broadcast_to(np.arange(n), (b, n))
+        vals = scores
+    elif scores.size >= TORCH_TOPK_MIN:
+        import torch
+
+        top = torch.topk(torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32)), k, dim=1, sorted=False)
+        vals, cols = top.values.numpy(), top.indices.numpy().astype(np.int64)
+    else:
+        cols = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        vals = np.take_along_axis(scores, cols, axis=1)
+    order = np.lexsort((cols, -vals), axis=1)
+    cols = np.take_along_axis(cols, order, axis=1)
+    if k < n:
+        ranked = np.take_along_axis(vals, order, axis=1)
+        for r in np.flatnonzero(ranked[:, c - 1] == ranked[:, k - 1]).tolist():
+            cols[r] = np.lexsort((np.arange(n), -scores[r]))[:k]
+    return np.ascontiguousarray(cols[:, :c], dtype=np.int64)
+
+
 def block_rows_for(n: int, budget_floats: int = 1 << 25) -> int:
     """Rows per prefilter block so that one block x n score matrix stays within `budget_floats`."""
     return int(max(1, min(n, budget_floats // max(n, 1))))
@@ -164,7 +207,7 @@ def prefilter_blocks(
 
     Yields:
         (start, candidates) where candidates is (block, c) int64 of corpus rows, best first
-        (ties broken by lower row); c = min(n_candidates, n - exclude_self).
+        (ties broken by lower row, `best_columns`); c = min(n_candidates, n - exclude_self).
     """
     n = corpus.shape[0]
     c = max(0, min(n_candidates, n - (1 if exclude_self else 0)))
@@ -175,13 +218,6 @@ def prefilter_blocks(
         if exclude_self:
             idx = np.arange(q.shape[0])
             scores[idx, start + idx] = -np.inf
-        if c == 0:
-            yield start, np.zeros((q.shape[0], 0), dtype=np.int64)
-        else:
-            part = np.argpartition(-scores, c - 1, axis=1)[:, :c] if c < n else np.tile(np.arange(n), (q.shape[0], 1))
-            part_scores = np.take_along_axis(scores, part, axis=1)
-            order = np.lexsort((part, -part_scores), axis=1)
-            cand = np.take_along_axis(part, order, axis=1)
-            yield start, cand.astype(np.int64)
+        yield start, best_columns(scores, c)
         if progress is not None:
             progress(q.shape[0])

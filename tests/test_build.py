@@ -904,3 +904,29 @@ def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
         assert r["shared_share"] == r["rows_identical_share"] == 1.0 and r["max_weight_diff"] < 1e-5
         assert r["seconds"] > 0
     assert "| method | rows, one sort each (graft build) |" in (tmp_path / "graph_scoring.md").read_text()
+
+
+def test_prefilter_scale_benchmark_smoke(cs768_index, tmp_path) -> None:
+    """eval/benchmarks/prefilter_scale.py on 500 real sentence vectors and the 400-paper index: the
+    argpartition selection finds the same candidates as best_columns, the IVF index with every list
+    probed finds the exact ones too and with one list fewer of them, and the graph module is
+    restored afterwards."""
+    import graphbuild.graph as graph
+    from eval.benchmarks.prefilter_scale import main
+
+    kept = graph.prefilter_blocks
+    assert main(["--index", str(cs768_index[0]), "--work", str(tmp_path / "work"), "--limit-texts", "500",
+                 "--sizes", "300,600", "--probes", f"1,{round(2 * 600 ** 0.5)}", "--graph-probe", "2",
+                 "--results", str(tmp_path)]) == 0
+    assert graph.prefilter_blocks is kept
+    res = json.loads((tmp_path / "prefilter_scale.json").read_text())
+    assert res["meta"]["points"] == 900  # 500 sentences + the index's 400 papers
+    by = {(r["n"], r["method"].split(",")[0], r["method"].split(", ")[-1]): r for r in res["rows"]}
+    for n in (300, 600):
+        assert by[(n, "exact", "np.argpartition (before)")]["recall100"] == 1.0
+    assert by[(600, "ivf", f"{round(2 * 600 ** 0.5)} probed")]["recall100"] > 0.999  # all lists: exact
+    assert by[(600, "ivf", "1 probed")]["recall100"] < 0.9
+    graphs = res["meta"]["graph"]
+    assert [g["facet"] for g in graphs] == ["problem", "method", "result", "contribution"]
+    assert all(0.5 < g["shared_share"] <= 1.0 and g["edges_a"] > 0 for g in graphs)
+    assert "| 600 | exact, best_columns (graft build) |" in (tmp_path / "prefilter_scale.md").read_text()

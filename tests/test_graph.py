@@ -6,7 +6,14 @@ import scipy.sparse as sp
 
 from graphbuild.citations import citation_links, citation_matrix, citation_signals
 from graphbuild.graph import GraphParams, external_facet_row, facet_graph
-from graphbuild.similarity import group_items, pair_similarity, prefilter_blocks, score_pairs, score_rows
+from graphbuild.similarity import (
+    best_columns,
+    group_items,
+    pair_similarity,
+    prefilter_blocks,
+    score_pairs,
+    score_rows,
+)
 
 
 def random_items(rng: np.random.Generator, n: int, d: int = 16, max_items: int = 4):
@@ -156,6 +163,23 @@ def test_prefilter_blocks_match_full_sort() -> None:
     np.fill_diagonal(s, -np.inf)
     want = np.argsort(-s, axis=1, kind="stable")[:, :5]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("via_torch", [True, False])
+def test_best_columns_orders_ties_by_column_whichever_selection(via_torch: bool, monkeypatch) -> None:
+    """Scores with many exact ties (few distinct values), some running past the tie margin: the
+    result is the stable full sort's, whether torch.topk or np.argpartition selected the rows' best."""
+    import graphbuild.similarity as sim
+
+    monkeypatch.setattr(sim, "TORCH_TOPK_MIN", 0 if via_torch else 10**12)
+    rng = np.random.default_rng(11)
+    scores = rng.integers(0, 6, size=(50, 300)).astype(np.float32)  # ~50 columns share each value
+    scores[3] = 1.0  # a row of one value: its tie runs past any margin
+    scores[4, 7] = -np.inf
+    for c in (1, 5, 40, 299, 300):
+        want = np.argsort(-scores, axis=1, kind="stable")[:, :c]
+        np.testing.assert_array_equal(best_columns(scores, c), want)
+    assert best_columns(scores, 0).shape == (50, 0)
 
 
 def test_external_row_matches_corpus_row_for_a_copy() -> None:
