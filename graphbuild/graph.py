@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from graphbuild import similarity
-from graphbuild.similarity import FacetItemsMatrix, prefilter_blocks, score_pairs, score_rows
+from graphbuild.similarity import FacetItemsMatrix, prefilter_blocks, score_gathered, score_pairs
 
 
 @dataclass(frozen=True)
@@ -104,9 +103,7 @@ def facet_graph(
         rows, cols = keys // n, keys % n
         keep = rows != cols
         rows, cols = rows[keep], cols[keep]
-        by_rows = n <= similarity.ROW_SCORING_MAX_PAPERS  # one product per few rows, or pair by pair
-        sim = score_rows(items, rows, cols) if by_rows else score_pairs(items, rows, items, cols)
-        sim = np.clip(sim, 0.0, 1.0)
+        sim = np.clip(score_gathered(items, rows, cols), 0.0, 1.0)
         w = params.alpha * sim + params.beta * _lookup(cite_score, rows, cols)
         sel = _top_k_rows(rows, cols, w, params.top_k)
         sel = sel[w[sel] > 0]

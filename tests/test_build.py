@@ -890,36 +890,35 @@ def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
     """eval/benchmarks/graph_scoring.py on the 400-paper index: every way of scoring and ranking
     gives the index's graph, and the graph module is restored afterwards."""
     import graphbuild.graph as graph
-    import graphbuild.similarity as sim
     from eval.benchmarks.graph_scoring import WAYS, main
 
-    kept = sim.ROW_SCORING_MAX_PAPERS, graph._unique, graph._top_k_rows
+    kept = graph.score_gathered, graph._unique, graph._top_k_rows
     assert main(["--index", str(cs768_index[0]), "--facets", "method,result", "--rounds", "1",
                  "--results", str(tmp_path)]) == 0
-    assert (sim.ROW_SCORING_MAX_PAPERS, graph._unique, graph._top_k_rows) == kept
+    assert (graph.score_gathered, graph._unique, graph._top_k_rows) == kept
     res = json.loads((tmp_path / "graph_scoring.json").read_text())
     assert [(r["facet"], r["way"]) for r in res["rows"]] == [(f, w) for f in ("method", "result") for w in WAYS]
     for r in res["rows"]:
         assert r["edges_a"] == Index.open(cs768_index[0]).graphs[r["facet"]].nnz
         assert r["shared_share"] == r["rows_identical_share"] == 1.0 and r["max_weight_diff"] < 1e-5
         assert r["seconds"] > 0
-    assert "| method | rows, one sort each (graft build) |" in (tmp_path / "graph_scoring.md").read_text()
+    assert "| method | gathered, one sort each (graft build) |" in (tmp_path / "graph_scoring.md").read_text()
 
 
-def test_prefilter_scale_benchmark_smoke(cs768_index, tmp_path) -> None:
-    """eval/benchmarks/prefilter_scale.py on 500 real sentence vectors and the 400-paper index: the
+def test_graph_scale_benchmark_smoke(cs768_index, tmp_path) -> None:
+    """eval/benchmarks/graph_scale.py on 500 real sentence vectors and the 400-paper index: the
     argpartition selection finds the same candidates as best_columns, the IVF index with every list
-    probed finds the exact ones too and with one list fewer of them, and the graph module is
-    restored afterwards."""
+    probed finds the exact ones too and with one list fewer of them, every way of scoring pairs gives
+    the same similarities, and the graph module is restored afterwards."""
     import graphbuild.graph as graph
-    from eval.benchmarks.prefilter_scale import main
+    from eval.benchmarks.graph_scale import main
 
     kept = graph.prefilter_blocks
     assert main(["--index", str(cs768_index[0]), "--work", str(tmp_path / "work"), "--limit-texts", "500",
                  "--sizes", "300,600", "--probes", f"1,{round(2 * 600 ** 0.5)}", "--graph-probe", "2",
-                 "--results", str(tmp_path)]) == 0
+                 "--scoring-sizes", "100,250", "--all-items-max", "100", "--results", str(tmp_path)]) == 0
     assert graph.prefilter_blocks is kept
-    res = json.loads((tmp_path / "prefilter_scale.json").read_text())
+    res = json.loads((tmp_path / "graph_scale.json").read_text())
     assert res["meta"]["points"] == 900  # 500 sentences + the index's 400 papers
     by = {(r["n"], r["method"].split(",")[0], r["method"].split(", ")[-1]): r for r in res["rows"]}
     for n in (300, 600):
@@ -929,4 +928,9 @@ def test_prefilter_scale_benchmark_smoke(cs768_index, tmp_path) -> None:
     graphs = res["meta"]["graph"]
     assert [g["facet"] for g in graphs] == ["problem", "method", "result", "contribution"]
     assert all(0.5 < g["shared_share"] <= 1.0 and g["edges_a"] > 0 for g in graphs)
-    assert "| 600 | exact, best_columns (graft build) |" in (tmp_path / "prefilter_scale.md").read_text()
+    scoring = [(r["papers"], r["way"]) for r in res["meta"]["scoring"]]
+    assert scoring == [(100, "gathered (graft build)"), (100, "pairs"), (100, "all items"),
+                       (250, "gathered (graft build)"), (250, "pairs")]
+    assert all(r["pairs"] == r["papers"] * min(100, r["papers"] - 1) and r["max_diff"] < 1e-5
+               for r in res["meta"]["scoring"])
+    assert "| 600 | exact, best_columns (graft build) |" in (tmp_path / "graph_scale.md").read_text()

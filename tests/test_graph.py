@@ -11,8 +11,8 @@ from graphbuild.similarity import (
     group_items,
     pair_similarity,
     prefilter_blocks,
+    score_gathered,
     score_pairs,
-    score_rows,
 )
 
 
@@ -56,13 +56,14 @@ def dense_top_k(w: np.ndarray, k: int) -> sp.csr_matrix:
     return sp.csr_matrix((vals, (rows, cols)), shape=(n, n))
 
 
-@pytest.mark.parametrize("by_rows", [True, False])
+@pytest.mark.parametrize("block_rows", [1, 8, 100])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_blocked_top_k_equals_dense_argsort(seed: int, by_rows: bool, monkeypatch) -> None:
-    """Either way of scoring the candidates (`score_rows` for smaller corpora, `score_pairs`)."""
-    import graphbuild.similarity as sim
+def test_blocked_top_k_equals_dense_argsort(seed: int, block_rows: int, monkeypatch) -> None:
+    """The candidates scored a row, a few rows (the default) or every row at a time."""
+    import graphbuild.graph as graph
 
-    monkeypatch.setattr(sim, "ROW_SCORING_MAX_PAPERS", 10**9 if by_rows else 0)
+    monkeypatch.setattr(graph, "score_gathered", lambda items, rows, cols: score_gathered(
+        items, rows, cols, block_rows=block_rows))
     rng = np.random.default_rng(seed)
     n = 60
     owner, vecs = random_items(rng, n)
@@ -128,16 +129,18 @@ def test_rows_are_scored_as_pairs_are() -> None:
     cols = np.tile(np.arange(n), n)
     want = score_pairs(items, rows, items, cols)
     np.testing.assert_allclose(want, dense_similarity(owner, vecs, n).ravel(), atol=1e-5)
-    for budget in (1, 100, 1 << 23):  # one row at a time, a few, all at once
-        np.testing.assert_allclose(score_rows(items, rows, cols, budget_floats=budget), want, atol=1e-6)
-    some = rng.random(len(rows)) < 0.2  # a subset of the pairs, from a later row on
+    for block in (1, 8, n):  # one row at a time, a few, all at once
+        np.testing.assert_allclose(score_gathered(items, rows, cols, block_rows=block), want, atol=1e-6)
+    some = rng.random(len(rows)) < 0.2  # a subset of the pairs, from a later row on, some rows without any
     some[: 3 * n] = False
-    np.testing.assert_allclose(score_rows(items, rows[some], cols[some], budget_floats=500), want[some], atol=1e-6)
-    assert score_rows(items, rows[:0], cols[:0]).shape == (0,)
+    some[10 * n : 14 * n] = False
+    np.testing.assert_allclose(score_gathered(items, rows[some], cols[some], block_rows=3), want[some], atol=1e-6)
+    assert score_gathered(items, rows[:0], cols[:0]).shape == (0,)
     with pytest.raises(ValueError, match="sorted by row"):
-        score_rows(items, rows[::-1], cols[::-1])
+        score_gathered(items, rows[::-1], cols[::-1])
     empty = int(np.setdiff1d(np.arange(n), owner)[0])  # the paper without items scores 0 both ways
-    assert not score_rows(items, np.array([empty, empty]), np.array([0, 1])).any()
+    assert not score_gathered(items, np.array([empty, empty]), np.array([0, 1])).any()
+    assert not score_gathered(items, np.array([0, 1]), np.array([empty, empty])).any()
 
 
 def test_pair_similarity_ignores_padding() -> None:

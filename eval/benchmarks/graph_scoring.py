@@ -1,14 +1,14 @@
 """The graph stage's ways of scoring and ranking candidate pairs, on a built index's item vectors.
 
-`graphbuild.graph.facet_graph` scores each row's candidates exactly, either pair by pair from the
-pairs' gathered items (`similarity.score_pairs`) or, up to `similarity.ROW_SCORING_MAX_PAPERS`
-papers, by one matrix product of a few rows' items with every item of the facet
-(`similarity.score_rows`); it dedupes the candidate pairs and keeps each row's top K by one sort each
-(`graph._unique`, `graph._top_k_rows`) where NumPy's `np.unique` and a three-key `np.lexsort` did it
-before. This builds each facet's graph every way (`WAYS`) from the same vectors, in alternating
-rounds, and prints the wall time of each (median over rounds), its ratio to the first way, and how
-far each graph agrees with the last way's, `graft build`'s (edges shared, rows with the same
-out-edges, largest weight difference).
+`graphbuild.graph.facet_graph` scores each row's candidates exactly, a few rows at a time against
+their candidates' gathered items (`similarity.score_gathered`); before, up to 16,000 papers, by one
+matrix product of a few rows' items with every item of the facet (`score_all_items` here), and
+pair by pair from the pairs' gathered items (`similarity.score_pairs`) beyond. It dedupes the
+candidate pairs and keeps each row's top K by one sort each (`graph._unique`, `graph._top_k_rows`)
+where NumPy's `np.unique` and a three-key `np.lexsort` did it before. This builds each facet's
+graph every way (`WAYS`) from the same vectors, in alternating rounds, and prints the wall time of
+each (median over rounds), its ratio to the first way, and how far each graph agrees with the last
+way's, `graft build`'s (edges shared, rows with the same out-edges, largest weight difference).
 
     python -m eval.benchmarks.graph_scoring --index INDEX [--rounds 2] [--facets method,...]
 
@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -33,10 +35,38 @@ if str(REPO) not in sys.path:
 from eval.benchmarks.index_agreement import edge_agreement  # noqa: E402
 from eval.benchmarks.split_queries import write_tables  # noqa: E402
 
-#: the ways compared: the value `similarity.ROW_SCORING_MAX_PAPERS` takes for each, and whether the
-#: pairs are deduped and ranked by NumPy's np.unique and three-key np.lexsort (the graph stage before)
-WAYS = {"pairs, np.unique + lexsort": (0, True), "rows, np.unique + lexsort": (10**12, True),
-        "rows, one sort each (graft build)": (10**12, False)}
+#: the ways compared: how the candidate pairs are scored, and whether they are deduped and ranked by
+#: NumPy's np.unique and three-key np.lexsort (the graph stage before its one-sort ranking)
+WAYS = {"pairs, np.unique + lexsort": ("pairs", True), "all items, np.unique + lexsort": ("all items", True),
+        "all items, one sort each": ("all items", False),
+        "gathered, one sort each (graft build)": ("gathered", False)}
+
+
+def score_all_items(items, rows, cols, budget_floats: int = 1 << 23):
+    """The graph's scoring up to 16,000 papers before `score_gathered`: a few rows' items against
+    every item of the facet by one product (at most `budget_floats` cosines at a time)."""
+    from graphbuild.similarity import _mean_best_matches, _row_blocks
+
+    n, width, d = items.padded.shape
+    out = np.zeros(len(rows), dtype=np.float32)
+    if not len(rows):
+        return out
+    flat = items.padded.reshape(n * width, d)
+    count = items.mask.sum(axis=1)
+    step = max(1, budget_floats // (width * n * width))
+    for start, lo, hi in _row_blocks(rows, step):
+        cos = flat[start * width : (start + step) * width] @ flat.T
+        out[lo:hi] = _mean_best_matches(items, count, rows[lo:hi], cols[lo:hi], cos, rows[lo:hi] - start,
+                                        cols[lo:hi])
+    return out
+
+
+def scorers() -> dict:
+    """The scoring function of each way, as `graph.facet_graph` calls it."""
+    from graphbuild.similarity import score_gathered, score_pairs
+
+    return {"pairs": lambda items, rows, cols: score_pairs(items, rows, items, cols),
+            "all items": score_all_items, "gathered": score_gathered}
 
 
 def _numpy_unique_and_lexsort() -> tuple:
@@ -60,12 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
     args = ap.parse_args(argv)
 
-    import numpy as np
-
     from eval.benchmarks.encoder_backend import cpu_flags
     from graft.facets import FACETS
     from graft.index import Index
-    from graphbuild import graph, similarity
+    from graphbuild import graph
     from graphbuild.build import BuildConfig
     from graphbuild.citations import citation_links
     from graphbuild.graph import facet_graph
@@ -79,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
     cite = idx.citation_score
     links = citation_links(idx.citation_matrix, cite)
-    kept = similarity.ROW_SCORING_MAX_PAPERS, graph._unique, graph._top_k_rows
+    kept = graph.score_gathered, graph._unique, graph._top_k_rows
     before = _numpy_unique_and_lexsort()
+    scoring = scorers()
     rows = []
     try:
         for facet in facets:
@@ -89,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             seconds: dict[str, list[float]] = {way: [] for way in WAYS}
             graphs = {}
             for _ in range(args.rounds):
-                for way, (limit, numpy_sorts) in WAYS.items():
-                    similarity.ROW_SCORING_MAX_PAPERS = limit
+                for way, (scorer, numpy_sorts) in WAYS.items():
+                    graph.score_gathered = scoring[scorer]
                     graph._unique, graph._top_k_rows = before if numpy_sorts else kept[1:]
                     t0 = time.perf_counter()
                     graphs[way] = facet_graph(items, cite, links, params)
@@ -104,15 +133,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{facet}: " + ", ".join(f"{w} {statistics.median(seconds[w]):.1f} s" for w in WAYS),
                   file=sys.stderr)
     finally:
-        similarity.ROW_SCORING_MAX_PAPERS, graph._unique, graph._top_k_rows = kept
+        graph.score_gathered, graph._unique, graph._top_k_rows = kept
 
     command = " ".join(["python -m eval.benchmarks.graph_scoring", *(argv if argv is not None else sys.argv[1:])])
     meta = {"command": command, "date": dt.date.today().isoformat(), "index": args.index, "papers": idx.n,
             "corpus_hash": idx.manifest["corpus_hash"], "rounds": args.rounds, "cores": os.cpu_count(),
-            "cpu_flags": cpu_flags(), "row_scoring_max_papers": kept[0], "ways": list(WAYS)}
+            "cpu_flags": cpu_flags(), "ways": list(WAYS)}
     first, final = list(WAYS)[0], list(WAYS)[-1]
     lines = [
-        f"# Graph stage: candidate pairs scored pair by pair or by rows, deduped and ranked ({idx.n:,} papers)",
+        f"# Graph stage: candidate pairs scored, deduped and ranked, four ways ({idx.n:,} papers)",
         "",
         f"Command: `{command}`  ",
         f"Date: {meta['date']} · {os.cpu_count()} cores, {platform.machine()} ({cpu_flags()}), Python "
@@ -129,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['max_weight_diff']:.1e} |")
     totals = {w: sum(r["seconds"] for r in rows if r["way"] == w) for w in WAYS}
     lines += ["", "All facets: " + ", ".join(f"{w} {t:.1f} s ({t / totals[first]:.2f}×)" for w, t in totals.items())
-              + f". `graft build` scores by rows up to {kept[0]:,} papers "
-              "(`graphbuild.similarity.ROW_SCORING_MAX_PAPERS`)."]
+              + ". Pairs: `similarity.score_pairs`; all items: a few rows' items against every item "
+              "of the facet; gathered: a few rows against their candidates' items (`similarity.score_gathered`)."]
     write_tables(args.results, "graph_scoring" + (f"_{args.name}" if args.name else ""), meta, rows, lines)
     return 0
 

@@ -1,10 +1,12 @@
-"""The facet graph's candidate prefilter at growing corpus sizes, and an IVF index measured against it.
+"""The facet graph's stage at growing corpus sizes: the candidate prefilter (exact, and an IVF index
+measured against it) and the exact scoring of the candidate pairs.
 
 The graph stage gives every paper its 100 nearest papers by pooled-vector cosine before scoring
 them exactly (`graphbuild.similarity.prefilter_blocks`): n^2 d multiply-adds and a selection over
-n^2 scores a facet. This measures, on real sentence-embedding vectors (MiniLM, as the build's):
+n^2 scores a facet. Then every candidate pair is scored from the two papers' items. This measures,
+on real sentence-embedding vectors (MiniLM, as the build's):
 
-1. **points**: each of the first n of a fixed shuffle of real vectors answered as a query against
+1. **prefilter**: each of the first n of a fixed shuffle of real vectors answered as a query against
    all n: cs768's abstract sentences, ACLSum's full-text sentences (each distinct text once) and the
    index's title + abstract vectors, 96,249 in all. Per n: the exact prefilter with the rows' best
    selected by `best_columns` (torch.topk on large blocks, ties by lower row: `graft build`) and by
@@ -14,18 +16,24 @@ n^2 scores a facet. This measures, on real sentence-embedding vectors (MiniLM, a
 2. **graph**: each facet graph of the index built with the exact prefilter and with the IVF index
    in its place (at `--graph-probe` lists): time, and how many of the exact graph's edges it keeps
    (the prefilter only proposes candidates; kept edges are scored exactly either way).
+3. **scoring**: papers made of 1, 2, 3, 1, 2, 3, ... consecutive sentences of those texts (their
+   items), their exact prefilter candidates scored a few rows at a time against the candidates'
+   items (`similarity.score_gathered`, `graft build`), pair by pair (`similarity.score_pairs`, what
+   the build did beyond 16,000 papers) and against every item of the facet (what it did up to
+   16,000 papers; here up to `--all-items-max`).
 
 The IVF index (`ivf_candidates`, here only): spherical k-means lists (2 sqrt(n) by default, seeded),
 the papers whose nearest list is g answered together against the union of their `n_probe` nearest
 lists by one matrix product. It is what the design's "an ANN index beyond ~10^5 papers" would be;
-the build does not use it (README, "Large corpora": at 96,000 points it takes 0.71x the exact
-prefilter's time finding 94% of the top 20, 0.89x finding 97%).
+the build does not use it (README, "Large corpora": at 96,000 points it takes 0.73x the exact
+prefilter's time finding 94% of the top 20, 0.92x finding 97%).
 
-    python -m eval.benchmarks.prefilter_scale --index INDEX --work DIR [--sizes 24000,48000,96000]
+    python -m eval.benchmarks.graph_scale --index INDEX --work DIR [--sizes 24000,48000,96000]
         [--probes 4,8,16] [--lists-per-root 2] [--graph-probe 8] [--no-graph] [--limit-texts N]
+        [--scoring-sizes 15000,44850] [--all-items-max 15000]
 
 The sentence vectors are encoded once into DIR/points.npy (about 8 min on 2 cores). Writes
-eval/results/prefilter_scale.{md,json}.
+eval/results/graph_scale.{md,json}.
 """
 
 from __future__ import annotations
@@ -169,9 +177,10 @@ def ivf_candidates(
     return out
 
 
-def real_points(index_dir: str | Path, work: Path, limit: int | None = None) -> np.ndarray:
-    """(m, d) float32 unit vectors of real texts, shuffled by seed 0; encoded once into work
-    (`limit`: only the first that many distinct sentences, for a quick run)."""
+def real_points(index_dir: str | Path, work: Path, limit: int | None = None) -> tuple[np.ndarray, int]:
+    """(m, d) float32 unit vectors of real texts, in text order, and how many of them are sentences
+    (the index's title + abstract vectors follow them); encoded once into work (`limit`: only the
+    first that many distinct sentences, for a quick run)."""
     path = work / ("points.npy" if limit is None else f"points_{limit}.npy")
     if not path.is_file():
         from graft.index import Index
@@ -185,13 +194,14 @@ def real_points(index_dir: str | Path, work: Path, limit: int | None = None) -> 
         texts = list(dict.fromkeys(t for t in texts if len(t) > 20))[:limit]
         print(f"encoding {len(texts):,} sentences", file=sys.stderr)
         vecs = np.asarray(Encoder(None).encode(texts), dtype=np.float32)
+        work.mkdir(parents=True, exist_ok=True)
+        np.save(path.with_suffix(".sentences.npy"), np.array([len(vecs)]))
         if idx.paper_embeddings is not None:
             vecs = np.vstack([vecs, np.asarray(idx.paper_embeddings, dtype=np.float32)])
-        work.mkdir(parents=True, exist_ok=True)
         np.save(path, vecs)
     x = np.load(path).astype(np.float32)
     x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-    return x[np.random.default_rng(0).permutation(len(x))]
+    return x, int(np.load(path.with_suffix(".sentences.npy"))[0])
 
 
 def argpartition_columns(scores: np.ndarray, c: int) -> np.ndarray:
@@ -241,15 +251,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph-probe", type=int, default=PROBE, help="probed lists of the graph comparison")
     ap.add_argument("--no-graph", action="store_true", help="skip the facet-graph comparison")
     ap.add_argument("--limit-texts", type=int, default=None, help="encode only this many sentences (quick runs)")
+    ap.add_argument("--scoring-sizes", default="15000,44850", help="papers of the pair-scoring comparison")
+    ap.add_argument("--all-items-max", type=int, default=15000,
+                    help="largest n at which pairs are scored against every item too")
     ap.add_argument("--name", default="", help="suffix of the results files")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
     args = ap.parse_args(argv)
     sizes, probes = int_list(ap, args.sizes, "--sizes"), int_list(ap, args.probes, "--probes")
+    scoring_sizes = int_list(ap, args.scoring_sizes, "--scoring-sizes")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from eval.benchmarks.encoder_backend import cpu_flags
 
-    points = real_points(args.index, Path(args.work), args.limit_texts)
+    texts, n_sentences = real_points(args.index, Path(args.work), args.limit_texts)
+    points = texts[np.random.default_rng(0).permutation(len(texts))]
     if max(sizes) > len(points):
         ap.error(f"--sizes: only {len(points):,} points")
     best_columns(np.zeros((2, 1 << 20), dtype=np.float32), 1)  # torch imported before any timing
@@ -275,10 +290,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"n {n:,} {r['method']}: {r['seconds']:.1f} s, recall@20 {r['recall20']:.3f}", file=sys.stderr)
 
     graph_rows = [] if args.no_graph else graph_agreement(args.index, args.graph_probe, args.lists_per_root)
-    command = " ".join(["python -m eval.benchmarks.prefilter_scale", *(argv if argv is not None else sys.argv[1:])])
+    scoring = pair_scoring(texts[:n_sentences], scoring_sizes, args.all_items_max)
+    command = " ".join(["python -m eval.benchmarks.graph_scale", *(argv if argv is not None else sys.argv[1:])])
     meta = {"command": command, "date": dt.date.today().isoformat(), "index": args.index, "points": len(points),
             "cores": os.cpu_count(), "cpu_flags": cpu_flags(), "candidates": CANDIDATES,
-            "lists_per_root": args.lists_per_root, "graph_probe": args.graph_probe, "graph": graph_rows}
+            "lists_per_root": args.lists_per_root, "graph_probe": args.graph_probe, "graph": graph_rows,
+            "scoring": scoring}
     lines = [
         "# Candidate prefilter at growing n: exact selections and an IVF index",
         "",
@@ -302,8 +319,50 @@ def main(argv: list[str] | None = None) -> int:
         for g in graph_rows:
             lines.append(f"| {g['facet']} | {g['exact_s']:.1f} | {g['ivf_s']:.1f} | {100 * g['shared_share']:.2f}% | "
                          f"{100 * g['rows_identical_share']:.2f}% |")
-    write_tables(args.results, "prefilter_scale" + (f"_{args.name}" if args.name else ""), meta, rows, lines)
+    if scoring:
+        lines += ["", "Candidate pairs scored exactly: papers of 1, 2, 3, 1, 2, 3, ... consecutive sentences (their "
+                  "items), each with its 100 exact prefilter candidates:", "",
+                  "| papers | pairs | scoring | s | ratio to graft build's | max difference |",
+                  "|---:|---:|---|---:|---:|---:|"]
+        for r in scoring:
+            lines.append(f"| {r['papers']:,} | {r['pairs']:,} | {r['way']} | {r['seconds']:.1f} | {r['ratio']:.2f} | "
+                         f"{r['max_diff']:.1e} |")
+    write_tables(args.results, "graph_scale" + (f"_{args.name}" if args.name else ""), meta, rows, lines)
     return 0
+
+
+def pair_scoring(sentences: np.ndarray, sizes: list[int], all_items_max: int) -> list[dict]:
+    """Each size's candidate pairs scored every way, against `score_gathered` (`graft build`)."""
+    from eval.benchmarks.graph_scoring import score_all_items
+    from graphbuild.similarity import group_items, prefilter_blocks, score_gathered, score_pairs
+
+    counts = np.resize([1, 2, 3], len(sentences))
+    papers = int(np.searchsorted(np.cumsum(counts), len(sentences), side="right"))
+    owner = np.repeat(np.arange(papers), counts[:papers])
+    out = []
+    for n in sizes:
+        if n > papers:
+            raise ValueError(f"--scoring-sizes: only {papers:,} papers of consecutive sentences")
+        m = int(np.sum(counts[:n]))
+        items = group_items(owner[:m], sentences[:m], n)
+        blocks = list(prefilter_blocks(items.pooled, items.pooled, CANDIDATES))
+        rows = np.concatenate([np.repeat(np.arange(s, s + len(c)), c.shape[1]) for s, c in blocks])
+        cols = np.concatenate([c.ravel() for _, c in blocks])
+        ways = {"gathered (graft build)": score_gathered,
+                "pairs": lambda items, rows, cols: score_pairs(items, rows, items, cols)}
+        if n <= all_items_max:
+            ways["all items"] = score_all_items
+        base = None
+        for way, run in ways.items():
+            t0 = time.perf_counter()
+            sims = run(items, rows, cols)
+            t = time.perf_counter() - t0
+            if base is None:
+                base, base_t = sims, t
+            out.append({"papers": n, "pairs": len(rows), "way": way, "seconds": t, "ratio": t / base_t,
+                        "max_diff": float(np.abs(sims - base).max())})
+            print(f"scoring {n:,} papers, {way}: {t:.1f} s", file=sys.stderr)
+    return out
 
 
 def graph_agreement(index_dir: str, probe: int, per_root: float) -> list[dict]:
