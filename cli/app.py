@@ -184,17 +184,26 @@ def print_matches(result, out: Console = console) -> None:
 
 
 def _read_queries(path: Path) -> list[dict]:
-    """`--queries` lines: a paper id, or a JSON record (an in-corpus `id`, or title + abstract)."""
+    """`--queries` lines: a paper id, or a JSON record (an in-corpus `id`, or title + abstract). A
+    record without an id is named `query-N` after its line, so that each has its own run-file qid."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GraftError(f"--queries {path}: cannot read it ({exc})") from None
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
+    for n, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("{"):
             try:
-                out.append(json.loads(line))
+                rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise GraftError(f"{path} line {n}: not valid JSON ({exc}); give a paper id or a JSON record") from None
+            if not isinstance(rec, dict) or not (rec.get("id") is not None or rec.get("title") or rec.get("abstract")):
+                raise GraftError(f"{path} line {n}: a JSON record needs the 'id' of a corpus paper, or a paper's "
+                                 "'title' and/or 'abstract'")
+            out.append(rec if rec.get("id") is not None else {**rec, "id": f"query-{n}"})
         else:
             out.append({"id": line})
     return out
@@ -224,6 +233,8 @@ def query(
                                       help="graph-rrf, rrf or graph-walk (graft; the teacher uses rrf)."),
     k: int = typer.Option(20, "--k", help="Results to return."),
     beams: int = typer.Option(20, "--beams", help="Beams per facet item (graft retriever)."),
+    device: str = typer.Option("cpu", "--device",
+                               help="Where the graft retriever decodes: cpu, cuda, cuda:N, mps or auto."),
     references: str | None = typer.Option(None, "--references",
                                           help="With --text/--record (teacher): comma-separated ids of corpus "
                                                "papers the query paper cites; their citation links and "
@@ -266,9 +277,12 @@ def query(
             raise GraftError(f"--feedback must be >= 0, got {feedback}")
         if text_neighbours < 0:
             raise GraftError(f"--text-neighbours must be >= 0, got {text_neighbours}")
+        for flag, value in (("--k", k), ("--beams", beams)):
+            if value < 1:
+                raise GraftError(f"{flag} must be >= 1, got {value}")
         from graphbuild.related import RelatedPapers, is_outside
 
-        related = RelatedPapers(idx, retriever=chosen, fusion=fusion, k=k, beams=beams,
+        related = RelatedPapers(idx, retriever=chosen, fusion=fusion, k=k, beams=beams, device=device,
                                 text_neighbours=text_neighbours, feedback=feedback, citation_weight=citation_weight,
                                 on_note=None if as_json else (lambda note: err.print(note, highlight=False)),
                                 explain=explain)
@@ -304,11 +318,15 @@ def query(
                                                unit="papers") as advance:
                 ready = related.prepared(recs, progress=advance)
         results = [(related.query(r, ready.get(i)), _heading(idx, r)) for i, r in enumerate(recs)]
+        if trec_out is not None:
+            from graft.store import write_lines
+
+            try:
+                write_lines(trec_out, [line for result, _ in results for line in result.trec_lines()])
+            except OSError as exc:
+                raise GraftError(f"--trec-out {trec_out}: cannot write it ({exc})") from None
     except (GraftError, ValueError) as exc:
         _fail(exc)
-    if trec_out is not None:
-        lines = [line for result, _ in results for line in result.trec_lines()]
-        trec_out.write_text("\n".join(lines) + ("\n" if lines else ""))
     if as_json:
         payload = results[0][0].to_json() if len(results) == 1 and queries is None else \
             [{"query_id": r.query_id, "retriever": r.retriever, "fusion": r.fusion, "info": r.info,

@@ -80,6 +80,11 @@ class RunOptions:
             raise GraftError(f"--limit {self.limit} must be >= 1")
         if self.decode_batch < 1:
             raise GraftError(f"decode_batch {self.decode_batch} must be >= 1")
+        if self.beams < 1:
+            raise GraftError(f"--beams {self.beams} must be >= 1")
+        from graphbuild.embeddings import resolve_device
+
+        self.device = resolve_device(self.device)  # an unknown name or an absent GPU, before any work
 
 
 def corpus_name(meta: dict[str, Any]) -> str:

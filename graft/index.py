@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from graft.errors import GraftError, IndexFormatError
 from graft.facets import FACETS
 from graft.fusion import CITATION, CITATION_WEIGHT
-from graft.manifest import read_manifest
+from graft.manifest import MODEL_DONE, read_manifest
 from graft.results import CitationEvidence, Evidence, Hit, QueryResult
 from graft.store import read_npz
 from graft.teacher import GraphTeacher, TeacherConfig
@@ -23,8 +23,10 @@ RETRIEVERS = ("graft", "teacher")
 
 
 def has_model(index_dir: str | Path) -> bool:
-    """True when the index holds a trained generative retriever (`INDEX/model/config.json`)."""
-    return (Path(index_dir) / "model" / "config.json").is_file()
+    """True when the index holds a finished generative retriever (`INDEX/model` with its weights and
+    the training record written after them)."""
+    folder = Path(index_dir) / "model"
+    return (folder / "config.json").is_file() and (folder / MODEL_DONE).is_file()
 
 
 class Index:

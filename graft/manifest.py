@@ -15,6 +15,10 @@ FORMAT_NAME = "graft-index"
 #: Bumped whenever an artefact's layout changes incompatibly.
 FORMAT_VERSION = 1
 
+#: Written last into INDEX/model by `graft train` (`training.checkpoints.save_final_model`): a model
+#: folder without it is one whose final save did not finish.
+MODEL_DONE = "training_config.json"
+
 #: The command that produces each stage, for error messages.
 STAGE_COMMANDS = {
     "build": "graft build CORPUS --out INDEX",

@@ -54,6 +54,7 @@ from graft.errors import GraftError
 from graft.facets import FACETS
 from graft.fusion import CITATION_WEIGHT, RRF_K, TEXT_WEIGHT
 from graft.index import Index
+from graft.manifest import MODEL_DONE
 from graft.results import QueryResult
 
 
@@ -158,6 +159,9 @@ def _load_model(folder: Path, tokenizer: Any = None) -> tuple[Any, Any]:
     if not (folder / "config.json").is_file():
         raise GraftError(f"no trained model in '{folder}'; train one with `graft train {folder.parent}` "
                          f"or use --retriever teacher")
+    if not (folder / MODEL_DONE).is_file():
+        raise GraftError(f"the model in '{folder}' is unfinished (its training stopped before the final save); "
+                         f"`graft train {folder.parent}` resumes it, or use --retriever teacher")
     model = AutoModelForCausalLM.from_pretrained(folder)
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -12,11 +12,13 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 import scipy.sparse as sp
+
+if TYPE_CHECKING:  # the trainer writes through this module on machines without polars
+    import polars as pl
 
 
 def _umask() -> int:

@@ -184,16 +184,22 @@ def facet_graphs(
     return graphs
 
 
-def _invalidate(out: Path) -> dict[str, Any] | None:
-    """Mark an existing index as being rebuilt so a killed build is never mistaken for a finished one."""
+def _invalidate(out: Path) -> list[str]:
+    """Mark an existing index as being rebuilt, so that a build killed while it writes is never
+    mistaken for a finished one, and remove the artefacts of later stages (DocIDs, pairs, model),
+    which belong to the graph being replaced. Returns the names of those removed."""
     path = manifest_path(out)
-    if not path.is_file():
-        return None
-    old = read_json(path)
-    old["stages"] = {}
-    old["in_progress"] = "build"
-    write_json(path, old)
-    return old
+    if path.is_file():
+        old = read_json(path)
+        old["stages"] = {}
+        old["in_progress"] = "build"
+        write_json(path, old)
+    removed = []
+    for stale in ("docids", "train", "model"):
+        if (out / stale).exists():
+            shutil.rmtree(out / stale)
+            removed.append(stale)
+    return removed
 
 
 def build_index(
@@ -232,12 +238,9 @@ def build_index(
     out = Path(out)
     seed_root = _seed_root(cache_from, out, fresh)
     out.mkdir(parents=True, exist_ok=True)
-    _invalidate(out)
-    removed = []
-    for stale in ("docids", "train", "model"):  # artefacts of later stages belong to the old graph
-        if (out / stale).exists():
-            shutil.rmtree(out / stale)
-            removed.append(stale)
+    # The old index stays whole (graph, trained model) until the write stage: a bad corpus, a bad
+    # setting or a build stopped before then leaves it as it was (the stores under cache/build keep
+    # what the stopped build computed).
 
     with reporter.stage("load", unit="papers") as adv:
         corpus = load_corpus(corpus_path, skip_bad=config.skip_bad, limit=config.limit)
@@ -320,6 +323,7 @@ def build_index(
                               progress=adv)
 
     with reporter.stage("write", unit="files") as adv:
+        removed = _invalidate(out)
         write_parquet(out / "papers.parquet", papers_table(corpus, a))
         write_parquet(out / "citations.parquet", cites)
         write_parquet(out / "facets.parquet", table)

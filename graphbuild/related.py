@@ -56,7 +56,8 @@ class RelatedPapers:
         explain: name each facet credit's closest pair of items, the query's and the result's
             (`graft.explain.attach_matches`, `Evidence.match`).
     Raises:
-        GraftError: an unknown retriever, a fusion the teacher does not use, or a negative setting.
+        GraftError: an unknown retriever, a fusion the teacher does not use, a negative setting, k or
+            beams below 1, or a device this machine lacks.
     """
 
     def __init__(self, index: Index, *, retriever: str | None = None, fusion: str | None = None, k: int = 20,
@@ -70,6 +71,13 @@ class RelatedPapers:
                             ("text_neighbours", text_neighbours)):
             if value < 0:
                 raise GraftError(f"{name} must be >= 0, got {value}")
+        for name, value in (("k", k), ("beams", beams)):
+            if value < 1:
+                raise GraftError(f"{name} must be >= 1, got {value}")
+        if self.retriever == "graft":
+            from graphbuild.embeddings import resolve_device
+
+            device = resolve_device(device)
         self.index, self.fusion, self.k, self.beams, self.device = index, fusion, k, beams, device
         self.text_neighbours, self.feedback, self.citation_weight = text_neighbours, feedback, citation_weight
         self.on_note, self.explain = on_note, explain
@@ -111,12 +119,17 @@ class RelatedPapers:
         return bool(self.text_neighbours) and self.index.paper_embeddings is not None
 
     def check(self, records: list[dict[str, Any]]) -> None:
-        """Refuse what cannot be answered before any work: a corpus id the index lacks, or a paper
-        outside the corpus for a teacher asked to fuse otherwise than with rrf.
+        """Refuse what cannot be answered before any work: a record that is neither a corpus id nor a
+        paper with text, a corpus id the index lacks, or a paper outside the corpus for a teacher
+        asked to fuse otherwise than with rrf.
 
         Raises:
             GraftError: the first such query.
         """
+        for i, rec in enumerate(records, start=1):
+            if not isinstance(rec, dict) or (is_outside(rec) and not (rec.get("title") or rec.get("abstract"))):
+                raise GraftError(f"query {i}: give the 'id' of a corpus paper, or a paper's 'title' and/or "
+                                 f"'abstract' (got {str(rec)[:80]})")
         if self.retriever == "teacher" and self.fusion not in (None, "rrf") and any(map(is_outside, records)):
             raise GraftError("the teacher fuses with plain rrf; use fusion rrf or the graft retriever")
         for rec in records:

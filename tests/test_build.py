@@ -263,7 +263,21 @@ def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encode
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(b, "facet_graph", boom)
+    monkeypatch.setattr(b, "facet_graph", boom)  # killed before it writes: the old index stands
+    with pytest.raises(KeyboardInterrupt):
+        build_index(corpus, out, BuildConfig(), encoder=encoder)
+    for f in FACETS:
+        np.testing.assert_array_equal(Index.open(out).graphs[f].toarray(), first[f])
+    monkeypatch.undo()
+    written, write_npz = [], b.write_npz
+
+    def write_then_die(path, matrix):  # killed while it writes the graphs: the index is refused
+        if written:
+            raise KeyboardInterrupt
+        written.append(path)
+        write_npz(path, matrix)
+
+    monkeypatch.setattr(b, "write_npz", write_then_die)
     with pytest.raises(KeyboardInterrupt):
         build_index(corpus, out, BuildConfig(), encoder=encoder)
     with pytest.raises(IndexFormatError, match="no 'build' stage.*graft build"):
@@ -566,6 +580,41 @@ def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path,
     console = Console(record=True, width=200)
     print_build_summary(summary, console)
     assert f"removed docids, model of the graph this build replaced: `graft train {out}`" in console.export_text()
+
+
+def test_a_failed_rebuild_leaves_the_old_index_and_its_model_whole(tmp_path, encoder) -> None:
+    """A rebuild that fails on its input, or stops before it writes, keeps the old graph and model."""
+    from graft.errors import GraftError
+
+    corpus = write_slice(cs768_path(), 20, tmp_path)
+    out = tmp_path / "idx"
+    build_index(corpus, out, BuildConfig(), encoder=encoder)
+    (out / "model").mkdir()
+    (out / "model" / "weights").write_text("trained")
+    before = {p.name: p.read_bytes() for p in (out / "graph").iterdir()}
+
+    with pytest.raises(GraftError):
+        build_index(tmp_path / "no-such-corpus.jsonl", out, BuildConfig(), encoder=encoder)
+
+    class Stops:  # a Ctrl-C part-way, in the encoder's second pass
+        def __init__(self, inner) -> None:
+            self.inner, self.name, self.dim, self.batch_size = inner, inner.name, inner.dim, inner.batch_size
+            self.calls = 0
+
+        def encode(self, texts, **kwargs):
+            self.calls += 1
+            if self.calls > 1:
+                raise KeyboardInterrupt
+            return self.inner.encode(texts, **kwargs)
+
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(corpus.read_text().replace('"title": "', '"title": "Edited: '))
+    with pytest.raises(KeyboardInterrupt):
+        build_index(edited, out, BuildConfig(), encoder=Stops(encoder), fresh=True)
+
+    assert (out / "model" / "weights").read_text() == "trained"
+    assert Index.open(out).n == 20
+    assert {p.name: p.read_bytes() for p in (out / "graph").iterdir()} == before
 
 
 def test_aclsum_slice_builds_with_full_text(tmp_path, encoder) -> None:

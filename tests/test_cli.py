@@ -12,6 +12,7 @@ from test_build import write_slice
 from typer.testing import CliRunner
 
 from cli.app import app
+from graft.errors import GraftError
 
 runner = CliRunner()
 
@@ -188,6 +189,49 @@ def test_query_paper_citation_channel_feedback_and_off(built) -> None:
         assert [float(x[4]) for x in batched] == pytest.approx([h["score"] for h in hits], abs=1e-4)
 
 
+def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
+    """Nonsense values and unreadable files end with an error line (exit 2), not a traceback or a
+    quietly wrong answer; records without an id get a qid of their own in the run file."""
+    from graft.index import Index
+
+    out, _ = built
+    idx = Index.open(out)
+    pid = idx.paper_ids[0]
+    base = ["query", str(out), "--retriever", "teacher"]
+    for args, message in (
+        (["--paper", pid, "--k", "-3"], "--k must be >= 1"),
+        (["--paper", pid, "--k", "0"], "--k must be >= 1"),
+        (["--paper", pid, "--beams", "0"], "--beams must be >= 1"),
+        (["--queries", str(out.parent / "no-such-file.txt")], "cannot read it"),
+        (["--paper", pid, "--trec-out", str(out / "manifest.json" / "run.txt")], "cannot write it"),
+        (["--paper", pid, "--retriever", "graft", "--device", "tpu"], "device 'tpu' is unknown"),
+    ):
+        res = runner.invoke(app, base + args)
+        assert res.exit_code == 2 and message in res.output, (args, res.output)
+        assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    bad = out.parent / "bad_queries.jsonl"
+    bad.write_text(f"{pid}\n# a comment\n{json.dumps({'foo': 1})}\n")
+    res = runner.invoke(app, base + ["--queries", str(bad)])
+    assert res.exit_code == 2 and "line 3: a JSON record needs the 'id' of a corpus paper" in res.output
+    # two papers outside the corpus without ids: one qid each (query-LINE), not both "query"
+    papers = idx.papers.head(2)
+    good = out.parent / "noid_queries.jsonl"
+    good.write_text("\n".join(json.dumps({"title": t, "abstract": a})
+                              for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())) + "\n")
+    run = out.parent / "noid_run.txt"
+    res = runner.invoke(app, base + ["--queries", str(good), "--k", "3", "--trec-out", str(run)])
+    assert res.exit_code == 0, res.output
+    qids = [line.split()[0] for line in run.read_text().splitlines()]
+    assert qids == ["query-1"] * 3 + ["query-2"] * 3
+    # the library refuses the same record
+    from graphbuild.related import RelatedPapers
+
+    with pytest.raises(GraftError, match="query 1: give the 'id' of a corpus paper"):
+        RelatedPapers(idx, retriever="teacher").check([{"foo": 1}])
+    with pytest.raises(GraftError, match="k must be >= 1"):
+        RelatedPapers(idx, retriever="teacher", k=0)
+
+
 def test_teacher_query_loads_no_model_libraries(built) -> None:
     """`graft query --paper` with the teacher reads the index only: neither torch nor transformers
     is imported (they cost seconds of start-up), with or without the feedback pass."""
@@ -249,7 +293,6 @@ def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
     """`graphbuild.related.RelatedPapers`, what `graft query` runs: a paper outside the corpus with
     references gets the CLI's answer and never its references back; a mixed batch answers each query
     as alone; bad queries and settings are refused before any work."""
-    from graft.errors import GraftError
     from graft.index import Index
     from graphbuild.external import ExternalScorer
     from graphbuild.related import RelatedPapers, is_outside

@@ -220,6 +220,23 @@ def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
     # the same command again finds the finished model and trains nothing
     again = train_index(index80, config, base_model="tiny")
     assert again.result.already_done and again.result.steps == 40
+    # weights without the record written after them: a final save that did not finish
+    from graft.errors import GraftError
+    from graft.index import has_model
+    from graft.retriever import load_retriever
+
+    assert has_model(index80)
+    marker = model_dir / "training_config.json"
+    record = marker.read_bytes()
+    marker.unlink()
+    try:
+        assert not has_model(index80)
+        idx = Index.open(index80)
+        assert idx.query(paper=idx.paper_ids[0], k=3).retriever == "teacher"  # the default falls back
+        with pytest.raises(GraftError, match="unfinished"):
+            load_retriever(index80)
+    finally:
+        marker.write_bytes(record)
 
 
 def test_tiny_learns_30_pairs_exactly(index80, tokenizer) -> None:
@@ -353,3 +370,16 @@ def test_long_queries_are_cut_but_targets_never(tokenizer) -> None:
     assert len(ids) <= 64
     assert tokenizer.decode(ids[:p]).endswith("\nDocID:\n")
     assert ids[p:].tolist() == tokenizer.encode("a short docid", add_special_tokens=False) + [tokenizer.eos_token_id]
+
+
+def test_the_gpu_training_run_imports_without_polars_or_marisa_trie() -> None:
+    """The GPU image lacks polars and marisa-trie and `gpu_train.py` carries neither: the trainer,
+    its data, checkpoints and base models must import without them (they are read with pyarrow)."""
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.modules['polars'] = None; sys.modules['marisa_trie'] = None\n"
+              "import training.trainer, training.data, training.checkpoints, training.base_models, graft.prompts\n"
+              "import eval.benchmarks.gpu_train\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

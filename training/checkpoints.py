@@ -20,10 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from graft.manifest import MODEL_DONE
 from graft.store import FILE_MODE
 
 TRAINER_STATE = "trainer_state.json"
-TRAINING_CONFIG = "training_config.json"  # written last into model/: marks a finished model
+TRAINING_CONFIG = MODEL_DONE  # written last into model/: marks a finished model
 
 
 def list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
