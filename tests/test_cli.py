@@ -546,6 +546,38 @@ def test_readme_commands_are_the_ci_commands() -> None:
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
+def _unknown_flags(line: str) -> tuple[list[str], list[str]]:
+    """The subcommand path of a `graft ...` line and the --flags on it that command does not take."""
+    import re
+
+    import typer
+
+    cmd, path = typer.main.get_command(app), []
+    for word in line.split()[1:]:
+        sub = getattr(cmd, "commands", {}).get(word)
+        if sub is None:
+            break
+        cmd, path = sub, [*path, word]
+    taken = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+    return path, sorted(set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line)) - taken)
+
+
+def test_readme_graft_commands_name_real_subcommands_and_flags() -> None:
+    """Every `graft ...` line of the README's bash blocks and every inline `graft ...` command names
+    a subcommand that exists and only flags it takes (the README's usage cannot drift from the CLI)."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    lines = [line.strip() for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+             for line in re.sub(r"\\\n\s*", " ", block).splitlines() if line.strip().startswith("graft ")]
+    lines += [m.strip() for m in re.findall(r"`(graft [^`]+)`", readme)]
+    assert len(lines) > 60
+    wrong = [(line, *_unknown_flags(line)) for line in lines]
+    assert [w for w in wrong if not w[1] or w[2]] == []
+    assert _unknown_flags("graft query INDEX --paper ID --nope") == (["query"], ["--nope"])
+    assert _unknown_flags("graft eval run SPLIT --device cuda --top-k 3") == (["eval", "run"], ["--top-k"])
+
+
 def test_build_with_llm_extractor_caches_and_falls_back(tmp_path) -> None:
     import polars as pl
     from test_llm_client import FakeLLMServer, Reply
