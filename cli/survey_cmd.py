@@ -39,7 +39,7 @@ def resolve_local_model(model: str | None) -> str:
 
 
 def run_survey(index_dir: str | Path, topic: str, out: str | Path, config: Any = None, reporter: Any = None,
-               *, encoder: Any = None) -> Any:
+               *, encoder: Any = None, device: str = "cpu") -> Any:
     """Open the index, build the text-query tools and write the survey (`graft.survey.pipeline`).
 
     `graft demo` calls `run_survey(out, DEMO_TOPIC, out / "survey", SurveyConfig(sections=2), reporter)`.
@@ -54,8 +54,8 @@ def run_survey(index_dir: str | Path, topic: str, out: str | Path, config: Any =
     if config.llm == "local":
         config = replace(config, model=resolve_local_model(config.model))
     idx = Index.open(index_dir)
-    return write_survey(idx, topic, out, config, reporter, tools=survey_tools(idx, encoder, config.text_neighbours,
-                                                                                config.feedback))
+    return write_survey(idx, topic, out, config, reporter, device=device,
+                        tools=survey_tools(idx, encoder, config.text_neighbours, config.feedback))
 
 
 def demo_survey(index_dir: str | Path, reporter: Any = None, console: Any = None, *,
@@ -127,6 +127,8 @@ def survey(
                                              "hold-outs 10 lowered reference recall)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
     concurrency: int = typer.Option(4, "--concurrency", help="Subsections written / LLM requests at once."),
+    device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "
+                               "cuda:N, mps or auto."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -140,7 +142,9 @@ def survey(
         config = SurveyConfig(llm=llm, model=model, base_url=base_url, api_key_env=api_key_env, sections=sections,
                               subsections=subsections, verify_rounds=verify_rounds, retriever=retriever,
                               graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year, max_concurrency=concurrency)
-        result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json))
+        from graphbuild.embeddings import resolve_device
+
+        result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json), device=resolve_device(device))
     except (GraftError, ValueError) as exc:
         _fail(exc)
     if as_json:

@@ -230,6 +230,8 @@ def test_cli_survey(acl, tmp_path) -> None:
     assert res.exit_code == 2 and "--base-url" in res.output
     res = runner.invoke(app, ["survey", str(tmp_path / "nope"), TOPIC, "--out", str(out)])
     assert res.exit_code == 2 and "graft build" in res.output
+    res = runner.invoke(app, ["survey", str(idx.path), TOPIC, "--out", str(out), "--device", "tpu"])
+    assert res.exit_code == 2 and "device 'tpu' is unknown" in res.output
 
 
 def test_demo_survey(acl, tmp_path) -> None:
@@ -369,7 +371,16 @@ def test_local_backend_falls_back_on_unusable_answers_and_caches(acl, tmp_path, 
     tok.save_pretrained(folder)
     config = SurveyConfig(llm="local", model=str(folder), sections=1, subsections=1, papers_per_subsection=2,
                           descriptions=2, max_new_tokens=4, verify_rounds=1, max_concurrency=1)
-    result = write_survey(idx, TOPIC, tmp_path / "local", config, tools=tools)
+    made, load = [], LocalChat._load
+
+    def load_on_cpu(self) -> None:  # the device asked for reaches the model; this machine loads it on the CPU
+        made.append(self.device)
+        self.device = "cpu"
+        load(self)
+
+    monkeypatch.setattr(LocalChat, "_load", load_on_cpu)
+    result = write_survey(idx, TOPIC, tmp_path / "local", config, tools=tools, device="cuda:3")
+    assert made == ["cuda:3"]  # loaded once, for the device asked for
     stats = result.backend_stats
     assert stats.get("write_bad_json", 0) >= 1 and stats.get("write_offline_fallbacks", 0) >= 1
     assert stats.get("check_offline_fallbacks", 0) >= 1

@@ -473,7 +473,7 @@ class LLMBackend:
         return SentenceDraft(text=new, citations=list(dict.fromkeys(cites)), facet=claim_facet(new, facet))
 
 
-def make_backend(ctx: SurveyContext) -> OfflineBackend | LLMBackend:
+def make_backend(ctx: SurveyContext, device: str = "cpu") -> OfflineBackend | LLMBackend:
     """The backend of `ctx.config.llm`: offline, local (transformers, `config.model` = folder) or
     openai (`config.base_url`, `config.model`, key from `config.api_key_env`); LLM answers are
     cached in INDEX/cache/llm.sqlite.
@@ -494,5 +494,5 @@ def make_backend(ctx: SurveyContext) -> OfflineBackend | LLMBackend:
         return LLMBackend(client, offline, name=f"openai:{cfg.model}")
     if not cfg.model:
         raise SurveyError("--llm local needs a model folder (the CLI defaults to SmolLM2-135M-Instruct)")
-    return LLMBackend(LocalChat(cfg.model, cache, max_new_tokens=cfg.max_new_tokens), offline,
+    return LLMBackend(LocalChat(cfg.model, cache, max_new_tokens=cfg.max_new_tokens, device=device), offline,
                       name=f"local:{Path(cfg.model).name}")

@@ -87,7 +87,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
         tools: the encoder, edge-row scorer and facet extractor for text queries
             (`QueryTools.from_scorer(graphbuild.external.ExternalScorer(index))`).
         dense: title + abstract vectors for the dense retriever (reused across calls).
-        device: where the generative retriever runs.
+        device: where the generative retriever and a local LLM (`llm="local"`) run.
     Returns:
         the `SurveyResult` (paths, outline, cited ids, verification counts, timings).
     Raises:
@@ -104,7 +104,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
                                until_year=config.until_year, citation_weight=config.citation_weight)
     vectors = retriever.vectors
     ctx = SurveyContext(index=index, vectors=vectors, encode=encode, config=config)
-    backend = make_backend(ctx)
+    backend = make_backend(ctx, device)
     row_of = index.row_of
     t0 = time.perf_counter()
 
