@@ -8,9 +8,13 @@ import numpy as np
 import polars as pl
 import pytest
 from conftest import cs768_path
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_build import write_slice
 
 from graft.docids import (
+    _MAX_TOKEN_ID,
+    _SURROGATES,
     MAX_TOKENS,
     DocidTable,
     DocidTrie,
@@ -213,3 +217,34 @@ def test_trie_on_nested_docids() -> None:
     with pytest.raises(ValueError, match="no tokens"):
         DocidTrie.build([[]])
     assert len(DocidTrie.build([])) == 0 and DocidTrie.build([]).allowed_next([]) == []
+
+
+# token ids drawn mostly from a small alphabet (so DocIDs share prefixes and nest), sometimes from
+# the whole range a key can hold, and at the edges of the UTF-16 surrogate block the keys skip
+_token = st.one_of(st.integers(0, 6), st.integers(0, _MAX_TOKEN_ID),
+                   st.sampled_from([_SURROGATES - 2, _SURROGATES - 1, _SURROGATES, _MAX_TOKEN_ID]))
+_sequences = st.lists(st.lists(_token, min_size=1, max_size=12), min_size=0, max_size=25, unique_by=tuple)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seqs=_sequences, probes=st.lists(st.lists(_token, max_size=13), max_size=10))
+def test_trie_answers_as_brute_force_does(tmp_path, seqs, probes) -> None:
+    """Property: for any set of DocIDs, every prefix's allowed next tokens, completeness, count and
+    look-up equal a brute-force scan of the sequences, before and after a save/load round trip."""
+    ids = list(range(100, 100 + len(seqs)))
+    built = DocidTrie.build(seqs, ids)
+    path = tmp_path / "t.marisa"
+    built.save(path)
+    for trie in (built, DocidTrie.load(path)):
+        assert len(trie) == len(seqs) and sorted(trie) == sorted(zip(map(list, seqs), ids))
+        prefixes = {tuple(s[:k]) for s in seqs for k in range(len(s) + 1)} | {tuple(p) for p in probes}
+        for p in prefixes:
+            below = [s for s in seqs if tuple(s[: len(p)]) == p]
+            following = sorted({s[len(p)] for s in below if len(s) > len(p)})
+            whole = [i for s, i in zip(seqs, ids) if tuple(s) == p]
+            assert trie.allowed_next(list(p)) == following
+            assert trie.allowed_next(list(p), eos_id=EOS) == following + ([EOS] if whole else [])
+            assert trie.n_below(list(p)) == len(below) and trie.is_prefix(list(p)) == bool(below)
+            assert trie.lookup(list(p)) == (whole[0] if whole else None)
+    with pytest.raises(ValueError, match="must be ints"):  # one past what a key can hold
+        DocidTrie.build([[_MAX_TOKEN_ID + 1]])
