@@ -93,6 +93,8 @@ def build(
                                         "CPU: the same vectors, the cs768 build in 0.63x the time; torch on a GPU), "
                                         "torch, or onnx."),
     top_k: int = typer.Option(20, help="Out-edges kept per paper and facet."),
+    alpha: float = typer.Option(0.75, help="Share of facet similarity in an edge's weight; the citation "
+                                "score (coupling + co-citation) gets 1 - alpha."),
     title_weight: float = typer.Option(0.7, help="Weight of the paper's title vector added to each facet "
                                        "item's vector (0: items embedded alone)."),
     paper_embeddings: bool = typer.Option(True, "--paper-embeddings/--no-paper-embeddings",
@@ -116,7 +118,7 @@ def build(
     """Build the typed facet graph of a corpus into an index directory.
 
     Each paper's facets and embeddings are kept in OUT/cache/build as they are made: rerunning the
-    command after a crash, with other graph settings (--top-k, --title-weight), or on a corpus with
+    command after a crash, with other graph settings (--top-k, --alpha, --title-weight), or on a corpus with
     papers added, removed or edited takes apart and embeds only the papers not seen before;
     --cache-from seeds them from another index.
     """
@@ -130,10 +132,12 @@ def build(
                 raise GraftError("--extractor llm needs --llm-base-url and --llm-model")
             llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env,
                    "max_concurrency": llm_concurrency}
+        if not 0 <= alpha <= 1:
+            raise GraftError(f"--alpha must be in [0, 1] (the citation score gets 1 - alpha), got {alpha}")
         config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
-                             title_weight=title_weight,
+                             title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
                              paper_embeddings=paper_embeddings, llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
                               reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import networkx as nx
+import numpy as np
 import polars as pl
 import pytest
 from conftest import REPO, cs768_path
@@ -481,6 +482,22 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "reused (facets, titles, papers)" in res.stdout and "--fresh" in res.stdout
+    from graft.index import Index
+
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--alpha", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    idx = Index.open(tmp_path / "i")
+    assert (idx.manifest["stages"]["build"]["config"]["alpha"], idx.manifest["stages"]["build"]["config"]["beta"]) == (
+        1.0, 0.0)
+    sim = idx.graphs["method"].toarray()  # facet similarity alone
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--alpha", "0.5", "-q"])
+    assert res.exit_code == 0, res.output
+    half = Index.open(tmp_path / "i")
+    # every pair of the three papers is an edge: half similarity, half citation score
+    np.testing.assert_allclose(half.graphs["method"].toarray(), 0.5 * sim + 0.5 * half.citation_score.toarray(),
+                               atol=1e-6)
+    res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--alpha", "1.5"])
+    assert res.exit_code == 2 and "--alpha must be in [0, 1]" in res.output
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "k"), "--skip-bad", "--cache-from",
                               str(tmp_path / "i")], env={"COLUMNS": "300"})
     assert res.exit_code == 0, res.output

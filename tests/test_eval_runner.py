@@ -598,6 +598,31 @@ def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tm
     assert "| 0.7 | facet-only graphs (beta = 0) |" in (tmp_path / "title_weight_slice.md").read_text()
 
 
+def test_edge_mix_benchmark_rebuilds_the_index_at_its_own_setting(built, tmp_path) -> None:
+    from eval.benchmarks.edge_mix import main
+    from eval.benchmarks.title_weight import teacher_recalls
+
+    _, split = built
+    assert main(["--split", str(split), "--alphas", "0.75,1", "--top-k", "20,5", "--part", "test", "--name", "slice",
+                 "--results", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "edge_mix_slice.json").read_text())
+    rows = saved["rows"]
+    assert [(r["alpha"], r["top_k"], r["graphs"]) for r in rows] == [
+        (0.75, 20, "the index's own"), (0.75, 20, "rebuilt"), (1.0, 20, "rebuilt"), (0.75, 5, "rebuilt"),
+        (1.0, 5, "rebuilt")]
+    assert all(0.0 <= r[f"{p}R@20"] <= r[f"{p}R@50"] <= 1.0 for r in rows for p in ("", "cite "))
+    idx = Index.open(split / "index")
+    qrels = read_qrels(split / "incorpus" / "qrels.txt")
+    queries = {r["qid"]: idx.row_of[r["paper_id"]] for r in read_queries(split, "incorpus", part="test")
+               if qrels.get(r["qid"])}
+    gold = {q: {idx.row_of[p] for p in qrels[q] if p in idx.row_of} for q in queries}
+    assert rows[0]["R@20"] == pytest.approx(teacher_recalls(idx.graphs, queries, gold)["R@20"], abs=1e-12)
+    # rebuilt from the stored float16 vectors at the index's own setting: its teacher, near-ties aside
+    assert rows[1]["R@20"] == pytest.approx(rows[0]["R@20"], abs=0.01)
+    assert rows[1]["cite R@20"] == pytest.approx(rows[0]["cite R@20"], abs=0.01)
+    assert "| 1 | 0 | 5 | rebuilt |" in (tmp_path / "edge_mix_slice.md").read_text()
+
+
 def test_text_coupling_benchmark_rows(built, tmp_path) -> None:
     """eval/benchmarks/text_coupling.py: in-corpus papers posed as text-only queries, the teacher with
     the beta half of their rows filled three ways, and dense retrieval recomputed here by hand."""

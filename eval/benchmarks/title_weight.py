@@ -33,13 +33,15 @@ if str(REPO) not in sys.path:
 from eval.benchmarks.split_queries import add_split_arguments, open_split_queries, write_tables  # noqa: E402
 
 
-def teacher_recalls(graphs: dict[str, Any], queries: dict[str, int], gold: dict[str, set[int]]) -> dict[str, float]:
-    """Mean Recall@k (`eval.metrics.KS`) of the graph teacher over `graphs` for query rows."""
+def teacher_recalls(graphs: dict[str, Any], queries: dict[str, int], gold: dict[str, set[int]],
+                    config: Any = None, links: Any = None) -> dict[str, float]:
+    """Mean Recall@k (`eval.metrics.KS`) of the graph teacher over `graphs` for query rows (`config`:
+    a `TeacherConfig`, default the design's; `links`: the citation links its channel needs)."""
     from eval.benchmarks.distill_ceiling import mean_recalls
     from eval.metrics import KS
     from graft.teacher import GraphTeacher
 
-    teacher = GraphTeacher(graphs)
+    teacher = GraphTeacher(graphs, config, links)
     ranked = {}
     for qid, q in queries.items():
         fused, _ = teacher.retrieve(teacher.node_rows(q), exclude={q}, k=max(KS))
