@@ -621,6 +621,9 @@ def test_edge_mix_benchmark_rebuilds_the_index_at_its_own_setting(built, tmp_pat
     assert rows[1]["R@20"] == pytest.approx(rows[0]["R@20"], abs=0.01)
     assert rows[1]["cite R@20"] == pytest.approx(rows[0]["cite R@20"], abs=0.01)
     assert "| 1 | 0 | 5 | rebuilt |" in (tmp_path / "edge_mix_slice.md").read_text()
+    for bad in ("1.5", "x", ""):
+        with pytest.raises(SystemExit):
+            main(["--split", str(split), "--alphas", bad, "--results", str(tmp_path)])
 
 
 def test_text_coupling_benchmark_rows(built, tmp_path) -> None:

@@ -34,23 +34,12 @@ if str(REPO) not in sys.path:
 
 from eval.benchmarks.split_queries import (  # noqa: E402
     add_split_arguments,
+    float_list,
     int_list,
     open_split_queries,
     split_report,
     write_tables,
 )
-
-
-def float_list(ap: argparse.ArgumentParser, text: str, flag: str) -> list[float]:
-    """An option's comma-separated numbers in [0, 1], in the order given, each once; anything else
-    (or none) is a usage error."""
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = [-1.0]
-    if not values or any(not 0 <= v <= 1 for v in values):
-        ap.error(f"{flag} takes comma-separated numbers in [0, 1], got {text!r}")
-    return list(dict.fromkeys(values))
 
 
 def both_teachers(graphs: dict[str, Any], queries: dict[str, int], gold: dict[str, set[int]],

@@ -38,6 +38,18 @@ def int_list(ap: argparse.ArgumentParser, text: str, flag: str, *, required: boo
     return values
 
 
+def float_list(ap: argparse.ArgumentParser, text: str, flag: str) -> list[float]:
+    """An option's comma-separated numbers in [0, 1], in the order given, each once; anything else
+    (or none) is a usage error."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = [-1.0]
+    if not values or any(not 0 <= v <= 1 for v in values):
+        ap.error(f"{flag} takes comma-separated numbers in [0, 1], got {text!r}")
+    return list(dict.fromkeys(values))
+
+
 @dataclass
 class SplitQueries:
     """A split's in-corpus queries that have gold, with the index they are asked of."""
