@@ -190,6 +190,8 @@ def print_matches(result, out: Console = console) -> None:
 def _read_queries(path: Path) -> list[dict]:
     """`--queries` lines: a paper id, or a JSON record (an in-corpus `id`, or title + abstract). A
     record without an id is named `query-N` after its line, so that each has its own run-file qid."""
+    from graphbuild.related import names_a_query
+
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -204,7 +206,7 @@ def _read_queries(path: Path) -> list[dict]:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise GraftError(f"{path} line {n}: not valid JSON ({exc}); give a paper id or a JSON record") from None
-            if not isinstance(rec, dict) or not (rec.get("id") is not None or rec.get("title") or rec.get("abstract")):
+            if not names_a_query(rec):
                 raise GraftError(f"{path} line {n}: a JSON record needs the 'id' of a corpus paper, or a paper's "
                                  "'title' and/or 'abstract'")
             out.append(rec if rec.get("id") is not None else {**rec, "id": f"query-{n}"})

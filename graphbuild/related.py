@@ -30,6 +30,12 @@ from graft.results import QueryResult
 from graphbuild.external import FEEDBACK, RECORD_CHUNK, TEXT_NEIGHBOURS
 
 
+def names_a_query(record: Any) -> bool:
+    """True for what `graft query` can answer: a JSON object with the id of a corpus paper, or with a
+    paper's title and/or abstract."""
+    return isinstance(record, dict) and (record.get("id") is not None or bool(record.get("title") or record.get("abstract")))
+
+
 def is_outside(record: dict[str, Any]) -> bool:
     """True for a paper outside the corpus (it has a title or abstract, or no id), False for a
     corpus paper given by its id alone."""
@@ -127,7 +133,7 @@ class RelatedPapers:
             GraftError: the first such query.
         """
         for i, rec in enumerate(records, start=1):
-            if not isinstance(rec, dict) or (is_outside(rec) and not (rec.get("title") or rec.get("abstract"))):
+            if not names_a_query(rec):
                 raise GraftError(f"query {i}: give the 'id' of a corpus paper, or a paper's 'title' and/or "
                                  f"'abstract' (got {str(rec)[:80]})")
         if self.retriever == "teacher" and self.fusion not in (None, "rrf") and any(map(is_outside, records)):

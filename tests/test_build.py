@@ -596,16 +596,14 @@ def test_a_failed_rebuild_leaves_the_old_index_and_its_model_whole(tmp_path, enc
     with pytest.raises(GraftError):
         build_index(tmp_path / "no-such-corpus.jsonl", out, BuildConfig(), encoder=encoder)
 
-    class Stops:  # a Ctrl-C part-way, in the encoder's second pass
-        def __init__(self, inner) -> None:
-            self.inner, self.name, self.dim, self.batch_size = inner, inner.name, inner.dim, inner.batch_size
-            self.calls = 0
+    class Stops(CountingEncoder):  # a Ctrl-C part-way, in the encoder's second pass
+        calls = 0
 
         def encode(self, texts, **kwargs):
             self.calls += 1
             if self.calls > 1:
                 raise KeyboardInterrupt
-            return self.inner.encode(texts, **kwargs)
+            return super().encode(texts, **kwargs)
 
     edited = tmp_path / "edited.jsonl"
     edited.write_text(corpus.read_text().replace('"title": "', '"title": "Edited: '))
