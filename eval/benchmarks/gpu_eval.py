@@ -499,7 +499,8 @@ def run_eval(args: argparse.Namespace) -> int:
 def _run_steps(args: argparse.Namespace, run: Run) -> None:
     import torch
 
-    from eval.runner import RunOptions, run_suites
+    # Nothing imported before the wheels step may need polars, marisa-trie or gguf: the device image
+    # lacks them until the carried wheels are installed (eval.runner comes after that step).
     from training.base_models import GGUF_ENV, SMOLLM2, TINY
 
     cuda = torch.cuda.is_available()
@@ -539,6 +540,7 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
     run.step("unpack", t)
 
     t = time.monotonic()
+    from eval.runner import RunOptions, run_suites
     from training.base_models import load_tokenizer
 
     tokenizer = load_tokenizer(base)  # SmolLM2: converts the GGUF once (~20 s)
