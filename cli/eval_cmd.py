@@ -35,6 +35,12 @@ def prepare(
     from graft.errors import GraftError
 
     try:
+        for flag, value in (("--ooc", ooc), ("--survey", survey), ("--survey-dev", survey_dev),
+                            ("--min-neighbours", min_neighbours)):
+            if value < 0:
+                raise GraftError(f"{flag} must be >= 0, got {value}")
+        if not 0.0 <= dev_share <= 1.0:
+            raise GraftError(f"--dev-share must lie in [0, 1], got {dev_share}")
         config = SplitConfig(seed=seed, n_ooc=ooc, n_survey=survey, n_survey_dev=survey_dev, dev_share=dev_share,
                              incorpus_min_neighbours=min_neighbours)
         meta = prepare_split(corpus, out, config, command=_command())
