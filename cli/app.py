@@ -82,20 +82,20 @@ def build(
     corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, S2ORC JSON file or folder, or 'aclsum'."),
     out: Path = typer.Option(..., "--out", "-o", help="Index directory to write."),
     extractor: str = typer.Option("heuristic", help="Facet extractor: heuristic (offline) or llm."),
-    limit: int | None = typer.Option(None, help="Use only the first N valid records."),
+    limit: int | None = typer.Option(None, min=1, help="Use only the first N valid records."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip invalid records (counted and listed)."),
     embedding_model: str | None = typer.Option(None, help="Local sentence-transformers model folder."),
     device: str = typer.Option("cpu", help="Where the sentence encoder runs: cpu, cuda, cuda:N, mps, or auto "
                                "(a GPU if torch sees one)."),
-    batch_size: int | None = typer.Option(None, help="Texts per sentence-encoder batch (default 16 on the CPU, "
+    batch_size: int | None = typer.Option(None, min=1, help="Texts per sentence-encoder batch (default 16 on the CPU, "
                                           "128 on a GPU)."),
     encoder_backend: str = typer.Option("auto", help="What runs the sentence encoder: auto (ONNX Runtime on the "
                                         "CPU: the same vectors, the cs768 build in 0.63x the time; torch on a GPU), "
                                         "torch, or onnx."),
-    top_k: int = typer.Option(20, help="Out-edges kept per paper and facet."),
-    alpha: float = typer.Option(0.75, help="Share of facet similarity in an edge's weight; the citation "
+    top_k: int = typer.Option(20, min=1, help="Out-edges kept per paper and facet."),
+    alpha: float = typer.Option(0.75, min=0.0, max=1.0, help="Share of facet similarity in an edge's weight; the citation "
                                 "score (coupling + co-citation) gets 1 - alpha."),
-    title_weight: float = typer.Option(0.7, help="Weight of the paper's title vector added to each facet "
+    title_weight: float = typer.Option(0.7, min=0.0, help="Weight of the paper's title vector added to each facet "
                                        "item's vector (0: items embedded alone)."),
     paper_embeddings: bool = typer.Option(True, "--paper-embeddings/--no-paper-embeddings",
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
@@ -104,7 +104,7 @@ def build(
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
-    llm_concurrency: int = typer.Option(4, help="Concurrent LLM requests."),
+    llm_concurrency: int = typer.Option(4, min=1, help="Concurrent LLM requests."),
     fresh: bool = typer.Option(False, "--fresh", help="Recompute every paper's facets and embeddings instead "
                                "of reusing what an earlier or interrupted build kept in OUT/cache/build."),
     cache_from: Path | None = typer.Option(None, "--cache-from",
@@ -132,8 +132,6 @@ def build(
                 raise GraftError("--extractor llm needs --llm-base-url and --llm-model")
             llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env,
                    "max_concurrency": llm_concurrency}
-        if not 0 <= alpha <= 1:
-            raise GraftError(f"--alpha must be in [0, 1] (the citation score gets 1 - alpha), got {alpha}")
         config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
@@ -237,25 +235,25 @@ def query(
                                          help="graft or teacher (default: graft when INDEX/model exists)."),
     fusion: str | None = typer.Option(None, "--fusion",
                                       help="graph-rrf, rrf or graph-walk (graft; the teacher uses rrf)."),
-    k: int = typer.Option(20, "--k", help="Results to return."),
-    beams: int = typer.Option(20, "--beams", help="Beams per facet item (graft retriever)."),
+    k: int = typer.Option(20, "--k", min=1, help="Results to return."),
+    beams: int = typer.Option(20, "--beams", min=1, help="Beams per facet item (graft retriever)."),
     device: str = typer.Option("cpu", "--device",
                                help="Where the graft retriever decodes: cpu, cuda, cuda:N, mps or auto."),
     references: str | None = typer.Option(None, "--references",
                                           help="With --text/--record (teacher): comma-separated ids of corpus "
                                                "papers the query paper cites; their citation links and "
                                                "coupling shape the result, and they are not returned."),
-    text_neighbours: int = typer.Option(10, "--text-neighbours",
+    text_neighbours: int = typer.Option(10, "--text-neighbours", min=0,
                                         help="A paper outside the corpus: its N nearest papers by title + abstract "
                                              "stand in for its citations (teacher: text coupling, when it lists "
                                              "no references into the corpus; graft: the text channel, labelled "
                                              "'reads like it') (0 = off)."),
-    feedback: int | None = typer.Option(None, "--feedback",
+    feedback: int | None = typer.Option(None, "--feedback", min=0,
                                         help="Teacher: the citation links of the N papers a first pass ranks "
                                              "highest (never the query's references) join the query's citation "
                                              "half (default 3 for a paper outside the corpus, 0 for a corpus "
                                              "paper, whose stored rows are walked; 0 = off)."),
-    citation_weight: float = typer.Option(3.0, "--citation-weight",
+    citation_weight: float = typer.Option(3.0, "--citation-weight", min=0.0,
                                           help="The citation channel: the papers that cite or are cited by the "
                                                "first 3 results join the fusion as a fifth list of this weight "
                                                "(each facet's weighs 1), labelled 'cited with' (0 = off)."),
@@ -277,15 +275,6 @@ def query(
         chosen = retriever or ("graft" if has_model(index) else "teacher")
         if chosen not in RETRIEVERS:
             raise GraftError(f"unknown --retriever {chosen!r}; use one of {', '.join(RETRIEVERS)}")
-        if citation_weight < 0:
-            raise GraftError(f"--citation-weight must be >= 0, got {citation_weight}")
-        if feedback is not None and feedback < 0:
-            raise GraftError(f"--feedback must be >= 0, got {feedback}")
-        if text_neighbours < 0:
-            raise GraftError(f"--text-neighbours must be >= 0, got {text_neighbours}")
-        for flag, value in (("--k", k), ("--beams", beams)):
-            if value < 1:
-                raise GraftError(f"{flag} must be >= 1, got {value}")
         from graphbuild.related import RelatedPapers, is_outside
 
         related = RelatedPapers(idx, retriever=chosen, fusion=fusion, k=k, beams=beams, device=device,
@@ -369,7 +358,7 @@ def info(
     index: Path = typer.Argument(..., help="Index directory."),
     paper: str | None = typer.Option(None, "--paper", help="Show one corpus paper: its facet items, citation "
                                      "links and strongest edges per facet."),
-    k: int = typer.Option(5, "--k", help="Edges shown per facet (with --paper)."),
+    k: int = typer.Option(5, "--k", min=1, help="Edges shown per facet (with --paper)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """What an index holds (corpus, counts, settings, stages), or one paper's place in its graph."""
@@ -378,8 +367,6 @@ def info(
     from graft.index import Index
 
     try:
-        if k < 1:
-            raise GraftError(f"--k must be >= 1, got {k}")
         idx = Index.open(index)
         payload = paper_card(idx, paper, k=k) if paper is not None else index_summary(idx)
     except (GraftError, ValueError) as exc:
@@ -451,7 +438,7 @@ def export(
 def demo(
     out: Path = typer.Option(Path("demo-index"), "--out", help="Where to build the demo index."),
     paper: str | None = typer.Option(None, "--paper", help="Query paper (default: the best-connected one)."),
-    limit: int | None = typer.Option(None, help="Use only the first N ACLSum papers (a quick look)."),
+    limit: int | None = typer.Option(None, min=1, help="Use only the first N ACLSum papers (a quick look)."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Build the ACLSum demo graph, show a facet-labelled query and write a short survey."""

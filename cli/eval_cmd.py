@@ -22,11 +22,11 @@ def prepare(
     corpus: str = typer.Argument(..., help="Corpus file (JSONL / JSONL.gz / Parquet), S2ORC folder or 'aclsum'."),
     out: Path = typer.Option(..., "--out", help="Split directory to write."),
     seed: int = typer.Option(0, help="Seed of tie-breaking, the survey draw and the dev/test split."),
-    ooc: int = typer.Option(500, "--ooc", help="Out-of-corpus hold-outs (newest citing papers first)."),
-    survey: int = typer.Option(30, "--survey", help="Review-like hold-outs for the survey suite's test part."),
-    survey_dev: int = typer.Option(30, "--survey-dev", help="Further review-like hold-outs, the survey dev part."),
-    dev_share: float = typer.Option(0.5, "--dev-share", help="Share of in-corpus queries in dev."),
-    min_neighbours: int = typer.Option(5, "--min-neighbours", help="Citation neighbours of an in-corpus query."),
+    ooc: int = typer.Option(500, "--ooc", min=0, help="Out-of-corpus hold-outs (newest citing papers first)."),
+    survey: int = typer.Option(30, "--survey", min=0, help="Review-like hold-outs for the survey suite's test part."),
+    survey_dev: int = typer.Option(30, "--survey-dev", min=0, help="Further review-like hold-outs, the survey dev part."),
+    dev_share: float = typer.Option(0.5, "--dev-share", min=0.0, max=1.0, help="Share of in-corpus queries in dev."),
+    min_neighbours: int = typer.Option(5, "--min-neighbours", min=0, help="Citation neighbours of an in-corpus query."),
     as_json: bool = typer.Option(False, "--json", help="Print split.json."),
 ) -> None:
     """Hold out out-of-corpus and survey papers, choose in-corpus queries, write SPLITDIR."""
@@ -35,12 +35,6 @@ def prepare(
     from graft.errors import GraftError
 
     try:
-        for flag, value in (("--ooc", ooc), ("--survey", survey), ("--survey-dev", survey_dev),
-                            ("--min-neighbours", min_neighbours)):
-            if value < 0:
-                raise GraftError(f"{flag} must be >= 0, got {value}")
-        if not 0.0 <= dev_share <= 1.0:
-            raise GraftError(f"--dev-share must lie in [0, 1], got {dev_share}")
         config = SplitConfig(seed=seed, n_ooc=ooc, n_survey=survey, n_survey_dev=survey_dev, dev_share=dev_share,
                              incorpus_min_neighbours=min_neighbours)
         meta = prepare_split(corpus, out, config, command=_command())
@@ -72,12 +66,12 @@ def run(
                               "comma-separated suites share one loaded index."),
     index: Path | None = typer.Option(None, "--index", help="Index directory (default SPLITDIR/index)."),
     part: str = typer.Option("test", help="In-corpus queries and survey hold-outs: dev or test."),
-    limit: int | None = typer.Option(None, "--limit", help="Only the first N queries (by qid) of each suite."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N queries (by qid) of each suite."),
     force: bool = typer.Option(False, "--force", help="Recompute runs even where matching run files exist."),
     naive_index: Path | None = typer.Option(None, "--naive-index",
                                             help="Index with a model trained on naive pairs (graft-naive)."),
     base_model: str = typer.Option("smollm2-135m", "--base-model", help="Tokenizer of the coverage suite."),
-    beams: int = typer.Option(20, help="Beams per facet item (generative systems)."),
+    beams: int = typer.Option(20, min=1, help="Beams per facet item (generative systems)."),
     device: str = typer.Option("cpu", help="Device of the generative models (cpu, cuda)."),
     judge_model: str | None = typer.Option(None, "--judge-model",
                                            help="Survey suite: claim judge served by an OpenAI-compatible server "

@@ -114,19 +114,19 @@ def survey(
                                      help="local: model folder (default SmolLM2-135M-Instruct); openai: model name."),
     base_url: str | None = typer.Option(None, "--base-url", help="openai: server URL up to /v1."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable with the API key."),
-    sections: int = typer.Option(4, "--sections", help="Level-1 sections."),
-    subsections: int = typer.Option(2, "--subsections", help="Level-2 subsections per section (at most)."),
-    verify_rounds: int = typer.Option(3, "--verify-rounds", help="Evidence-and-rewrite rounds per failed citation."),
+    sections: int = typer.Option(4, "--sections", min=1, help="Level-1 sections."),
+    subsections: int = typer.Option(2, "--subsections", min=1, help="Level-2 subsections per section (at most)."),
+    verify_rounds: int = typer.Option(3, "--verify-rounds", min=1, max=10, help="Evidence-and-rewrite rounds per failed citation."),
     retriever: str = typer.Option("teacher", "--retriever", help="teacher (graph walks) or graft (trained model)."),
-    graph_seeds: int = typer.Option(20, "--graph-seeds",
+    graph_seeds: int = typer.Option(20, "--graph-seeds", min=0,
                                     help="Widen graph retrievals through the citation ties of their best N papers "
                                          "(0 = off)."),
-    text_neighbours: int = typer.Option(0, "--text-neighbours",
+    text_neighbours: int = typer.Option(0, "--text-neighbours", min=0,
                                         help="Teacher: the N papers nearest a description by title + abstract "
                                              "stand in for its citations (0 = off, the default: on cs768's dev "
                                              "hold-outs 10 lowered reference recall)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
-    concurrency: int = typer.Option(4, "--concurrency", help="Subsections written / LLM requests at once."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Subsections written / LLM requests at once."),
     device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "
                                "cuda:N, mps or auto."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),

@@ -200,9 +200,9 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
     pid = idx.paper_ids[0]
     base = ["query", str(out), "--retriever", "teacher"]
     for args, message in (
-        (["--paper", pid, "--k", "-3"], "--k must be >= 1"),
-        (["--paper", pid, "--k", "0"], "--k must be >= 1"),
-        (["--paper", pid, "--beams", "0"], "--beams must be >= 1"),
+        (["--paper", pid, "--k", "-3"], "Invalid value for '--k'"),
+        (["--paper", pid, "--k", "0"], "Invalid value for '--k'"),
+        (["--paper", pid, "--beams", "0"], "Invalid value for '--beams'"),
         (["--queries", str(out.parent / "no-such-file.txt")], "cannot read it"),
         (["--paper", pid, "--trec-out", str(out / "manifest.json" / "run.txt")], "cannot write it"),
         (["--paper", pid, "--retriever", "graft", "--device", "tpu"], "device 'tpu' is unknown"),
@@ -387,7 +387,7 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
         assert got[m] == [(h.paper_id, round(h.score, 6)) for h in want.hits]
     assert got[10] != got[0]
     res = runner.invoke(app, ["query", str(out), "--text", text, "--retriever", "teacher", "--text-neighbours", "-1"])
-    assert res.exit_code != 0 and "--text-neighbours must be >= 0" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--text-neighbours'" in res.output
     # one pass only (--feedback 0): the scorer's rows without the feedback pass
     res = runner.invoke(app, ["query", str(out), "--text", text, "--k", "10", "--json", "--retriever", "teacher",
                               "--feedback", "0"])
@@ -398,7 +398,7 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
     assert one_pass == [(h.paper_id, round(h.score, 6)) for h in scorer.query_rows(rows, query_id="query", k=10).hits]
     assert one_pass != got[10]
     res = runner.invoke(app, ["query", str(out), "--text", text, "--retriever", "teacher", "--feedback", "-1"])
-    assert res.exit_code != 0 and "feedback must be >= 0" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--feedback'" in res.output
 
 
 def test_query_references_shape_the_result_and_are_not_returned(built, encoder) -> None:
@@ -497,7 +497,7 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     np.testing.assert_allclose(half.graphs["method"].toarray(), 0.5 * sim + 0.5 * half.citation_score.toarray(),
                                atol=1e-6)
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--alpha", "1.5"])
-    assert res.exit_code == 2 and "--alpha must be in [0, 1]" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--alpha'" in res.output
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "k"), "--skip-bad", "--cache-from",
                               str(tmp_path / "i")], env={"COLUMNS": "300"})
     assert res.exit_code == 0, res.output
@@ -533,7 +533,7 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "j"), "--encoder-backend", "tensorrt"])
     assert res.exit_code == 2 and "embedding_backend 'tensorrt' is unknown" in res.output
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "j"), "--batch-size", "0"])
-    assert res.exit_code == 2 and "embedding_batch_size must be >= 1" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--batch-size'" in res.output
     import torch
 
     for device, message in [("tpu", "unknown; allowed: cpu, cuda"), ("cuda", "no CUDA GPU")]:
@@ -593,6 +593,51 @@ def test_readme_graft_commands_name_real_subcommands_and_flags() -> None:
     assert [w for w in wrong if not w[1] or w[2]] == []
     assert _unknown_flags("graft query INDEX --paper ID --nope") == (["query"], ["--nope"])
     assert _unknown_flags("graft eval run SPLIT --device cuda --top-k 3") == (["eval", "run"], ["--top-k"])
+
+
+def _commands(cmd, path=()):
+    """(subcommand path, click command) for every leaf command of the app."""
+    subs = getattr(cmd, "commands", None)
+    if subs is None:
+        yield list(path), cmd
+        return
+    for name, sub in sorted(subs.items()):
+        yield from _commands(sub, (*path, name))
+
+
+#: Numeric options that must carry a declared range (shown in --help, checked before a command runs).
+RANGED = {"--k", "--beams", "--limit", "--batch-size", "--top-k", "--alpha", "--title-weight", "--llm-concurrency",
+          "--text-neighbours", "--feedback", "--citation-weight", "--ooc", "--survey", "--survey-dev", "--dev-share",
+          "--min-neighbours", "--sections", "--subsections", "--verify-rounds", "--graph-seeds", "--concurrency",
+          "--max-edges", "--max-steps", "--per-device-batch-size", "--save-every-steps"}
+
+
+def test_numeric_options_refuse_values_outside_their_range_before_any_work(tmp_path) -> None:
+    """Every option with a declared range (`typer.Option(min=..., max=...)`, shown as e.g. [x>=1] in
+    --help) refuses a value just below its minimum and just above its maximum with exit 2, naming
+    the flag, before the command touches a file; the options in RANGED all have one."""
+    import typer
+
+    seen = set()
+    for path, cmd in _commands(typer.main.get_command(app)):
+        dummies = [w for p in cmd.params if p.required
+                   for w in ([] if p.param_type_name == "argument" else [p.opts[0]]) + [str(tmp_path / "absent")]]
+        for param in cmd.params:
+            if param.param_type_name != "option" or (param.min is None and param.max is None):
+                continue
+            flag = param.opts[0]
+            seen.add(flag)
+            step = 1 if param.bare_type() is int else 0.5
+            values = [v for v in (param.min is not None and param.min - step,
+                                  param.max is not None and param.max + step) if v is not False]
+            for value in values:
+                res = runner.invoke(app, [*path, *dummies, flag, str(value)])
+                assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.output, (path, flag, res.output)
+            for within in {v for v in (param.min, param.max) if v is not None}:  # parsed only, never run
+                with cmd.make_context(cmd.name, [*dummies, flag, str(within)]) as ctx:
+                    assert ctx.params[param.name] == within
+    assert RANGED <= seen, sorted(RANGED - seen)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_build_with_llm_extractor_caches_and_falls_back(tmp_path) -> None:

@@ -502,15 +502,9 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
     assert res.exit_code == 2 and "nope" in res.output
     res = runner.invoke(app, ["eval", "run", str(tmp_path), "--systems", "bm25"])
     assert res.exit_code == 2 and "graft eval prepare" in res.output
-    for flags, message in ((["--beams", "0"], "--beams 0 must be >= 1"), (["--device", "tpu"], "'tpu' is unknown")):
+    for flags, message in ((["--beams", "0"], "Invalid value for '--beams'"), (["--device", "tpu"], "'tpu' is unknown")):
         res = runner.invoke(app, ["eval", "run", str(out), "--systems", "bm25", *flags])
         assert res.exit_code == 2 and message in res.output, res.output
-    for flags, message in ((["--ooc", "-5"], "--ooc must be >= 0, got -5"),
-                           (["--min-neighbours", "-1"], "--min-neighbours must be >= 0"),
-                           (["--dev-share", "1.5"], "--dev-share must lie in [0, 1], got 1.5")):
-        res = runner.invoke(app, ["eval", "prepare", str(corpus), "--out", str(tmp_path / "refused"), *flags])
-        assert res.exit_code == 2 and message in res.output, res.output
-        assert not (tmp_path / "refused").exists()
     # the survey suite is a separate module, imported only when asked for
     monkeypatch.setitem(sys.modules, "eval.survey_suite", None)
     with pytest.raises(GraftError, match="survey_suite"):

@@ -329,7 +329,7 @@ def test_cli_train_command(index80, tmp_path) -> None:
         counts[n] = out["coverage"]["coverage"]["pairs"]
     assert counts["2"] < counts["20"]
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--dry-run", "--max-edges", "0"])
-    assert res.exit_code == 2 and "max_edges_per_source" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--max-edges'" in res.output
     res = runner.invoke(app, ["train", str(tmp_path / "nowhere"), "--base-model", "tiny"])
     assert res.exit_code == 2 and "graft build" in res.output
     res = runner.invoke(app, ["train", str(index80), "--base-model", str(tmp_path)])
