@@ -612,6 +612,16 @@ RANGED = {"--k", "--beams", "--limit", "--batch-size", "--top-k", "--alpha", "--
           "--max-edges", "--max-steps", "--per-device-batch-size", "--save-every-steps"}
 
 
+def _declared_range(param) -> tuple:
+    """(min, max) of an option's declared range: on the parameter in Typer's own core, on its click
+    IntRange / FloatRange type where Typer builds on click."""
+    kind = getattr(param, "type", None)
+    low, high = getattr(kind, "min", None), getattr(kind, "max", None)
+    if low is None and high is None:
+        low, high = getattr(param, "min", None), getattr(param, "max", None)
+    return low, high
+
+
 def test_numeric_options_refuse_values_outside_their_range_before_any_work(tmp_path) -> None:
     """Every option with a declared range (`typer.Option(min=..., max=...)`, shown as e.g. [x>=1] in
     --help) refuses a value just below its minimum and just above its maximum with exit 2, naming
@@ -623,17 +633,17 @@ def test_numeric_options_refuse_values_outside_their_range_before_any_work(tmp_p
         dummies = [w for p in cmd.params if p.required
                    for w in ([] if p.param_type_name == "argument" else [p.opts[0]]) + [str(tmp_path / "absent")]]
         for param in cmd.params:
-            if param.param_type_name != "option" or (param.min is None and param.max is None):
+            low, high = _declared_range(param)
+            if param.param_type_name != "option" or (low is None and high is None):
                 continue
             flag = param.opts[0]
             seen.add(flag)
-            step = 1 if param.bare_type() is int else 0.5
-            values = [v for v in (param.min is not None and param.min - step,
-                                  param.max is not None and param.max + step) if v is not False]
+            step = 1 if isinstance(low if low is not None else high, int) else 0.5  # float options: float bounds
+            values = [v for v in (low is not None and low - step, high is not None and high + step) if v is not False]
             for value in values:
                 res = runner.invoke(app, [*path, *dummies, flag, str(value)])
                 assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.output, (path, flag, res.output)
-            for within in {v for v in (param.min, param.max) if v is not None}:  # parsed only, never run
+            for within in {v for v in (low, high) if v is not None}:  # parsed only, never run
                 with cmd.make_context(cmd.name, [*dummies, flag, str(within)]) as ctx:
                     assert ctx.params[param.name] == within
     assert RANGED <= seen, sorted(RANGED - seen)
