@@ -336,7 +336,7 @@ def _install_wheels(wheels: list[Path], site: Path) -> str:
         return "polars, marisa-trie and gguf import already: wheels not installed"
     if not wheels:
         raise SystemExit(f"{', '.join(missing)} missing and no wheels staged; run prepare without --skip-wheels")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",
                     "--target", str(site), *map(str, wheels)], check=True)
     sys.path.insert(0, str(site))
     importlib.invalidate_caches()
