@@ -422,6 +422,7 @@ CARRIED = ("polars", "marisa_trie", "gguf")
 for name in CARRIED:  # None in sys.modules: `import` fails and importlib.util.find_spec says absent
     sys.modules[name] = None
 import eval.benchmarks.gpu_eval as gpu_eval
+assert set(CARRIED) == set(gpu_eval.CARRIED_MODULES), gpu_eval.CARRIED_MODULES
 
 def install_wheels(wheels, site):
     for name in CARRIED:

@@ -71,6 +71,8 @@ SPLIT_FILES = ("split.json", "incorpus/queries.jsonl", "incorpus/qrels.txt", "oo
                "ooc/facets.jsonl", "runs/incorpus.obvious.json", "runs/ooc.obvious.json")
 #: Wheels the device image lacks (versions pinned to this environment's).
 WHEELS = ("polars", "polars-runtime-32", "marisa-trie", "gguf")
+#: The modules those wheels provide: nothing the run imports before installing them may need one.
+CARRIED_MODULES = ("polars", "marisa_trie", "gguf")
 GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-walk", "graft-naive", "graft-cite", "graft-text")
 #: Largest file the device machine returns is 16 MiB; the results bundle stays under this.
 BUNDLE_LIMIT = 15 * 2**20
@@ -331,7 +333,7 @@ def _install_wheels(wheels: list[Path], site: Path) -> str:
         SystemExit: packages missing and no wheels staged.
         subprocess.CalledProcessError: pip failed.
     """
-    missing = [m for m in ("polars", "marisa_trie", "gguf") if importlib.util.find_spec(m) is None]
+    missing = [m for m in CARRIED_MODULES if importlib.util.find_spec(m) is None]
     if not missing:
         return "polars, marisa-trie and gguf import already: wheels not installed"
     if not wheels:
