@@ -87,16 +87,17 @@ def build(
     embedding_model: str | None = typer.Option(None, help="Local sentence-transformers model folder."),
     device: str = typer.Option("cpu", help="Where the sentence encoder runs: cpu, cuda, cuda:N, mps, or auto "
                                "(a GPU if torch sees one)."),
-    batch_size: int | None = typer.Option(None, min=1, help="Texts per sentence-encoder batch (default 16 on the CPU, "
-                                          "128 on a GPU)."),
+    batch_size: int | None = typer.Option(None, min=1, help="Texts per sentence-encoder batch (default 16 on the "
+                                          "CPU, 128 on a GPU)."),
     encoder_backend: str = typer.Option("auto", help="What runs the sentence encoder: auto (ONNX Runtime on the "
                                         "CPU: the same vectors, the cs768 build in 0.63x the time; torch on a GPU), "
                                         "torch, or onnx."),
     top_k: int = typer.Option(20, min=1, help="Out-edges kept per paper and facet."),
-    alpha: float = typer.Option(0.75, min=0.0, max=1.0, help="Share of facet similarity in an edge's weight; the citation "
-                                "score (coupling + co-citation) gets 1 - alpha."),
-    title_weight: float = typer.Option(0.7, min=0.0, help="Weight of the paper's title vector added to each facet "
-                                       "item's vector (0: items embedded alone)."),
+    alpha: float = typer.Option(0.75, min=0.0, max=1.0,
+                                help="Share of facet similarity in an edge's weight; the citation score "
+                                     "(coupling + co-citation) gets 1 - alpha."),
+    title_weight: float = typer.Option(0.7, min=0.0, help="Weight of the paper's title vector added to each "
+                                       "facet item's vector (0: items embedded alone)."),
     paper_embeddings: bool = typer.Option(True, "--paper-embeddings/--no-paper-embeddings",
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
                                                "text coupling for queries without references, the dense "

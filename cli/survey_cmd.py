@@ -116,7 +116,8 @@ def survey(
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable with the API key."),
     sections: int = typer.Option(4, "--sections", min=1, help="Level-1 sections."),
     subsections: int = typer.Option(2, "--subsections", min=1, help="Level-2 subsections per section (at most)."),
-    verify_rounds: int = typer.Option(3, "--verify-rounds", min=1, max=10, help="Evidence-and-rewrite rounds per failed citation."),
+    verify_rounds: int = typer.Option(3, "--verify-rounds", min=1, max=10,
+                                      help="Evidence-and-rewrite rounds per failed citation."),
     retriever: str = typer.Option("teacher", "--retriever", help="teacher (graph walks) or graft (trained model)."),
     graph_seeds: int = typer.Option(20, "--graph-seeds", min=0,
                                     help="Widen graph retrievals through the citation ties of their best N papers "

@@ -41,11 +41,12 @@ def train(
                                    help="smollm2-135m (default, offline), tiny (random, for tests) or a local "
                                         "Hugging Face folder such as Llama-3.2-1B-Instruct."),
     sampling: str = typer.Option("coverage", help="Distillation pairs: coverage (GRAFT) or naive."),
-    max_edges: int = typer.Option(10, "--max-edges", min=1, help="Coverage-aware pairs: out-edges sampled per source "
-                                  "paper and facet (N; GRAFT: 10; K = 20 takes every edge)."),
+    max_edges: int = typer.Option(10, "--max-edges", min=1, help="Coverage-aware pairs: out-edges sampled per "
+                                  "source paper and facet (N; GRAFT: 10; K = 20 takes every edge)."),
     epochs: float = typer.Option(2.0, help="Passes over the pairs."),
     max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Optimizer steps (overrides --epochs)."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Effective batch (per device x accumulation x GPUs)."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1,
+                                   help="Effective batch (per device x accumulation x GPUs)."),
     per_device_batch_size: int | None = typer.Option(
         None, "--per-device-batch-size", min=1, help="Micro-batch per device; the rest is gradient accumulation."),
     lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear warm-up and decay)."),

@@ -37,4 +37,9 @@ rm -rf "$work" && mkdir -p "$work/g"
 cp "$stage"/a/* "$stage"/b/* "$work/g/"
 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 "$venv/bin/python" eval/benchmarks/gpu_eval.py run --smoke --quiet \
     --stage "$work/g,$stage/c" --site "$work/site" --work "$work/work" --out "$work/out"
-"$venv/bin/python" -c "import json, sys; e = json.load(open(sys.argv[1]))['error']; print('rehearsal:', 'failed' if e else 'passed'); sys.exit(1 if e else 0)" "$work/out/gpu_eval.json"
+"$venv/bin/python" - "$work/out/gpu_eval.json" <<'EOF'
+import json, sys
+error = json.load(open(sys.argv[1]))["error"]
+print("rehearsal:", "failed" if error else "passed")
+sys.exit(1 if error else 0)
+EOF
