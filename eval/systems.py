@@ -392,7 +392,8 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
     from graft.teacher import GraphTeacher, TeacherConfig
 
     idx = ctx.index
-    teacher = idx.teacher(TeacherConfig(citation_weight=citation_weight)) if graphs is None else GraphTeacher(graphs)
+    teacher = (idx.teacher(TeacherConfig(citation_weight=citation_weight)) if graphs is None
+               else GraphTeacher(graphs, ids=idx.paper_ids))
     out = SystemRun(credits={})
     for q in queries:
         if q.in_corpus:

@@ -142,8 +142,8 @@ class CandidateFusion:
 
         def fuse() -> list[Any]:
             if fusion == "rrf":
-                return rrf(runs, k=rrf_k, weights={CITATION: citation_weight, TEXT: text_weight})
-            out = graph_rrf(runs, weights, k=rrf_k)
+                return rrf(runs, k=rrf_k, weights={CITATION: citation_weight, TEXT: text_weight}, tie=ids.__getitem__)
+            out = graph_rrf(runs, weights, k=rrf_k, tie=ids.__getitem__)
             info["dropped"] = len(out.dropped)
             info["dropped_ids"] = sorted(ids[d] for d in out.dropped)
             return out.fused

@@ -4,8 +4,9 @@ channel's run (`cited_with`) and the text channel's (`text_run`)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -58,7 +59,7 @@ class Fused:
 
 
 def rrf(runs: Mapping[str, Sequence[Hashable]], k: int = RRF_K,
-        weights: Mapping[str, float] | None = None) -> list[Fused]:
+        weights: Mapping[str, float] | None = None, tie: Callable[[Hashable], Any] = str) -> list[Fused]:
     """Reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009).
 
     score(d) = sum over runs r containing d of m_r / (k + rank_r(d)), ranks starting at 1, m_r = 1
@@ -69,8 +70,10 @@ def rrf(runs: Mapping[str, Sequence[Hashable]], k: int = RRF_K,
         k: the RRF constant (60 in the paper). It flattens the contribution of top ranks; it is not
             the number of documents kept.
         weights: run name -> m_r >= 0 (missing: 1).
+        tie: a document's key among equal scores (default `str(doc)`; the retrievers, which fuse
+            corpus rows, pass the row's paper id, so ties fall as in their TREC run files).
     Returns:
-        Fused documents sorted by (-score, doc) so the order is deterministic; `terms` says which
+        Fused documents sorted by (-score, tie(doc)) so the order is deterministic; `terms` says which
         runs contributed and how much.
     """
     if k < 0:
@@ -88,7 +91,7 @@ def rrf(runs: Mapping[str, Sequence[Hashable]], k: int = RRF_K,
             entry = fused.setdefault(doc, Fused(doc, 0.0))
             entry.score += term
             entry.terms[name] = entry.terms.get(name, 0.0) + term
-    return sorted(fused.values(), key=lambda f: (-f.score, str(f.doc)))
+    return sorted(fused.values(), key=lambda f: (-f.score, tie(f.doc)))
 
 
 @dataclass
@@ -103,6 +106,7 @@ def graph_rrf(
     runs: Mapping[str, Sequence[Hashable]],
     support: Mapping[str, Mapping[Hashable, float]],
     k: int = RRF_K,
+    tie: Callable[[Hashable], Any] = str,
 ) -> GraphFused:
     """Graph-weighted reciprocal rank fusion (GRAFT), after RRF (Cormack, Clarke and Buettcher, SIGIR 2009).
 
@@ -115,8 +119,9 @@ def graph_rrf(
         support: facet -> candidate -> edge weight w_f(q, c) >= 0; missing means no edge.
         k: the RRF constant (60 in the paper). It flattens the contribution of top ranks; it is not
             the number of candidates kept.
+        tie: a candidate's key among equal scores (as in `rrf`).
     Returns:
-        `GraphFused`: kept candidates sorted by (-score, str(doc)), each with `terms` = the facets
+        `GraphFused`: kept candidates sorted by (-score, tie(doc)), each with `terms` = the facets
         whose term is non-zero and that term's value (the attribution); and the dropped candidates.
     Raises:
         ValueError: k < 0 or a negative weight.
@@ -139,7 +144,7 @@ def graph_rrf(
             entry.score += term
             entry.terms[name] = entry.terms.get(name, 0.0) + term
     dropped = sorted(seen - set(fused), key=str)
-    return GraphFused(sorted(fused.values(), key=lambda f: (-f.score, str(f.doc))), dropped)
+    return GraphFused(sorted(fused.values(), key=lambda f: (-f.score, tie(f.doc))), dropped)
 
 
 def support_rows(support: dict[str, dict[int, float]], n: int) -> dict[str, sp.csr_matrix]:

@@ -196,7 +196,7 @@ class Index:
         config = config or TeacherConfig()
         if config not in self._teachers:
             links = self.citation_links if config.citation_weight > 0 else None
-            self._teachers[config] = GraphTeacher(self.graphs, config, links)
+            self._teachers[config] = GraphTeacher(self.graphs, config, links, ids=self.paper_ids)
         return self._teachers[config]
 
     def _hits(self, fused: list[tuple[int, float, dict[str, float]]], per_facet: dict) -> list[Hit]:

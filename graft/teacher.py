@@ -13,7 +13,9 @@ distillation teacher, the `teacher` system of the evaluation) has W = 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -65,13 +67,16 @@ class GraphTeacher:
         graphs: facet -> n x n top-K edge weights.
         config: walk and fusion settings.
         links: n x n symmetric 0/1 citation links, needed by the citation channel (config W > 0).
+        ids: the paper id of each row; equal scores, in a facet's list and in the fusion, are then
+            ordered by paper id, as in TREC run files (without it, by row, and the fusion by `str(row)`).
     Raises:
-        ValueError: W > 0 without `links`, or W < 0.
+        ValueError: W > 0 without `links`, W < 0, or `ids` not one per row.
     """
 
     def __init__(self, graphs: dict[str, sp.csr_matrix], config: TeacherConfig | None = None,
-                 links: sp.csr_matrix | None = None) -> None:
+                 links: sp.csr_matrix | None = None, ids: Sequence[str] | None = None) -> None:
         self.config = config or TeacherConfig()
+        self.tie: Callable[[Hashable], Any] = str
         if self.config.citation_weight < 0:
             raise ValueError(f"citation_weight must be >= 0, got {self.config.citation_weight}")
         if self.config.citation_weight > 0 and links is None:
@@ -82,6 +87,14 @@ class GraphTeacher:
             else {f: sp.csr_matrix(g, dtype=np.float32) for f, g in graphs.items()}
         )
         self.n = next(iter(self.walk.values())).shape[0] if self.walk else 0
+        # Among equal scores, rows fall by paper id (by row without ids), in each facet's list and in
+        # the fusion, as in a TREC run file.
+        self.tie_rank = np.arange(self.n, dtype=np.int64)
+        if ids is not None:
+            if len(ids) != self.n:
+                raise ValueError(f"ids: {len(ids)} paper ids for {self.n} rows")
+            self.tie_rank[np.argsort(np.asarray(ids, dtype=object), kind="stable")] = np.arange(self.n)
+            self.tie = self.tie_rank.__getitem__
 
     def node_rows(self, node: int) -> dict[str, sp.csr_matrix]:
         """The walk rows of a corpus paper (its edges in each facet)."""
@@ -99,7 +112,7 @@ class GraphTeacher:
         for node in exclude:
             score[node] = 0.0
         cand = np.flatnonzero(score > 0)
-        order = np.lexsort((cand, -score[cand]))[: self.config.depth]
+        order = np.lexsort((self.tie_rank[cand], -score[cand]))[: self.config.depth]
         cand = cand[order]
         # Strongest two-hop path per candidate, for provenance.
         nbrs = row.indices
@@ -127,12 +140,12 @@ class GraphTeacher:
         exclude = exclude or set()
         lists = {f: self.facet_list(f, rows[f], exclude) for f in FACETS if f in rows}
         runs = {f: [c.node for c in cands] for f, cands in lists.items()}
-        fused = rrf(runs, k=self.config.rrf_k)
+        fused = rrf(runs, k=self.config.rrf_k, tie=self.tie)
         if self.config.citation_weight > 0:
             order = [int(x.doc) for x in fused]
             lists[CITATION] = self.citation_list(order, exclude)
             runs[CITATION] = [c.node for c in lists[CITATION]]
-            fused = rrf(runs, k=self.config.rrf_k, weights={CITATION: self.config.citation_weight})
+            fused = rrf(runs, k=self.config.rrf_k, weights={CITATION: self.config.citation_weight}, tie=self.tie)
         per_facet = {f: {c.node: c for c in cands} for f, cands in lists.items()}
         return [(int(x.doc), x.score, dict(x.terms)) for x in fused[:k]], per_facet
 

@@ -68,3 +68,31 @@ def test_citation_channel_joins_the_fusion_with_its_own_evidence() -> None:
     assert set(per_facet["citation"]) == {4}
     with pytest.raises(ValueError):
         GraphTeacher(graphs, TeacherConfig(citation_weight=1.0))  # no links
+
+
+
+def test_equal_scores_fall_by_paper_id_as_in_the_trec_run_and_the_cut_keeps_the_first() -> None:
+    """Candidates with equal scores are ordered by paper id when the teacher knows the ids (as
+    `Index.teacher` builds it), in a facet's list and in the fusion, so the ranking, its top-k cut
+    and its TREC lines agree; by `str(row)`, row 10 would come before row 2."""
+    from graft.results import trec_lines
+
+    ids = [f"p{i:02d}" for i in range(12)]
+    ids[2], ids[10] = "a-first", "z-last"
+    one_each = {"method": graph(12, {(0, 2): 0.5}), "problem": graph(12, {(0, 10): 0.5})}
+    t = GraphTeacher(one_each, TeacherConfig(), ids=ids)
+    fused, _ = t.retrieve(t.node_rows(0), exclude={0}, k=2)
+    assert fused[0][1] == fused[1][1]  # each first in its facet's list
+    assert [n for n, _, _ in fused] == [2, 10]
+    assert [n for n, _, _ in t.retrieve(t.node_rows(0), exclude={0}, k=1)[0]] == [2]
+    lines = trec_lines("p00", [(ids[n], s) for n, s, _ in fused], "teacher")
+    assert [line.split()[2] for line in lines] == ["a-first", "z-last"]
+    by_row = GraphTeacher(one_each, TeacherConfig())
+    assert [n for n, _, _ in by_row.retrieve(by_row.node_rows(0), exclude={0}, k=2)[0]] == [10, 2]
+
+    both = graph(12, {(0, 2): 0.5, (0, 10): 0.5})
+    ids[2], ids[10] = "z-last", "a-first"
+    assert [c.node for c in GraphTeacher({"method": both}, ids=ids).facet_list("method", both[0], {0})] == [10, 2]
+    assert [c.node for c in GraphTeacher({"method": both}).facet_list("method", both[0], {0})] == [2, 10]
+    with pytest.raises(ValueError, match="11 paper ids for 12 rows"):
+        GraphTeacher({"method": both}, ids=ids[:11])
