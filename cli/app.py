@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+from collections.abc import Container
 from pathlib import Path
 
 import typer
@@ -186,16 +187,19 @@ def print_matches(result, out: Console = console) -> None:
             out.print(f"     {facet} {m.cosine:.2f}: “{m.query}” ↔ “{m.hit}”", highlight=False)
 
 
-def _read_queries(path: Path) -> list[dict]:
+def _read_queries(path: Path, known: Container[str]) -> list[dict]:
     """`--queries` lines: a paper id, or a JSON record (an in-corpus `id`, or title + abstract). A
-    record without an id is named `query-N` after its line, so that each has its own run-file qid."""
-    from graphbuild.related import names_a_query
+    record without an id is named `query-N` after its line, so that each has its own run-file qid;
+    a corpus id outside `known` or an id on two lines is refused with its line."""
+    from graphbuild.external import record_problem
+    from graphbuild.related import is_outside
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise GraftError(f"--queries {path}: cannot read it ({exc})") from None
-    out = []
+    out: list[dict] = []
+    first: dict[str, int] = {}
     for n, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -205,12 +209,24 @@ def _read_queries(path: Path) -> list[dict]:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise GraftError(f"{path} line {n}: not valid JSON ({exc}); give a paper id or a JSON record") from None
-            if not names_a_query(rec):
-                raise GraftError(f"{path} line {n}: a JSON record needs the 'id' of a corpus paper, or a paper's "
-                                 "'title' and/or 'abstract'")
-            out.append(rec if rec.get("id") is not None else {**rec, "id": f"query-{n}"})
         else:
-            out.append({"id": line})
+            rec = {"id": line}
+        problem = record_problem(rec)
+        if problem is not None:
+            raise GraftError(f"{path} line {n}: {problem}")
+        if rec.get("id") is None:
+            rec = {**rec, "id": f"query-{n}"}
+        qid = str(rec["id"])
+        if not is_outside(rec) and qid not in known:
+            raise GraftError(f"{path} line {n}: paper {qid!r} is not in the index; a paper outside the corpus is "
+                             "given as a JSON record with its title and abstract")
+        if qid in first:
+            raise GraftError(f"{path} line {n}: query id {qid!r} is also on line {first[qid]}; each query needs "
+                             "its own id (its qid in the TREC run file)")
+        first[qid] = n
+        out.append(rec)
+    if not out:
+        raise GraftError(f"--queries {path}: no queries in it (one paper id or JSON record a line)")
     return out
 
 
@@ -284,7 +300,7 @@ def query(
                                 explain=explain)
 
         if queries is not None:
-            recs = _read_queries(queries)
+            recs = _read_queries(queries, idx.row_of)
         elif paper is not None:
             recs = [{"id": paper}]
         else:

@@ -19,9 +19,11 @@ Qrels = dict[str, set[str]]  # qid -> relevant docids
 
 
 def format_run(run: Mapping[str, Sequence[tuple[str, float]]], tag: str) -> list[str]:
-    """TREC run lines of a run, queries in sorted order, ties broken by docid."""
-    if not tag or any(c.isspace() for c in tag):
-        raise InputValidationError(f"run tag {tag!r} must be a non-empty word without spaces")
+    """TREC run lines of a run, queries in sorted order, ties broken by docid.
+
+    Raises:
+        InputValidationError: a qid, docid or tag that is not one word, or a docid twice in a query.
+    """
     return [line for qid in sorted(run) for line in trec_lines(qid, run[qid], tag)]
 
 
@@ -33,24 +35,29 @@ def write_run(path: str | Path, run: Mapping[str, Sequence[tuple[str, float]]], 
 
 
 def _parsed_lines(path: str | Path, kind: str, form: str, n_fields: int,
-                  parse: Callable[[list[str]], tuple]) -> Iterator[tuple]:
-    """`parse(fields)` of every non-blank line of a TREC `kind` file with `n_fields` fields.
+                  parse: Callable[[list[str]], tuple]) -> Iterator[tuple[int, tuple]]:
+    """(line number, `parse(fields)`) of every non-blank line of a TREC `kind` file with `n_fields`
+    fields (UTF-8; a leading byte-order mark is allowed).
 
     Raises:
-        InputValidationError: a missing file, or a line with another field count or that `parse`
-            rejects (ValueError), named by file and line number.
+        InputValidationError: a missing or unreadable file, or a line with another field count or
+            that `parse` rejects (ValueError), named by file and line number.
     """
     path = Path(path)
     if not path.is_file():
         raise InputValidationError(f"{kind} file not found: {path}")
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputValidationError(f"{kind} file {path}: cannot read it as UTF-8 text ({exc})") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split()
         try:
             if len(parts) != n_fields:
                 raise ValueError
-            yield parse(parts)
+            yield lineno, parse(parts)
         except ValueError:
             raise InputValidationError(f"{path.name} line {lineno}: not a TREC {kind} line ({form!r}): {line!r}") from None
 
@@ -59,11 +66,18 @@ def read_run(path: str | Path) -> Run:
     """Read a TREC run file.
 
     Raises:
-        InputValidationError: a line without the six fields or with a non-numeric score.
+        InputValidationError: a line without the six fields or with a non-numeric score, or a
+            document listed twice for one query (it would fill two places of the ranking).
     """
     out: dict[str, list[tuple[str, float]]] = {}
-    for qid, docid, score in _parsed_lines(path, "run", "qid Q0 docid rank score tag", 6,
-                                           lambda p: (p[0], p[2], float(p[4]))):
+    seen: dict[tuple[str, str], int] = {}
+    for lineno, (qid, docid, score) in _parsed_lines(path, "run", "qid Q0 docid rank score tag", 6,
+                                                     lambda p: (p[0], p[2], float(p[4]))):
+        if (qid, docid) in seen:
+            raise InputValidationError(f"{Path(path).name} line {lineno}: document {docid!r} is listed again for "
+                                       f"query {qid!r} (first at line {seen[qid, docid]}); a run ranks each "
+                                       "document once per query")
+        seen[qid, docid] = lineno
         out.setdefault(qid, []).append((docid, score))
     for docs in out.values():
         docs.sort(key=lambda x: (-x[1], x[0]))
@@ -77,7 +91,8 @@ def read_qrels(path: str | Path) -> Qrels:
         InputValidationError: a line without the four fields or with a non-integer relevance.
     """
     out: Qrels = {}
-    for qid, docid, rel in _parsed_lines(path, "qrels", "qid 0 docid rel", 4, lambda p: (p[0], p[2], int(p[3]))):
+    for _, (qid, docid, rel) in _parsed_lines(path, "qrels", "qid 0 docid rel", 4,
+                                              lambda p: (p[0], p[2], int(p[3]))):
         if rel > 0:
             out.setdefault(qid, set()).add(docid)
     return out

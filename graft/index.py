@@ -173,10 +173,7 @@ class Index:
         except KeyError:
             close = [p for p in self.paper_ids if p.startswith(paper_id[:4])][:5]
             hint = f"; similar ids: {', '.join(close)}" if close else ""
-            raise GraftError(
-                f"paper '{paper_id}' is not in index '{self.path}' ({self.n} papers){hint}; "
-                f"for a paper outside the corpus use --text or --record"
-            ) from None
+            raise GraftError(f"paper '{paper_id}' is not in index '{self.path}' ({self.n} papers){hint}") from None
 
     def paper_facets(self, paper_id: str) -> dict[str, list[str]]:
         """The facet items of one corpus paper."""
@@ -251,6 +248,7 @@ class Index:
         device: str = "cpu",
         citation_weight: float = CITATION_WEIGHT,
         neighbours: dict[str, float] | None = None,
+        exclude: set[str] | None = None,
     ) -> QueryResult:
         """Facet-attributed related papers of a corpus paper (`paper`) or of a paper outside the
         corpus given by its facet items (`facets`).
@@ -265,15 +263,20 @@ class Index:
             neighbours: with `facets` (graft): the paper's nearest corpus papers by title +
                 abstract (paper id -> cosine; `graphbuild.external.text_coupling_row`), the text
                 channel (`graft.fusion.TEXT`); None = none.
+            exclude: with `facets` (graft): corpus paper ids never returned (a corpus paper posed
+                by its text).
         Raises:
-            GraftError: bad combination of arguments, unknown paper, or no trained model for graft.
+            GraftError: bad combination of arguments, k < 1, unknown paper, or no trained model for graft.
         """
         from graft.fusion import FUSIONS
 
         if (paper is None) == (facets is None):
             raise GraftError("give exactly one of paper= (a corpus paper id) or facets= (a paper outside the corpus)")
-        if neighbours and paper is not None:
-            raise GraftError("neighbours= (the text channel) goes with facets= (a paper outside the corpus)")
+        if (neighbours or exclude) and paper is not None:
+            raise GraftError("neighbours= (the text channel) and exclude= go with facets= (a paper outside the "
+                             "corpus)")
+        if k < 1:
+            raise GraftError(f"k = {k}: ask for at least 1 result")
         retriever = retriever or ("graft" if has_model(self.path) else "teacher")
         if retriever not in RETRIEVERS:
             raise GraftError(f"unknown retriever {retriever!r}; use one of {', '.join(RETRIEVERS)}")
@@ -292,7 +295,7 @@ class Index:
         if paper is not None:
             return gen.query_paper(paper, k=k, beams=beams, fusion=fusion, citation_weight=citation_weight)
         return gen.query_items(facets, k=k, beams=beams, fusion=fusion, query_id=query_id,
-                               citation_weight=citation_weight, neighbours=neighbours)
+                               citation_weight=citation_weight, neighbours=neighbours, exclude=exclude)
 
     def query_paper(self, paper_id: str, *, k: int = 20, config: TeacherConfig | None = None) -> QueryResult:
         """Related papers of a corpus paper by the graph teacher (facet-attributed)."""

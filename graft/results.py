@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graft.errors import InputValidationError
+
 
 @dataclass
 class ItemMatch:
@@ -99,8 +101,30 @@ class QueryResult:
         return trec_lines(self.query_id, [(h.paper_id, h.score) for h in self.hits], tag or self.retriever)
 
 
+def is_one_word(text: str) -> bool:
+    """A non-empty string without whitespace or control characters: a field of a TREC line."""
+    return bool(text) and all(c.isprintable() and not c.isspace() for c in text)
+
+
 def trec_lines(query_id: str, ranked: Sequence[tuple[str, float]], tag: str) -> list[str]:
     """TREC run lines `{qid} Q0 {docid} {rank} {score:.6f} {tag}` of one query's (docid, score)
-    pairs, ranked by score with ties broken by docid, so a ranking always serialises the same way."""
+    pairs, ranked by score with ties broken by docid, so a ranking always serialises the same way.
+
+    Raises:
+        InputValidationError: a qid, docid or tag that is not one word (the fields are separated by
+            whitespace), or a docid listed twice for the query.
+    """
+    for name, value in (("query id", query_id), ("run tag", tag)):
+        if not is_one_word(str(value)):
+            raise InputValidationError(f"{name} {value!r} cannot be written to a TREC run file: "
+                                       "it must be one word, without spaces")
     order = sorted(ranked, key=lambda x: (-x[1], x[0]))
+    seen: set[str] = set()
+    for d, _ in order:
+        if not is_one_word(str(d)):
+            raise InputValidationError(f"paper id {d!r} (query {query_id}) cannot be written to a TREC run "
+                                       "file: it must be one word, without spaces")
+        if d in seen:
+            raise InputValidationError(f"paper {d!r} is ranked twice for query {query_id}")
+        seen.add(d)
     return [f"{query_id} Q0 {d} {r} {s:.6f} {tag}" for r, (d, s) in enumerate(order, 1)]

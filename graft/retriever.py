@@ -117,17 +117,17 @@ class GenerativeRetriever(CandidateFusion):
     def query_items(self, facets: dict[str, list[str]], k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
                     *, query_id: str = "query", rrf_k: int = RRF_K,
                     citation_weight: float = CITATION_WEIGHT, neighbours: dict[str, float] | None = None,
-                    text_weight: float = TEXT_WEIGHT) -> QueryResult:
+                    text_weight: float = TEXT_WEIGHT, exclude: set[str] | None = None) -> QueryResult:
         """Related papers of a paper outside the corpus, given its facet items.
 
         Support is estimated by mutual corroboration among the retrieved candidates (module
         docstring). `neighbours` (paper id -> cosine): the query's nearest papers by title +
-        abstract, for the text channel at W_t = `text_weight` (`CandidateFusion.fuse_items`). Args
-        and Returns otherwise as `query_paper`.
+        abstract, for the text channel at W_t = `text_weight` (`CandidateFusion.fuse_items`).
+        `exclude`: paper ids never returned. Args and Returns otherwise as `query_paper`.
         """
-        lists = self.facet_lists([(facets, set())], beams)[0]
+        lists = self.facet_lists([(facets, set(exclude or ()))], beams)[0]
         return self.fuse_items(query_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight,
-                               neighbours=neighbours, text_weight=text_weight)
+                               neighbours=neighbours, text_weight=text_weight, exclude=exclude)
 
     def facet_lists(self, queries: list[tuple[dict[str, list[str]], set[str]]], beams: int, *,
                     batch_size: int = 64) -> list[dict[str, dict[str, float]]]:

@@ -17,7 +17,7 @@ from graft.errors import IndexFormatError, InputValidationError
 from graft.facets import FACETS, FacetItems
 from graft.fusion import CITATION_WEIGHT
 from graft.index import Index
-from graft.results import QueryResult
+from graft.results import QueryResult, is_one_word
 from graft.teacher import TeacherConfig
 from graphbuild.citations import coupling_row_log, external_citation_row
 from graphbuild.embeddings import embed_items
@@ -97,18 +97,46 @@ def record_from_text(text: str) -> dict[str, Any]:
     return {"id": "query", "title": title, "abstract": abstract}
 
 
+def record_problem(record: Any) -> str | None:
+    """Why `record` is not a query `graft query` can answer, or None when it is one.
+
+    A query is a JSON object with the `id` of a corpus paper, or a paper's `title` and/or `abstract`
+    (strings), optionally with `references` (a list of paper ids) and an `id`. An id is one word: it
+    names the query in TREC run files, whose fields are separated by whitespace.
+    """
+    if not isinstance(record, dict):
+        return f"a query must be a JSON object, got {type(record).__name__}"
+    pid = record.get("id")
+    if pid is not None:
+        if isinstance(pid, bool) or not isinstance(pid, str | int):
+            return f"'id' must be a string, got {type(pid).__name__} {pid!r:.40}"
+        if not is_one_word(str(pid)):
+            return f"'id' {str(pid)!r:.60} must be one word, without spaces (a query's id in TREC run files)"
+    for name in ("title", "abstract"):
+        if record.get(name) is not None and not isinstance(record[name], str):
+            return f"'{name}' must be a string, got {type(record[name]).__name__} {record[name]!r:.40}"
+    refs = record.get("references")
+    if refs is not None and (not isinstance(refs, list) or not all(isinstance(r, str) for r in refs)):
+        return f"'references' must be a list of paper ids (strings), got {refs!r:.60}"
+    if pid is None and not (record.get("title") or record.get("abstract")):
+        return "give the 'id' of a corpus paper, or a paper's 'title' and/or 'abstract'"
+    return None
+
+
 def read_record(path: str | Path) -> dict[str, Any]:
-    """A query paper as a JSON object with `title` and `abstract` (optional id, references, full_text)."""
+    """A query paper as a JSON object with `title` and/or `abstract` (optional id, references,
+    full_text); a leading byte-order mark is allowed."""
     path = Path(path)
     try:
-        rec = json.loads(path.read_text(encoding="utf-8"))
+        rec = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError) as exc:
         raise InputValidationError(f"{path}: cannot read a JSON record ({exc})") from exc
-    if not isinstance(rec, dict) or not (rec.get("title") or rec.get("abstract")):
-        raise InputValidationError(
-            f"{path}: a query record must be a JSON object with 'title' and/or 'abstract' "
-            "(optional: id, references, full_text)"
-        )
+    problem = record_problem(rec)
+    if problem is None and not (rec.get("title") or rec.get("abstract")):
+        problem = "a query record needs 'title' and/or 'abstract'"
+    if problem is not None:
+        raise InputValidationError(f"{path}: {problem} (a JSON object with 'title' and/or 'abstract'; "
+                                   "optional: id, references, full_text)")
     return rec
 
 

@@ -24,16 +24,10 @@ from typing import Any
 import numpy as np
 
 from graft.errors import GraftError
-from graft.fusion import CITATION_WEIGHT
+from graft.fusion import CITATION_WEIGHT, FUSIONS
 from graft.index import RETRIEVERS, Index, has_model
 from graft.results import QueryResult
-from graphbuild.external import FEEDBACK, RECORD_CHUNK, TEXT_NEIGHBOURS
-
-
-def names_a_query(record: Any) -> bool:
-    """True for what `graft query` can answer: a JSON object with the id of a corpus paper, or with a
-    paper's title and/or abstract."""
-    return isinstance(record, dict) and (record.get("id") is not None or bool(record.get("title") or record.get("abstract")))
+from graphbuild.external import FEEDBACK, RECORD_CHUNK, TEXT_NEIGHBOURS, record_problem
 
 
 def is_outside(record: dict[str, Any]) -> bool:
@@ -73,6 +67,8 @@ class RelatedPapers:
         self.retriever = retriever or ("graft" if has_model(index.path) else "teacher")
         if self.retriever not in RETRIEVERS:
             raise GraftError(f"unknown retriever {self.retriever!r}; use one of {', '.join(RETRIEVERS)}")
+        if fusion is not None and fusion not in FUSIONS:
+            raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
         for name, value in (("citation_weight", citation_weight), ("feedback", feedback or 0),
                             ("text_neighbours", text_neighbours)):
             if value < 0:
@@ -133,14 +129,19 @@ class RelatedPapers:
             GraftError: the first such query.
         """
         for i, rec in enumerate(records, start=1):
-            if not names_a_query(rec):
-                raise GraftError(f"query {i}: give the 'id' of a corpus paper, or a paper's 'title' and/or "
-                                 f"'abstract' (got {str(rec)[:80]})")
+            problem = record_problem(rec)
+            if problem is not None:
+                raise GraftError(f"query {i}: {problem} (got {str(rec)[:80]})")
         if self.retriever == "teacher" and self.fusion not in (None, "rrf") and any(map(is_outside, records)):
             raise GraftError("the teacher fuses with plain rrf; use fusion rrf or the graft retriever")
-        for rec in records:
+        for i, rec in enumerate(records, start=1):
             if not is_outside(rec) and str(rec["id"]) not in self.index.row_of:
-                self.index.row(str(rec["id"]))  # raises with the index's message for an unknown id
+                try:
+                    self.index.row(str(rec["id"]))
+                except GraftError as exc:
+                    where = f"query {i}: " if len(records) > 1 else ""
+                    raise GraftError(f"{where}{exc}; a paper outside the corpus is given by its title and "
+                                     "abstract (graft query --text or --record)") from None
 
     def prepared(self, records: list[dict[str, Any]], progress: Callable[[int], None] | None = None,
                  ) -> dict[int, tuple]:
@@ -197,10 +198,12 @@ class RelatedPapers:
             return self.index.query(paper=pid, retriever=self.retriever, fusion=self.fusion, k=self.k,
                                     beams=self.beams, citation_weight=self.citation_weight, device=self.device)
         qid = str(record.get("id") or "query")
+        # a corpus paper posed as a record (its id with a text) is not related to itself
+        own = str(record.get("id")) if str(record.get("id")) in self.index.row_of else None
         if self.retriever == "teacher":
             teacher = self.scorer
             rows, items = ready if ready is not None else teacher.rows(record)
-            known = set(teacher.reference_rows(record).tolist())
+            known = set(teacher.reference_rows(record).tolist()) | ({self.index.row_of[own]} if own else set())
             result = teacher.query_rows(rows, query_id=qid, k=self.k, exclude=known)
             result.info["feedback"] = teacher.feedback if teacher.passes else 0
         else:
@@ -212,7 +215,7 @@ class RelatedPapers:
                         else None)
             result = self.index.query(facets=items, retriever=self.retriever, fusion=self.fusion, k=self.k,
                                       beams=self.beams, query_id=qid, citation_weight=self.citation_weight,
-                                      neighbours=near, device=self.device)
+                                      neighbours=near, device=self.device, exclude={own} if own else None)
         # the paper's facets as they were read from its text: what its facet credits refer to
         result.info["query_facets"] = {f: list(v) for f, v in items.items()}
         return result
@@ -220,7 +223,21 @@ class RelatedPapers:
     def query_many(self, records: list[dict[str, Any]], progress: Callable[[int], None] | None = None,
                    ) -> list[QueryResult]:
         """Related papers of each query paper, in order; the papers outside the corpus are taken
-        apart together first (`prepared`; `progress` is called with the number of them done)."""
+        apart together first (`prepared`; `progress` is called with the number of them done). A
+        record without an id is named `query-N` after its position (from 1), so that each result has
+        its own qid in a TREC run file.
+
+        Raises:
+            GraftError: as `check`, or two queries with one id.
+        """
         self.check(records)
+        records = [{**rec, "id": f"query-{i}"} if rec.get("id") is None else rec for i, rec in enumerate(records, start=1)]
+        first: dict[str, int] = {}
+        for i, rec in enumerate(records, start=1):
+            qid = str(rec["id"])
+            if qid in first:
+                raise GraftError(f"query {i}: id {qid!r} is also query {first[qid]}'s; each query needs its own id "
+                                 "(its qid in a TREC run file)")
+            first[qid] = i
         ready = self.prepared(records, progress)
         return [self.query(rec, ready.get(i)) for i, rec in enumerate(records)]

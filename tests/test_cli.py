@@ -206,14 +206,35 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
         (["--queries", str(out.parent / "no-such-file.txt")], "cannot read it"),
         (["--paper", pid, "--trec-out", str(out / "manifest.json" / "run.txt")], "cannot write it"),
         (["--paper", pid, "--retriever", "graft", "--device", "tpu"], "device 'tpu' is unknown"),
+        (["--text", "A title. An abstract.", "--fusion", "bogus"], "unknown fusion 'bogus'"),
+        (["--queries", str(out / "papers.parquet")], "cannot read it"),
     ):
         res = runner.invoke(app, base + args)
         assert res.exit_code == 2 and message in res.output, (args, res.output)
         assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     bad = out.parent / "bad_queries.jsonl"
+    bad.write_text("# only a comment\n\n")
+    res = runner.invoke(app, base + ["--queries", str(bad)])
+    assert res.exit_code == 2 and "no queries in it" in res.output, res.output
     bad.write_text(f"{pid}\n# a comment\n{json.dumps({'foo': 1})}\n")
     res = runner.invoke(app, base + ["--queries", str(bad)])
-    assert res.exit_code == 2 and "line 3: a JSON record needs the 'id' of a corpus paper" in res.output
+    assert res.exit_code == 2 and "line 3: give the 'id' of a corpus paper" in res.output
+    # each line is checked with its line number: ids are one word, each query's own, and in the index
+    for lines, message in (
+        ([pid, "# again", pid], "line 3: query id '" + pid + "' is also on line 1"),
+        (["", "no-such-paper"], "line 2: paper 'no-such-paper' is not in the index"),
+        ([json.dumps({"id": "my draft", "title": "t"})], "line 1: 'id' 'my draft' must be one word"),
+        ([json.dumps({"id": "", "title": "t"})], "line 1: 'id' '' must be one word"),
+        ([json.dumps({"title": "t", "references": pid})], "line 1: 'references' must be a list of paper ids"),
+        ([json.dumps({"title": "t", "references": [[pid]]})], "line 1: 'references' must be a list of paper ids"),
+        ([json.dumps({"title": ["t", "u"]})], "line 1: 'title' must be a string"),
+    ):
+        bad.write_text("\n".join(lines) + "\n")
+        res = runner.invoke(app, base + ["--queries", str(bad)])
+        assert res.exit_code == 2 and message in res.output, (lines, res.output)
+    bad.write_text(json.dumps({"title": "t", "references": pid}))
+    res = runner.invoke(app, base + ["--record", str(bad)])
+    assert res.exit_code == 2 and "'references' must be a list of paper ids" in res.output, res.output
     # two papers outside the corpus without ids: one qid each (query-LINE), not both "query"
     papers = idx.papers.head(2)
     good = out.parent / "noid_queries.jsonl"
@@ -231,6 +252,10 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
         RelatedPapers(idx, retriever="teacher").check([{"foo": 1}])
     with pytest.raises(GraftError, match="k must be >= 1"):
         RelatedPapers(idx, retriever="teacher", k=0)
+    with pytest.raises(GraftError, match=f"query 2: id '{pid}' is also query 1's"):
+        RelatedPapers(idx, retriever="teacher").query_many([{"id": pid}, {"id": pid}])
+    with pytest.raises(GraftError, match="k = 0: ask for at least 1 result"):
+        idx.query(paper=pid, k=0, retriever="teacher")
 
 
 def test_teacher_query_loads_no_model_libraries(built) -> None:
@@ -324,7 +349,7 @@ def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
     batch = [record, {"id": cited[0]}, other]
     assert [is_outside(r) for r in batch] == [True, False, True]
     many = related.query_many(batch)
-    assert [r.query_id for r in many] == ["draft", cited[0], "query"]
+    assert [r.query_id for r in many] == ["draft", cited[0], "query-3"]  # one qid each, by position
     for got, rec in zip(many, batch):
         assert [h.paper_id for h in got.hits] == [h.paper_id for h in related.query(rec).hits]
     fresh = RelatedPapers(idx, retriever="teacher")
@@ -365,6 +390,21 @@ def test_query_text_and_record(built, tmp_path) -> None:
     res = runner.invoke(app, ["query", str(out), "--record", str(rec), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)
+    # a corpus paper posed by its text (its id, title and abstract; a file with a byte-order mark)
+    # is not its own first result, though its text matches its own items best
+    from graft.index import Index
+
+    papers = Index.open(out).papers
+    own = {"id": papers["paper_id"][0], "title": papers["title"][0], "abstract": papers["abstract"][0]}
+    rec.write_bytes(b"\xef\xbb\xbf" + json.dumps(own).encode())
+    res = runner.invoke(app, ["query", str(out), "--record", str(rec), "--json", "--k", "5"])
+    assert res.exit_code == 0, res.output
+    ids = [h["paper_id"] for h in json.loads(res.stdout)]
+    assert len(ids) == 5 and own["id"] not in ids
+    without_id = {k: v for k, v in own.items() if k != "id"}
+    rec.write_text(json.dumps(without_id))
+    res = runner.invoke(app, ["query", str(out), "--record", str(rec), "--json", "--k", "5"])
+    assert res.exit_code == 0 and json.loads(res.stdout)[0]["paper_id"] == own["id"], res.output
 
 
 def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:

@@ -92,3 +92,30 @@ def test_trec_round_trip_and_rescoring(tmp_path) -> None:
         read_run(bad)
     with pytest.raises(InputValidationError, match="tag"):
         format_run(run, "two words")
+
+
+def test_run_files_refuse_what_would_misread_and_read_a_byte_order_mark(tmp_path) -> None:
+    """A document twice in one query's run would fill two places of its ranking (so R@k would count
+    fewer documents): writing and reading refuse it with the line. Ids with spaces would shift the
+    fields. A UTF-8 byte-order mark is not part of the first qid; other encodings are refused."""
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 a 1\n")
+    twice = tmp_path / "twice.trec"
+    twice.write_text("q1 Q0 b 1 2.0 t\nq1 Q0 a 2 1.0 t\nq2 Q0 a 1 1.0 t\nq1 Q0 b 3 0.5 t\n")
+    with pytest.raises(InputValidationError, match="line 4: document 'b' is listed again for query 'q1'.*line 1"):
+        read_run(twice)
+    with pytest.raises(InputValidationError, match="'b' is ranked twice for query q1"):
+        format_run({"q1": [("b", 1.0), ("b", 0.5)]}, "t")
+    for run, what in (({"my draft": [("a", 1.0)]}, "query id 'my draft'"),
+                      ({"q1": [("paper one", 1.0)]}, "paper id 'paper one'"),
+                      ({"q1": [("a\x0cb", 1.0)]}, "paper id 'a\\\\x0cb'")):
+        with pytest.raises(InputValidationError, match=what):
+            format_run(run, "t")
+    bom = tmp_path / "bom.trec"
+    bom.write_bytes(b"\xef\xbb\xbfq1 Q0 a 1 1.0 t\n")
+    assert read_run(bom) == {"q1": [("a", 1.0)]}
+    assert score_run(bom, qrels)["R@20"] == 1.0
+    latin = tmp_path / "latin.trec"
+    latin.write_bytes(b"q1 Q0 caf\xe9 1 1.0 t\n")
+    with pytest.raises(InputValidationError, match="cannot read it as UTF-8"):
+        read_run(latin)
