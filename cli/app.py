@@ -445,7 +445,11 @@ def export(
 
     try:
         idx = Index.open(index)
-        path = export_graph(idx, out or index / f"graph.{format}", format)
+        target = out or index / f"graph.{format}"
+        try:
+            path = export_graph(idx, target, format)
+        except OSError as exc:
+            raise GraftError(f"--out {target}: cannot write it ({exc.strerror or exc})") from None
     except (GraftError, ValueError) as exc:
         _fail(exc)
     console.print(f"wrote {path}")

@@ -7,6 +7,7 @@ carrying `facet` and `weight`, and paper metadata on the nodes.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -18,19 +19,32 @@ from graft.store import atomic_path
 EXPORT_FORMATS = ("graphml", "gexf", "json")
 
 
-def to_networkx(index: Index, facets: tuple[str, ...] = FACETS) -> nx.MultiDiGraph:
-    g = nx.MultiDiGraph(name=f"graft:{index.path.name}")
+#: Characters XML 1.0 does not allow (most C0 control characters, surrogates, U+FFFE/U+FFFF): a
+#: title from PDF extraction may hold a form feed, which would make GraphML and GEXF unreadable.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    """`text` with each character XML 1.0 does not allow replaced by a space."""
+    return _NOT_XML.sub(" ", text)
+
+
+def to_networkx(index: Index, facets: tuple[str, ...] = FACETS, clean: bool = False) -> nx.MultiDiGraph:
+    """The facet graph as a MultiDiGraph: papers (title, n_citations, year, venue) and one edge per
+    (facet, i -> j) with `facet` and `weight`; `clean`: texts made `xml_safe` (GraphML, GEXF)."""
+    text = xml_safe if clean else str
+    g = nx.MultiDiGraph(name=f"graft:{text(index.path.name)}")
     papers = index.papers
     for pid, title, year, venue, n_cit in zip(papers["paper_id"].to_list(), papers["title"].to_list(),
                                               papers["year"].to_list(), papers["venue"].to_list(),
                                               papers["n_citations"].to_list()):
-        attrs = {"title": title or "", "n_citations": int(n_cit or 0)}
+        attrs = {"title": text(title or ""), "n_citations": int(n_cit or 0)}
         if year is not None:
             attrs["year"] = int(year)
         if venue:
-            attrs["venue"] = venue
-        g.add_node(pid, **attrs)
-    ids = index.paper_ids
+            attrs["venue"] = text(venue)
+        g.add_node(text(pid), **attrs)
+    ids = [text(pid) for pid in index.paper_ids]
     for facet in facets:
         coo = index.graphs[facet].tocoo()
         for i, j, w in zip(coo.row.tolist(), coo.col.tolist(), coo.data.tolist()):
@@ -39,10 +53,11 @@ def to_networkx(index: Index, facets: tuple[str, ...] = FACETS) -> nx.MultiDiGra
 
 
 def export_graph(index: Index, out: str | Path, fmt: str) -> Path:
-    """Write the facet graph as GraphML, GEXF or node-link JSON (atomically)."""
+    """Write the facet graph as GraphML, GEXF or node-link JSON (atomically); in the XML formats,
+    characters XML does not allow become spaces (JSON keeps every text as it is)."""
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"export format '{fmt}' is unknown; allowed: {', '.join(EXPORT_FORMATS)}")
-    g = to_networkx(index)
+    g = to_networkx(index, clean=fmt != "json")
     out = Path(out)
     with atomic_path(out) as tmp:
         if fmt == "graphml":

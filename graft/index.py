@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ def has_model(index_dir: str | Path) -> bool:
     the training record written after them)."""
     folder = Path(index_dir) / "model"
     return (folder / "config.json").is_file() and (folder / MODEL_DONE).is_file()
+
+
+def _memmap(path: Path) -> np.ndarray:
+    return np.load(path, mmap_mode="r")
 
 
 class Index:
@@ -58,23 +63,34 @@ class Index:
         return cls(path, manifest)
 
     # ---- artefacts -------------------------------------------------------------------------
+    def _read(self, rel: str, load: Callable[[Path], Any]) -> Any:
+        """`load` of the artefact `rel`; one that cannot be read (a damaged or truncated file) raises
+        IndexFormatError naming it and the rebuild, instead of the reader's own error."""
+        path = self.path / rel
+        try:
+            return load(path)
+        except Exception as exc:
+            raise IndexFormatError(f"index '{self.path}': {rel} cannot be read ({type(exc).__name__}: {exc}); "
+                                   f"the file is damaged: rebuild the index with `graft build CORPUS --out "
+                                   f"{self.path}`") from exc
+
     @cached_property
     def papers(self) -> pl.DataFrame:
-        return pl.read_parquet(self.path / "papers.parquet")
+        return self._read("papers.parquet", pl.read_parquet)
 
     @cached_property
     def facets(self) -> pl.DataFrame:
-        return pl.read_parquet(self.path / "facets.parquet")
+        return self._read("facets.parquet", pl.read_parquet)
 
     @cached_property
     def citations(self) -> pl.DataFrame:
-        return pl.read_parquet(self.path / "citations.parquet")
+        return self._read("citations.parquet", pl.read_parquet)
 
     @cached_property
     def item_embeddings(self) -> np.ndarray:
         """Item embeddings aligned with `facets` rows (memory-mapped): the vectors the facet graphs
         were built from, each item with its paper's title at the build's `title_weight`."""
-        return np.load(self.path / "embeddings" / "items.npy", mmap_mode="r")
+        return self._read("embeddings/items.npy", _memmap)
 
     @cached_property
     def item_text_embeddings(self) -> np.ndarray:
@@ -92,7 +108,7 @@ class Index:
         if not path.is_file():
             raise IndexFormatError(f"index '{self.path}' lacks embeddings/items_alone.npy (its items carry "
                                    f"their titles); rebuild it with `graft build CORPUS --out {self.path}`")
-        return np.load(path, mmap_mode="r")
+        return self._read("embeddings/items_alone.npy", _memmap)
 
     def build_setting(self, name: str, default: Any) -> Any:
         """A setting of the build that made this index (`BuildConfig` as recorded in the manifest),
@@ -105,7 +121,7 @@ class Index:
         """Title + abstract embeddings of the papers (memory-mapped unit rows in node order,
         `embeddings/papers.npy`), or None for an index built before the build wrote them."""
         path = self.path / "embeddings" / "papers.npy"
-        return np.load(path, mmap_mode="r") if path.is_file() else None
+        return self._read("embeddings/papers.npy", _memmap) if path.is_file() else None
 
     @cached_property
     def item_rows(self) -> np.ndarray:
@@ -137,11 +153,11 @@ class Index:
 
     @cached_property
     def graphs(self) -> dict[str, sp.csr_matrix]:
-        return {f: read_npz(self.path / "graph" / f"{f}.npz") for f in FACETS}
+        return {f: self._read(f"graph/{f}.npz", read_npz) for f in FACETS}
 
     @cached_property
     def citation_score(self) -> sp.csr_matrix:
-        return read_npz(self.path / "graph" / "citation.npz")
+        return self._read("graph/citation.npz", read_npz)
 
     @cached_property
     def citation_matrix(self) -> sp.csr_matrix:

@@ -78,10 +78,8 @@ def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",
     index_dir = Path(index_dir)
     path = manifest_path(index_dir)
     if not index_dir.is_dir():
-        raise IndexFormatError(
-            f"no index at '{index_dir}': the directory does not exist; create one with "
-            f"`{STAGE_COMMANDS['build']}`"
-        )
+        what = "is a file, not an index directory" if index_dir.exists() else "the directory does not exist"
+        raise IndexFormatError(f"no index at '{index_dir}': {what}; create one with `{STAGE_COMMANDS['build']}`")
     if not path.is_file():
         raise IndexFormatError(
             f"'{index_dir}' is not a GRAFT index (no manifest.json); create one with "
@@ -92,6 +90,10 @@ def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",
     except ValueError as exc:
         raise IndexFormatError(f"{path}: manifest is not valid JSON ({exc}); rebuild with "
                                f"`{STAGE_COMMANDS['build']}`") from exc
+    stages = manifest.get("stages", {}) if isinstance(manifest, dict) else None
+    if not isinstance(stages, dict) or not all(isinstance(v, dict) for v in stages.values()):
+        raise IndexFormatError(f"{path}: not a GRAFT manifest (an object whose 'stages' maps each stage to its "
+                               f"record); rebuild with `{STAGE_COMMANDS['build']}`")
     if manifest.get("format") != FORMAT_NAME:
         raise IndexFormatError(f"{path}: format {manifest.get('format')!r} is not {FORMAT_NAME!r}")
     version = manifest.get("format_version")
@@ -101,8 +103,11 @@ def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",
             f"{FORMAT_VERSION}); rebuild it with `{STAGE_COMMANDS['build']}`"
         )
     for stage in require:
-        if stage not in manifest.get("stages", {}):
+        if stage not in stages:
             cmd = STAGE_COMMANDS.get(stage, f"graft {stage}")
+            if manifest.get("in_progress") == "build":
+                raise IndexFormatError(f"index '{index_dir}' is being rebuilt, or its rebuild was stopped: run "
+                                       f"`{STAGE_COMMANDS['build']}` again (it resumes)")
             raise IndexFormatError(f"index '{index_dir}' has no '{stage}' stage yet; run `{cmd}`")
     return manifest
 

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from graft.config import config_from_dict, config_to_dict
 from graft.errors import GraftError
 from graft.facets import FACETS, FacetItems
-from graft.manifest import manifest_path, new_manifest, read_manifest, record_stage
+from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
 from graft.store import read_json, write_json, write_npy, write_npz, write_parquet
 from graft.text import normalize_text, paper_texts
@@ -184,13 +184,48 @@ def facet_graphs(
     return graphs
 
 
+def _check_out(out: Path) -> None:
+    """Refuse, before any work, an `out` the build must not write into: a file, or a folder with
+    other content and no GRAFT index in it (the build would put its files among them and remove
+    folders named like its later stages). An index whose manifest is damaged, or a build stopped
+    before it wrote the index (its stores under cache/build), is rebuilt in place.
+
+    Raises:
+        GraftError: naming the folder and what to do.
+    """
+    if out.exists() and not out.is_dir():
+        raise GraftError(f"--out {out} is a file; give a folder for the index (new, empty, or an index to rebuild)")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    path = manifest_path(out)
+    ours = (out / "papers.parquet").is_file() or (out / "cache" / "build").is_dir()
+    if path.is_file():
+        try:
+            manifest = read_json(path)
+        except ValueError:
+            manifest = None
+        if isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME:
+            return
+        if ours and not (isinstance(manifest, dict) and "format" in manifest):
+            return  # a GRAFT index whose manifest is damaged: rebuilt, the manifest replaced
+        raise GraftError(f"--out {out}: its manifest.json is not a GRAFT index's; build into a new or empty "
+                         "folder (or move that file)")
+    if not ours:
+        raise GraftError(f"--out {out} holds files but no GRAFT index; build into a new or empty folder")
+
+
 def _invalidate(out: Path) -> list[str]:
     """Mark an existing index as being rebuilt, so that a build killed while it writes is never
-    mistaken for a finished one, and remove the artefacts of later stages (DocIDs, pairs, model),
-    which belong to the graph being replaced. Returns the names of those removed."""
+    mistaken for a finished one (a damaged manifest is replaced), and remove the artefacts of later
+    stages (DocIDs, pairs, model), which belong to the graph being replaced. Returns the names of
+    those removed."""
     path = manifest_path(out)
     if path.is_file():
-        old = read_json(path)
+        try:
+            old = read_json(path)
+        except ValueError:
+            old = None
+        old = old if isinstance(old, dict) else new_manifest("")
         old["stages"] = {}
         old["in_progress"] = "build"
         write_json(path, old)
@@ -231,13 +266,14 @@ def build_index(
         counts, per-stage timings and peak memory, the corpus load report and the stages reused.
     Raises:
         InputValidationError: bad corpus records (unless `skip_bad`).
-        GraftError: `cache_from` is no index with stores, is `out` itself, or comes with `fresh`.
+        GraftError: `out` is a file or a folder with other content and no index (`_check_out`);
+            `cache_from` is no index with stores, is `out` itself, or comes with `fresh`.
     """
     config = config or BuildConfig()
     reporter = reporter or Reporter(quiet=True)
     out = Path(out)
+    _check_out(out)
     seed_root = _seed_root(cache_from, out, fresh)
-    out.mkdir(parents=True, exist_ok=True)
     # The old index stays whole (graph, trained model) until the write stage: a bad corpus, a bad
     # setting or a build stopped before then leaves it as it was (the stores under cache/build keep
     # what the stopped build computed).
@@ -245,6 +281,7 @@ def build_index(
     with reporter.stage("load", unit="papers") as adv:
         corpus = load_corpus(corpus_path, skip_bad=config.skip_bad, limit=config.limit)
         adv(corpus.papers.height)
+    out.mkdir(parents=True, exist_ok=True)  # after the corpus loads: a bad one leaves no empty folder
     n = corpus.papers.height
     paper_ids = corpus.papers["paper_id"].to_list()
 

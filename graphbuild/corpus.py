@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import polars as pl
 
 from graft.errors import GraftError, InputValidationError
+from graft.results import is_one_word
 from graft.text import normalize_title
 
 #: Columns of `Corpus.papers`, in order.
@@ -124,7 +126,12 @@ class Corpus:
 
 
 class _Bad(Exception):
-    """A problem with one record (internal; becomes an InputValidationError or a BadRecord)."""
+    """A problem with one record (internal; becomes an InputValidationError or a BadRecord);
+    `required`: it concerns a required field (the error then lists them)."""
+
+    def __init__(self, message: str, required: bool = False) -> None:
+        super().__init__(message)
+        self.required = required
 
 
 # --------------------------------------------------------------------------- entry points
@@ -208,7 +215,7 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
                     yield where, json.loads(line)
                 except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
                     yield where, _Bad(f"invalid JSON ({exc})")
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged .gz
         raise InputValidationError(f"{path}: cannot read the file ({exc})") from None
 
 
@@ -224,7 +231,7 @@ def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
 
 def _load_s2orc(path: Path, *, source: str, skip_bad: bool, limit: int | None) -> Corpus:
     """Load one S2ORC JSON file or a directory of them; bib entries resolve by normalised title."""
-    files = sorted(path.glob("*.json"), key=lambda p: p.name) if path.is_dir() else [path]
+    files = sorted((p for p in path.glob("*.json") if p.is_file()), key=lambda p: p.name) if path.is_dir() else [path]
     if not files:
         raise InputValidationError(
             f"{path}: no S2ORC *.json files in the directory (accepted: {ACCEPTED_FORMATS})"
@@ -236,6 +243,8 @@ def _load_s2orc(path: Path, *, source: str, skip_bad: bool, limit: int | None) -
                 obj = json.loads(file.read_bytes())
             except ValueError as exc:
                 obj = _Bad(f"invalid JSON ({exc})")
+            except OSError as exc:
+                obj = _Bad(f"cannot read the file ({exc.strerror or exc})")
             yield file.name, _from_s2orc(file.stem, obj) if isinstance(obj, dict) else obj
 
     records, n_read, skipped = _collect(items(), skip_bad=skip_bad, limit=limit)
@@ -340,10 +349,8 @@ def _collect(
                 raise _Bad(f"duplicate id {rec['paper_id']!r} (first at {first_seen[rec['paper_id']]})")
         except _Bad as bad:
             if not skip_bad:
-                raise InputValidationError(
-                    f"{where}: {bad} (required: {', '.join(REQUIRED_FIELDS)}); "
-                    "pass --skip-bad to skip such records"
-                ) from None
+                required = f" (required: {', '.join(REQUIRED_FIELDS)})" if bad.required else ""
+                raise InputValidationError(f"{where}: {bad}{required}; pass --skip-bad to skip such records") from None
             skipped.append(BadRecord(where=where, reason=str(bad)))
             continue
         first_seen[rec["paper_id"]] = where
@@ -363,8 +370,12 @@ def _validate(raw: Any) -> dict:
     if isinstance(pid, int) and not isinstance(pid, bool):
         pid = str(pid)
     rec: dict[str, Any] = {"paper_id": _required_text(pid, "id", problems)}
+    if rec["paper_id"] and not is_one_word(rec["paper_id"]):
+        problems.append(f"'id' {rec['paper_id']!r:.60} must be one word, without spaces (it is a field of TREC run "
+                        "files and of --queries lines)")
     rec["title"] = _required_text(raw.get("title"), "title", problems)
     rec["abstract"] = _required_text(raw.get("abstract"), "abstract", problems)
+    required = bool(problems)
     for name, check in (
         ("year", _as_year),
         ("venue", _as_optional_text),
@@ -377,7 +388,7 @@ def _validate(raw: Any) -> dict:
         except _Bad as bad:
             problems.append(f"'{name}' {bad}")
     if problems:
-        raise _Bad("; ".join(problems))
+        raise _Bad("; ".join(problems), required=required)
     if "_ref_titles" in raw:
         rec["_ref_titles"] = raw["_ref_titles"]
     return rec
@@ -448,9 +459,10 @@ def _as_authors(value: Any) -> list[str]:
 def _as_references(value: Any) -> list[str]:
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
-        raise _Bad(f"must be a list of id strings, got {value!r:.40}")
-    return [r.strip() for r in value if r.strip()]
+    # integer ids are read as strings, as an integer `id` is
+    if not isinstance(value, list) or not all(isinstance(r, str | int) and not isinstance(r, bool) for r in value):
+        raise _Bad(f"must be a list of ids (strings or integers), got {value!r:.40}")
+    return [str(r).strip() for r in value if str(r).strip()]
 
 
 # --------------------------------------------------------------------------- assembly

@@ -280,7 +280,7 @@ def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encode
     monkeypatch.setattr(b, "write_npz", write_then_die)
     with pytest.raises(KeyboardInterrupt):
         build_index(corpus, out, BuildConfig(), encoder=encoder)
-    with pytest.raises(IndexFormatError, match="no 'build' stage.*graft build"):
+    with pytest.raises(IndexFormatError, match="its rebuild was stopped: run `graft build .*` again"):
         Index.open(out)
 
 
@@ -580,6 +580,56 @@ def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path,
     console = Console(record=True, width=200)
     print_build_summary(summary, console)
     assert f"removed docids, model of the graph this build replaced: `graft train {out}`" in console.export_text()
+
+
+def test_build_writes_only_into_a_new_empty_or_index_folder(tmp_path, encoder) -> None:
+    """--out must be new, empty or an index: a folder of other files (whose `model/` the build would
+    take for an old graph's) or a file is refused before any work, and a corpus that fails to load
+    leaves no folder behind. An index whose manifest is damaged is rebuilt in place."""
+    from graft.errors import GraftError
+    from graft.manifest import manifest_path
+
+    corpus = write_slice(cs768_path(), 20, tmp_path)
+    project = tmp_path / "project"
+    (project / "model").mkdir(parents=True)
+    (project / "model" / "weights.bin").write_text("trained elsewhere")
+    with pytest.raises(GraftError, match="holds files but no GRAFT index"):
+        build_index(corpus, project, BuildConfig(), encoder=encoder)
+    assert (project / "model" / "weights.bin").read_text() == "trained elsewhere"
+    (project / "manifest.json").write_text(json.dumps({"format": "web-app", "name": "x"}))
+    with pytest.raises(GraftError, match="its manifest.json is not a GRAFT index's"):
+        build_index(corpus, project, BuildConfig(), encoder=encoder)
+    with pytest.raises(GraftError, match="is a file"):
+        build_index(corpus, corpus, BuildConfig(), encoder=encoder)
+    with pytest.raises(GraftError):
+        build_index(tmp_path / "no-such-corpus.jsonl", tmp_path / "new", BuildConfig(), encoder=encoder)
+    assert not (tmp_path / "new").exists()
+
+    out = tmp_path / "idx"
+    build_index(corpus, out, BuildConfig(), encoder=encoder)
+    want = Index.open(out).query(paper=Index.open(out).paper_ids[0], retriever="teacher").trec_lines()
+    for damaged in ('{"format": "graft-index", "stag', "[1]"):
+        manifest_path(out).write_text(damaged)
+        with pytest.raises(IndexFormatError):
+            Index.open(out)
+        build_index(corpus, out, BuildConfig(), encoder=encoder)
+        idx = Index.open(out)
+        assert idx.query(paper=idx.paper_ids[0], retriever="teacher").trec_lines() == want
+    good = manifest_path(out).read_text()
+    for shape in ('{"format": "graft-index", "format_version": 1, "stages": "build"}',
+                  '{"format": "graft-index", "format_version": 1, "stages": {"build": null}}'):
+        manifest_path(out).write_text(shape)
+        with pytest.raises(IndexFormatError, match="not a GRAFT manifest"):
+            Index.open(out)
+    manifest_path(out).write_text(good)
+    # a damaged artefact is named, with the rebuild, instead of the reader's own error
+    for rel in ("papers.parquet", "graph/method.npz"):
+        whole = (out / rel).read_bytes()
+        (out / rel).write_bytes(whole[: len(whole) // 3])
+        with pytest.raises(IndexFormatError, match=f"{rel} cannot be read .*rebuild the index"):
+            idx = Index.open(out)
+            idx.query(paper="x" if rel == "papers.parquet" else idx.paper_ids[0], retriever="teacher")
+        (out / rel).write_bytes(whole)
 
 
 def test_a_failed_rebuild_leaves_the_old_index_and_its_model_whole(tmp_path, encoder) -> None:

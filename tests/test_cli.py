@@ -501,6 +501,32 @@ def test_export_formats_parse(built, tmp_path, fmt) -> None:
     assert res.exit_code == 2 and "graphml, gexf, json" in res.output
 
 
+def test_export_writes_readable_xml_from_any_title_and_says_why_it_cannot_write(built, tmp_path) -> None:
+    """A title from PDF extraction may hold a form feed, which XML does not allow: GraphML and GEXF
+    get a space there (JSON keeps it); an output path that cannot be written is an error line."""
+    import shutil
+
+    out, _ = built
+    copy = tmp_path / "idx"
+    shutil.copytree(out, copy)
+    papers = pl.read_parquet(copy / "papers.parquet")
+    first = papers["paper_id"][0]
+    titles = papers["title"].to_list()
+    titles[0] = "Parsing\x0cwith form feeds & <angles> \x00 \"quotes\" café"
+    papers.with_columns(pl.Series("title", titles)).write_parquet(copy / "papers.parquet")
+    for fmt, read in (("graphml", nx.read_graphml), ("gexf", nx.read_gexf),
+                      ("json", lambda p: nx.node_link_graph(json.loads(p.read_text()), edges="edges"))):
+        target = tmp_path / f"g.{fmt}"
+        res = runner.invoke(app, ["export", str(copy), "--format", fmt, "--out", str(target)])
+        assert res.exit_code == 0, res.output
+        want = titles[0] if fmt == "json" else 'Parsing with form feeds & <angles>   "quotes" café'
+        assert read(target).nodes[first]["title"] == want
+    for target in (tmp_path, tmp_path / "g.json" / "sub.gexf"):
+        res = runner.invoke(app, ["export", str(copy), "--format", "gexf", "--out", str(target)])
+        assert res.exit_code == 2 and f"--out {target}: cannot write it" in res.output, res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+
+
 def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     lines = [
         {"id": "a", "title": "Paper A", "abstract": "We propose a method for parsing."},

@@ -189,7 +189,7 @@ def test_duplicate_id_is_an_error_or_the_later_record_is_skipped(tmp_path):
         load_corpus(path)
     msg = str(info.value)
     assert msg.startswith("corpus.jsonl line 3: duplicate id 'a' (first at corpus.jsonl line 1)")
-    assert "--skip-bad" in msg
+    assert "--skip-bad" in msg and "required:" not in msg  # the required fields are there
 
     corpus = load_corpus(path, skip_bad=True)
     assert corpus.papers["paper_id"].to_list() == ["a", "b"]
@@ -215,7 +215,8 @@ def test_empty_text_is_rejected(tmp_path, field_name):
         ({"authors": "Ann Lee"}, "authors"),
         ({"authors": [1, 2]}, "authors"),
         ({"references": "a"}, "references"),
-        ({"references": [1, 2]}, "references"),
+        ({"references": [1.5, 2]}, "references"),
+        ({"references": [True]}, "references"),
         ({"title": 5}, "title"),
         ({"venue": ["ACL"]}, "venue"),
     ],
@@ -347,6 +348,37 @@ def test_s2orc_directory_resolves_bib_entries_by_normalised_title(tmp_path):
     assert single.report.dropped_references == 3
 
 
+def test_integer_ids_and_references_are_read_as_strings(tmp_path):
+    recs = [{**paper(str(i)), "id": i, "references": [j for j in (1, 2, 3) if j != i]} for i in (1, 2, 3)]
+    for path in (write_jsonl(tmp_path / "ints.jsonl", recs), tmp_path / "ints.parquet"):
+        if path.suffix == ".parquet":
+            pl.DataFrame(recs).write_parquet(path)  # id: i64, references: list[i64]
+        corpus = load_corpus(path)
+        assert corpus.papers["paper_id"].to_list() == ["1", "2", "3"]
+        assert edges(corpus) == {(a, b) for a in "123" for b in "123" if a != b}
+
+
+def test_an_id_with_spaces_is_refused_as_it_could_not_be_written_to_a_run_file(tmp_path):
+    path = write_jsonl(tmp_path / "corpus.jsonl", [paper("a"), paper("paper one"), paper("tab\there")])
+    with pytest.raises(InputValidationError, match=r"^corpus\.jsonl line 2: 'id' 'paper one' must be one word"):
+        load_corpus(path)
+    corpus = load_corpus(path, skip_bad=True)
+    assert corpus.papers["paper_id"].to_list() == ["a"]
+    assert [b.where for b in corpus.report.skipped] == ["corpus.jsonl line 2", "corpus.jsonl line 3"]
+
+
+def test_a_damaged_gzip_file_is_named(tmp_path):
+    plain = write_jsonl(tmp_path / "c.jsonl", [paper(f"p{i}", abstract=f"Abstract {i} " * 40) for i in range(60)])
+    data = bytearray(gzip.compress(plain.read_bytes()))
+    for k in range(len(data) // 2, len(data) // 2 + 200):
+        data[k] ^= 0x55
+    damaged = tmp_path / "damaged.jsonl.gz"
+    damaged.write_bytes(bytes(data))
+    for skip_bad in (False, True):
+        with pytest.raises(InputValidationError, match="damaged.jsonl.gz: cannot read the file"):
+            load_corpus(damaged, skip_bad=skip_bad)
+
+
 def test_s2orc_bad_file_names_the_file(tmp_path):
     folder = tmp_path / "s2orc"
     folder.mkdir()
@@ -358,6 +390,10 @@ def test_s2orc_bad_file_names_the_file(tmp_path):
     corpus = load_corpus(folder, skip_bad=True)
     assert corpus.papers["paper_id"].to_list() == ["A"]
     assert [b.where for b in corpus.report.skipped] == ["B.json", "C.json"]
+    (folder / "B.json").unlink()
+    (folder / "C.json").unlink()
+    (folder / "D.json").mkdir()  # a folder named like a document is not one
+    assert load_corpus(folder).papers["paper_id"].to_list() == ["A"]
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(InputValidationError, match="no S2ORC"):
