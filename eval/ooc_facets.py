@@ -16,7 +16,8 @@ indices], [weights]]}, "facet_only_rows": (the same form), "neighbours": [[colum
 [cosines]]}`. The key names what the entries depend
 on: the index's corpus hash and the graph settings of its build (top-K, alpha, beta, candidates,
 citation rescaling, title weight), the extractor and its settings, the encoder, the text
-coupling of the rows (`text_neighbours`) and their feedback pass (`feedback`). A file with another
+coupling of the rows (`text_neighbours`), their feedback pass (`feedback`), and a digest of the code
+that makes them (the extractor's sources and `graphbuild/external.py`). A file with another
 key or version is stale and rebuilt whole; an entry whose query text changed (`text_sha`) is recomputed. Weights are float32 values
 written as JSON floats, which read back bit for bit.
 """
@@ -79,14 +80,17 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
     Returns:
         The key written into, and compared with, the file's header.
     """
-    from graphbuild.build import BuildConfig
+    from graphbuild.build import EXTRACTOR_SOURCES, BuildConfig
+    from graphbuild.checkpoints import source_digest
 
     build = BuildConfig.from_manifest(manifest)
     graph = {k: getattr(build, k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale",
                                             "title_weight")}
+    # the code that takes a query apart and scores its rows: entries made by other code are stale
+    code = source_digest(*EXTRACTOR_SOURCES.get(extractor, ()), "graphbuild/external.py")
     return {"corpus_hash": manifest.get("corpus_hash"), "graph": graph, "extractor": extractor,
             "extractor_config": extractor_config, "encoder": encoder, "text_neighbours": text_neighbours,
-            "feedback": feedback}
+            "feedback": feedback, "code": code}
 
 
 def default_key(manifest: dict[str, Any], encoder_name: str | None = None) -> dict[str, Any]:

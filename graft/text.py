@@ -23,7 +23,7 @@ def split_sentences(text: str) -> list[str]:
     start = 0
     for m in _SENT_END.finditer(text):
         head = text[start : m.start()].rstrip()
-        last_word = re.split(r"\s", head)[-1].lower().rstrip(".!?\"')]")
+        last_word = re.split(r"\s", head)[-1].lower().rstrip(".!?\"')]").lstrip("\"'([")  # "(e.g." too
         if last_word in _ABBREV or re.fullmatch(r"[a-z]", last_word):
             continue
         pieces.append(text[start : m.end()].strip())

@@ -396,6 +396,11 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     assert ctx.ooc_key["text_neighbours"] == ctx.scorer.text_neighbours == 10
     del plain["stages"]["build"]["counts"]["paper_embeddings"]
     assert default_key(plain)["text_neighbours"] == 0
+    # so is the code that takes the queries apart (the sentence splitter among it)
+    from graphbuild.checkpoints import source_digest
+
+    assert ctx.ooc_key["code"] == source_digest("graphbuild/facets_heuristic.py", "graft/facets.py", "graft/text.py",
+                                                 "graphbuild/external.py")
     with pytest.raises(AssertionError, match="encoder was used"):
         EvalContext(idx, encoder=NoEncoder(), split_dir=split).prepare_ooc(queries)
     EvalContext(idx, encoder=encoder, split_dir=split).prepare_ooc(queries)

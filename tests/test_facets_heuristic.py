@@ -161,3 +161,16 @@ def test_config_rejects_unknown_keys() -> None:
         HeuristicConfig.from_dict({"max_itemz": 2})
     with pytest.raises(ValueError, match="max_items"):
         HeuristicConfig(max_items=0)
+
+
+def test_split_sentences_keeps_abbreviations_and_decimals_inside_sentences() -> None:
+    """A full stop after an abbreviation, also inside brackets or quotes ("(e.g. BERT"), does not end
+    a sentence; one before a capital or a digit otherwise does."""
+    text = ("We use models (e.g. BERT and GPT) as in prior work [cf. Smith et al. 2020]. "
+            "The \"i.e. X\" case holds, see Fig. 3 and Eq. 2. Accuracy rises by 2.5 points. 4 tasks remain.")
+    assert split_sentences(text) == [
+        "We use models (e.g. BERT and GPT) as in prior work [cf. Smith et al. 2020].",
+        "The \"i.e. X\" case holds, see Fig. 3 and Eq. 2.",
+        "Accuracy rises by 2.5 points.",
+        "4 tasks remain.",
+    ]
