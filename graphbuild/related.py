@@ -199,7 +199,7 @@ class RelatedPapers:
                                     beams=self.beams, citation_weight=self.citation_weight, device=self.device)
         qid = str(record.get("id") or "query")
         # a corpus paper posed as a record (its id with a text) is not related to itself
-        own = str(record.get("id")) if str(record.get("id")) in self.index.row_of else None
+        own = qid if record.get("id") is not None and qid in self.index.row_of else None
         if self.retriever == "teacher":
             teacher = self.scorer
             rows, items = ready if ready is not None else teacher.rows(record)

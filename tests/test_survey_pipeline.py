@@ -160,6 +160,35 @@ def test_offline_survey_outputs_and_invariants(acl, offline_survey) -> None:
     assert shown >= 6 and "verified" in statuses
     assert survey["verification"]["citations"].get("verified", 0) > 0
     assert survey["descriptions"][0] == TOPIC and survey["config"]["verify_rounds"] == 3
+    _assert_every_heading_unique_and_followed_by_text(md, survey)
+
+
+def _assert_every_heading_unique_and_followed_by_text(md: str, survey: dict) -> None:
+    headings = re.findall(r"^#{2,3} \d+(?:\.\d+)? (.*)$", md, flags=re.M)
+    assert len(headings) == len(set(headings)), headings
+    lines = md.split("## References")[0].splitlines()
+    heads = [i for i, line in enumerate(lines) if re.match(r"^#{2,3} ", line)]
+    for a, b in zip(heads, heads[1:] + [len(lines)]):
+        nested = b < len(lines) and lines[a].startswith("## ") and lines[b].startswith("### ")
+        assert "\n".join(lines[a + 1 : b]).strip() or nested, lines[a]
+    for sub in (sub for sec in survey["sections"] for sub in sec["subsections"]):
+        assert any(not x["dropped"] for x in sub["sentences"]), sub["title"]
+
+
+def test_a_subsection_left_without_sentences_leaves_the_outline(acl, tmp_path) -> None:
+    """With three subsections a section, one subsection's papers are those another was written
+    from, so every sentence it gets repeats one and is dropped: its heading is not printed (before,
+    it stood with nothing under it), and its sentences stay on record in survey.json."""
+    from graft.survey.pipeline import write_survey
+
+    idx, tools = acl
+    result = write_survey(idx, TOPIC, tmp_path / "s", SurveyConfig(sections=3, subsections=3), tools=tools)
+    survey = json.loads(result.paths["json"].read_text())
+    md = result.paths["markdown"].read_text()
+    assert survey["subsections_emptied"], "the case this test is for did not occur"
+    for gone in survey["subsections_emptied"]:
+        assert gone["sentences"] and all(x["dropped"] for x in gone["sentences"])
+    _assert_every_heading_unique_and_followed_by_text(md, survey)
 
 
 def test_rerun_gives_the_same_survey(acl, offline_survey, tmp_path) -> None:
@@ -186,6 +215,39 @@ def test_off_topic_and_empty_topics_fail_clearly(acl, tmp_path) -> None:
         write_survey(idx, "   ", tmp_path / "y", tools=tools)
 
 
+def test_an_unusable_out_or_until_year_fails_before_any_work(acl, tmp_path) -> None:
+    from graft.survey.pipeline import write_survey
+
+    idx, tools = acl
+    afile = tmp_path / "afile"
+    afile.write_text("notes")
+    for out, message in ((afile, "is a file"), (afile / "sub", "afile is a file")):
+        with pytest.raises(SurveyError, match=message):
+            write_survey(idx, TOPIC, out, SurveyConfig(sections=2), tools=tools)
+    earliest = min(y for y in idx.papers["year"].to_list() if y is not None)
+    with pytest.raises(SurveyError, match=f"dated {earliest - 1} or earlier \\(earliest: {earliest}\\)"):
+        write_survey(idx, TOPIC, tmp_path / "y", SurveyConfig(until_year=earliest - 1), tools=tools)
+    assert not (tmp_path / "y").exists()
+
+
+def test_a_survey_stopped_while_it_wrote_leaves_no_temporary_file(acl, offline_survey, tmp_path) -> None:
+    """A temporary file a killed run left beside the outputs is removed by the next run, and the
+    three files are written in full before any replaces its target."""
+    import shutil
+
+    from graft.survey.pipeline import write_survey
+
+    idx, tools = acl
+    first, config = offline_survey
+    out = tmp_path / "s"
+    shutil.copytree(first.out_dir, out)
+    (out / ".survey.json.abc123.tmp").write_text("")
+    again = write_survey(idx, TOPIC, out, config, tools=tools)
+    assert sorted(p.name for p in out.iterdir()) == ["references.bib", "survey.json", "survey.md"]
+    assert again.paths["json"].read_text() == first.paths["json"].read_text().replace(
+        str(first.out_dir), str(out)) or json.loads(again.paths["json"].read_text())["topic"] == TOPIC
+
+
 def test_hostile_topic_is_data(acl, tmp_path) -> None:
     from graft.survey.pipeline import write_survey
 
@@ -199,6 +261,11 @@ def test_hostile_topic_is_data(acl, tmp_path) -> None:
     assert not re.search(r"(?<!\\)<script", md) and not re.search(r"(?<!\\)\]\(http", md)
     survey = json.loads(result.paths["json"].read_text())
     assert survey["topic"] == topic  # kept verbatim in the JSON
+    # control characters are no part of a topic
+    bell = write_survey(idx, "machine\x1b[31m translation\x07", tmp_path / "c", SurveyConfig(sections=2, subsections=1),
+                        tools=tools)
+    assert json.loads(bell.paths["json"].read_text())["topic"] == "machine [31m translation"
+    assert "\x1b" not in bell.paths["markdown"].read_text()
 
 
 def test_graft_retriever_needs_a_model(acl, tmp_path) -> None:

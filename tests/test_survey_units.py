@@ -19,7 +19,7 @@ from graft.survey.compose import (
     third_person,
 )
 from graft.survey.config import SurveyConfig, SurveyError
-from graft.survey.output import bib_key, md_escape, tex_escape
+from graft.survey.output import bib_key, bib_keys, md_escape, tex_escape, without_full_stop
 from graft.survey.rerank import fusion_scores, stage_one
 from graft.survey.types import Candidate, Citation, Sentence, SentenceDraft
 from graft.survey.verify import mark_unverified, verify_all
@@ -125,6 +125,21 @@ def test_escaping_treats_text_as_data() -> None:
     assert md_escape("- item") == "\\- item" and md_escape("1. one") == "1\\. one"
     assert tex_escape("A & B {x} 100% $y$ #1 a_b") == r"A \& B \{x\} 100\% \$y\$ \#1 a\_b"
     assert bib_key("2106.04689v1") == "p2106_04689v1" and bib_key("P06-1112") == "P06_1112"
+    # & would start an HTML entity in CommonMark; control characters (a terminal escape, a bell, a
+    # form feed from PDF extraction) are never written
+    assert md_escape("AT&amp;T \x1b[31mred\x07 and\x0cmore") == "AT\\&amp;T \\[31mred and more"
+    assert tex_escape("A\x0cB\x00") == "A B"
+    # ids that differ only in punctuation share a key: the later one gets a suffix
+    assert bib_keys(["W96-0213", "W96.0213", "W96_0213", "P06-1112"]) == {
+        "W96-0213": "W96_0213", "W96.0213": "W96_0213_2", "W96_0213": "W96_0213_3", "P06-1112": "P06_1112"}
+
+
+def test_a_cited_sentence_keeps_the_full_stop_of_an_abbreviation() -> None:
+    assert without_full_stop("A test set by Glockner et al.") == "A test set by Glockner et al."
+    assert without_full_stop("Several tasks, e.g.") == "Several tasks, e.g."
+    assert without_full_stop("Results improve.") == "Results improve"
+    assert without_full_stop("Results improve...") == "Results improve"
+    assert without_full_stop("A total of 3.5") == "A total of 3.5"
 
 
 def test_parse_json_object_tolerates_fences_but_not_garbage() -> None:

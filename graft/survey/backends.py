@@ -167,7 +167,9 @@ class OfflineBackend:
             idx = np.flatnonzero(labels == j)
             central = texts[int(idx[int(np.argmax(x[idx] @ centre))])]
             title = heading(phrases)
-            if any(title == t for t, _ in out):
+            # a phrase may hold "and" itself ("branch and bound"), which `used` splits apart: the
+            # whole heading is checked too, so no two headings of the outline are the same
+            if title in avoid or any(title == t for t, _ in out):
                 continue
             out.append((title, f"{title}. {central}"))
         return out[:n]

@@ -8,24 +8,35 @@ renders as written.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from graft.index import Index
-from graft.store import atomic_path, write_json
+from graft.store import atomic_path
+from graft.survey.config import SurveyError
 from graft.survey.types import Section, Sentence
 from graft.survey.verify import SUPPORTED
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~!$])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~!$&])")
+#: C0 and C1 control characters (terminal escapes, bells, form feeds from PDF extraction): never written
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def plain(text: str) -> str:
+    """One line of text: control characters removed, whitespace runs folded to one space."""
+    return " ".join(_CONTROL.sub(" ", str(text)).split())
 
 
 def md_escape(text: str) -> str:
-    """Text as literal Markdown: control characters backslash-escaped, line breaks folded, and a
-    leading list/heading marker neutralised."""
-    text = " ".join(str(text).split())
-    text = _MD_SPECIAL.sub(r"\\\1", text)
+    """Text as literal Markdown: control characters removed, Markdown's special characters (and `&`,
+    which would start an entity) backslash-escaped, line breaks folded, and a leading list/heading
+    marker neutralised."""
+    text = _MD_SPECIAL.sub(r"\\\1", plain(text))
     text = re.sub(r"^([-+=])(\s)", r"\\\1\2", text)
     return re.sub(r"^(\d+)([.)])(\s)", r"\1\\\2\3", text)
 
@@ -36,13 +47,38 @@ _TEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\%
 
 def tex_escape(text: str) -> str:
     """Text as a literal BibTeX field value."""
-    return "".join(_TEX.get(ch, ch) for ch in " ".join(str(text).split()))
+    return "".join(_TEX.get(ch, ch) for ch in plain(text))
 
 
 def bib_key(paper_id: str) -> str:
     """A BibTeX key from a corpus id: letters, digits and underscores only, never starting with a digit."""
     key = re.sub(r"[^A-Za-z0-9]+", "_", paper_id).strip("_")
     return f"p{key}" if not key or not key[0].isalpha() else key
+
+
+def bib_keys(paper_ids: list[str]) -> dict[str, str]:
+    """`bib_key` of each id, made unique: ids that differ only in punctuation (`W96-0213`,
+    `W96.0213`) would share a key, so a later one gets `_2`, `_3`, ... in the order given."""
+    keys: dict[str, str] = {}
+    used: set[str] = set()
+    for pid in paper_ids:
+        key, n = bib_key(pid), 1
+        while key in used:
+            n += 1
+            key = f"{bib_key(pid)}_{n}"
+        keys[pid] = key
+        used.add(key)
+    return keys
+
+
+#: abbreviations whose full stop ends a sentence's text without ending the sentence
+_ABBREVIATED = re.compile(r"(?:\bet al|\be\.g|\bi\.e|\betc|\bvs|\bcf)\.$", re.IGNORECASE)
+
+
+def without_full_stop(text: str) -> str:
+    """A sentence without its final full stop, where the citation goes before it; a stop that ends
+    an abbreviation ("et al.") stays."""
+    return text if _ABBREVIATED.search(text) else text.rstrip(".")
 
 
 def shown_citations(sentence: Sentence) -> list[str]:
@@ -83,7 +119,7 @@ def render_markdown(title: str, sections: list[Section], index: Index, numbers: 
                     cited_here = set()
                 cited_here.update(shown)
                 refs = sorted({numbers[p] for p in shown})
-                text = md_escape(s.text).rstrip(".")
+                text = without_full_stop(md_escape(s.text))
                 paragraphs[-1].append(f"{text} [{', '.join(str(n) for n in refs)}].")
             for para in paragraphs:
                 if para:
@@ -106,7 +142,9 @@ def render_markdown(title: str, sections: list[Section], index: Index, numbers: 
 def render_bibtex(index: Index, numbers: dict[str, int]) -> str:
     papers = index.papers
     entries = []
-    for pid, _ in sorted(numbers.items(), key=lambda x: x[1]):
+    ordered = [pid for pid, _ in sorted(numbers.items(), key=lambda x: x[1])]
+    keys = bib_keys(ordered)
+    for pid in ordered:
         row = index.row(pid)
         fields = [("title", "{" + tex_escape(papers["title"][row]) + "}")]
         authors = papers["authors"][row] if "authors" in papers.columns else None
@@ -119,7 +157,7 @@ def render_bibtex(index: Index, numbers: dict[str, int]) -> str:
             fields.append(("booktitle", tex_escape(venue)))
         fields.append(("note", f"corpus id {tex_escape(pid)}"))
         body = ",\n".join(f"  {k} = {{{v}}}" for k, v in fields)
-        entries.append(f"@inproceedings{{{bib_key(pid)},\n{body}\n}}")
+        entries.append(f"@inproceedings{{{keys[pid]},\n{body}\n}}")
     return "\n\n".join(entries) + ("\n" if entries else "")
 
 
@@ -145,15 +183,51 @@ def survey_json(topic: str, title: str, sections: list[Section], numbers: dict[s
     }
 
 
+OUTPUT_FILES = {"markdown": "survey.md", "bibtex": "references.bib", "json": "survey.json"}
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse, before any work, a survey folder that cannot be written: a file, or a path under a
+    file or an unwritable folder.
+
+    Raises:
+        SurveyError: naming the path.
+    """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SurveyError(f"--out {out_dir} is a file; give a folder for the survey")
+    parent = out_dir
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise SurveyError(f"--out {out_dir}: {parent} is {'a file' if not parent.is_dir() else 'not writable'}")
+
+
 def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Section], index: Index,
                   note: str, meta: dict[str, Any]) -> dict[str, Path]:
-    """Write survey.md, references.bib and survey.json into `out_dir`; returns their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write survey.md, references.bib and survey.json into `out_dir`; returns their paths.
+
+    The three are written in full beside their targets first and then moved into place one after
+    the other, so a survey stopped while it writes leaves the earlier set (or the new one) rather
+    than a mixture; temporary files a killed run left there are removed.
+
+    Raises:
+        SurveyError: the folder or a file cannot be written.
+    """
     numbers = numbering(sections)
-    paths = {"markdown": out_dir / "survey.md", "bibtex": out_dir / "references.bib", "json": out_dir / "survey.json"}
-    with atomic_path(paths["markdown"]) as tmp:
-        tmp.write_text(render_markdown(title, sections, index, numbers, note), encoding="utf-8")
-    with atomic_path(paths["bibtex"]) as tmp:
-        tmp.write_text(render_bibtex(index, numbers), encoding="utf-8")
-    write_json(paths["json"], survey_json(topic, title, sections, numbers, meta))
+    texts = {"markdown": render_markdown(title, sections, index, numbers, note),
+             "bibtex": render_bibtex(index, numbers),
+             "json": json.dumps(survey_json(topic, title, sections, numbers, meta), indent=2, default=str) + "\n"}
+    paths = {kind: out_dir / name for kind, name in OUTPUT_FILES.items()}
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in OUTPUT_FILES.values():
+            for stale in out_dir.glob(f".{name}.*.tmp"):
+                stale.unlink()
+        with ExitStack() as stack:
+            # each temporary file replaces its target when the stack closes, after all are written
+            temps = {kind: stack.enter_context(atomic_path(paths[kind])) for kind in paths}
+            for kind, tmp in temps.items():
+                tmp.write_text(texts[kind], encoding="utf-8")
+    except OSError as exc:
+        raise SurveyError(f"--out {out_dir}: cannot write the survey there ({exc.strerror or exc})") from None
     return paths

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,9 @@ from graft.survey.backends import SurveyContext, make_backend
 from graft.survey.config import SurveyConfig, SurveyError
 from graft.survey.expand import expand_topic
 from graft.survey.outline import assign, level_one, level_two
-from graft.survey.output import numbering, write_outputs
+from graft.survey.output import check_out_dir, numbering, plain, write_outputs
 from graft.survey.rerank import relevant, two_stage_rerank
-from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever, fuse_with_pool
+from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever, fuse_with_pool, papers_until
 from graft.survey.types import Candidate, Section, Subsection
 from graft.survey.verify import drop_duplicates, mark_unverified, summarize, verify_all
 from graft.survey.write import write_parts
@@ -49,12 +49,12 @@ class SurveyResult:
 
 
 def clean_topic(topic: str) -> str:
-    """The topic as one line of plain text.
+    """The topic as one line of plain text (control characters removed).
 
     Raises:
         SurveyError: empty, or longer than MAX_TOPIC_CHARS.
     """
-    text = " ".join(str(topic or "").split())
+    text = plain(topic or "")
     if not text:
         raise SurveyError('the topic is empty; pass a phrase such as "neural machine translation"')
     if len(text) > MAX_TOPIC_CHARS:
@@ -97,6 +97,13 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     reporter = reporter or Reporter(quiet=True)
     topic = clean_topic(topic)
     out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    if config.until_year is not None:
+        allowed = papers_until(index, config.until_year)
+        if not allowed.any():
+            years = [y for y in index.papers["year"].to_list() if y is not None]
+            raise SurveyError(f"no paper of index '{index.path}' is dated {config.until_year} or earlier "
+                              f"(earliest: {min(years)}); give a later --until-year")
     tools = QueryTools(encoder=tools.encoder, rows=tools.rows, facets_of=tools.facets_of)
     encode = _locked(tools.encoder.encode)
     tools.encoder = type("LockedEncoder", (), {"encode": staticmethod(encode)})()
@@ -204,6 +211,13 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     if not kept:
         raise SurveyError(f"no sentence about {topic!r} could be verified against its cited papers; "
                           "try a broader topic or a corpus that covers it")
+    # a subsection whose every sentence was dropped (e.g. repeating what its papers gave another
+    # subsection) has nothing to show: it leaves the outline, its sentences stay on record
+    emptied = [{"section": sec.title, "subsection": sub.title, "sentences": [asdict(x) for x in sub.sentences]}
+               for sec in sections for sub in sec.subsections if all(x.dropped for x in sub.sentences)]
+    for sec in sections:
+        sec.subsections = [sub for sub in sec.subsections if not all(x.dropped for x in sub.sentences)]
+    sections = [sec for sec in sections if sec.subsections]
 
     title = f"{topic}: a survey"
     backend_stats = dict(getattr(backend, "stats", {}))
@@ -220,6 +234,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             "relevance_floor": round(floor, 4),
             "pool": [c.to_json() for c in pool],
             "verification": verification,
+            "subsections_emptied": emptied,
             "backend_stats": backend_stats,
         }
         paths = write_outputs(out_dir, topic=topic, title=title, sections=sections, index=index, note=note,
