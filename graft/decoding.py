@@ -177,7 +177,8 @@ def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], ite
             output_scores=True, return_dict_in_generate=True, **extra,
         )
         seqs = gen.sequences[:, ids.shape[1]:].tolist()
-        scores = gen.sequences_scores.float().cpu().numpy()
+        scores = (gen.sequences_scores.float().cpu().numpy() if num_beams > 1
+                  else _greedy_scores(gen.scores, seqs, eos))  # one beam: greedy search, no beam scores
         for j, i in enumerate(chunk):
             trie = tries[items[i][0]]
             beams: dict[tuple[int, ...], Beam] = {}
@@ -191,6 +192,19 @@ def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], ite
                 if tuple(toks) not in beams or beams[tuple(toks)].prob < prob:
                     beams[tuple(toks)] = Beam(trie.lookup(toks), prob, toks)
             out.append(sorted(beams.values(), key=lambda x: (-x.prob, x.token_ids)))
+    return out
+
+
+def _greedy_scores(scores: Sequence[torch.Tensor], seqs: list[list[int]], eos: int) -> np.ndarray:
+    """Log-probability of each greedy sequence, as beam search scores a beam (length_penalty 0): the
+    sum over its tokens, up to and including the end marker, of the processed scores, which the
+    trie processor has made log-probabilities over the allowed tokens. `scores`: one (batch,
+    vocab) tensor per step."""
+    steps = torch.stack([step.float() for step in scores], dim=1).cpu()  # (batch, steps, vocab)
+    out = np.zeros(len(seqs), dtype=np.float64)
+    for b, toks in enumerate(seqs):
+        n = min(toks.index(eos) + 1 if eos in toks else len(toks), steps.shape[1])
+        out[b] = float(steps[b, torch.arange(n), torch.tensor(toks[:n], dtype=torch.long)].sum())
     return out
 
 

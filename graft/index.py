@@ -282,7 +282,8 @@ class Index:
             exclude: with `facets` (graft): corpus paper ids never returned (a corpus paper posed
                 by its text).
         Raises:
-            GraftError: bad combination of arguments, k < 1, unknown paper, or no trained model for graft.
+            GraftError: bad combination of arguments, k or beams < 1, an unknown facet, unknown paper,
+                or no trained model for graft.
         """
         from graft.fusion import FUSIONS
 
@@ -291,8 +292,11 @@ class Index:
         if (neighbours or exclude) and paper is not None:
             raise GraftError("neighbours= (the text channel) and exclude= go with facets= (a paper outside the "
                              "corpus)")
-        if k < 1:
-            raise GraftError(f"k = {k}: ask for at least 1 result")
+        if k < 1 or beams < 1:
+            raise GraftError(f"k = {k}, beams = {beams}: ask for at least 1 result with at least 1 beam")
+        unknown = sorted(set(facets or ()) - set(FACETS))
+        if unknown:
+            raise GraftError(f"facets=: unknown facet(s) {unknown}; use {', '.join(FACETS)}")
         retriever = retriever or ("graft" if has_model(self.path) else "teacher")
         if retriever not in RETRIEVERS:
             raise GraftError(f"unknown retriever {retriever!r}; use one of {', '.join(RETRIEVERS)}")

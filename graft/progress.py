@@ -94,3 +94,17 @@ class Reporter:
 
     def peaks(self) -> dict[str, int]:
         return {r.name: r.peak_rss_bytes for r in self.records}
+
+
+@contextmanager
+def hf_progress_bars(enabled: bool) -> Iterator[None]:
+    """Turn transformers' own tqdm bars (weight loading, shard writing) off inside the block; GRAFT
+    shows its own progress."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()

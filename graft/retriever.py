@@ -50,11 +50,12 @@ from typing import Any
 from graft.candidates import CandidateFusion
 from graft.decoding import decode_items, facet_candidates
 from graft.docids import DocidTable, DocidTrie, load_docids, load_tries
-from graft.errors import GraftError
+from graft.errors import GraftError, IndexFormatError
 from graft.facets import FACETS
 from graft.fusion import CITATION_WEIGHT, RRF_K, TEXT_WEIGHT
 from graft.index import Index
 from graft.manifest import MODEL_DONE
+from graft.progress import hf_progress_bars
 from graft.results import QueryResult
 
 
@@ -162,11 +163,17 @@ def _load_model(folder: Path, tokenizer: Any = None) -> tuple[Any, Any]:
     if not (folder / MODEL_DONE).is_file():
         raise GraftError(f"the model in '{folder}' is unfinished (its training stopped before the final save); "
                          f"`graft train {folder.parent}` resumes it, or use --retriever teacher")
-    model = AutoModelForCausalLM.from_pretrained(folder)
-    if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
+    try:
+        with hf_progress_bars(False):
+            model = AutoModelForCausalLM.from_pretrained(folder)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+    except Exception as exc:  # transformers and safetensors raise several types for a damaged file
+        raise IndexFormatError(f"the trained model in '{folder}' cannot be loaded ({type(exc).__name__}: {exc}); "
+                               f"the files are damaged: train it again with `graft train {folder.parent}`, "
+                               "or use --retriever teacher") from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
 
 

@@ -254,7 +254,7 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
         RelatedPapers(idx, retriever="teacher", k=0)
     with pytest.raises(GraftError, match=f"query 2: id '{pid}' is also query 1's"):
         RelatedPapers(idx, retriever="teacher").query_many([{"id": pid}, {"id": pid}])
-    with pytest.raises(GraftError, match="k = 0: ask for at least 1 result"):
+    with pytest.raises(GraftError, match="k = 0, beams = 20: ask for at least 1 result"):
         idx.query(paper=pid, k=0, retriever="teacher")
 
 

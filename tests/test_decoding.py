@@ -98,3 +98,26 @@ def test_shared_prompt_cache_decodes_the_same_beams_as_plain_generate(tokenizer,
     assert [[b.token_ids for b in x] for x in shared] == [[b.token_ids for b in x] for x in plain]
     for xs, ys in zip(shared, plain):
         np.testing.assert_allclose([b.prob for b in xs], [b.prob for b in ys], rtol=1e-4)
+
+
+def test_one_beam_decodes_greedily_with_the_probability_beam_search_gives_it(tokenizer) -> None:
+    """num_beams=1 is greedy search, whose output has no beam scores: each item gets its one DocID
+    with the probability beam search gives the same DocID (the sum of the renormalised steps)."""
+    rng = np.random.default_rng(3)
+    model = random_model(tiny_config(tokenizer), seed=3)
+    pool = rng.permutation(np.arange(100, 40_000))
+    tries = {f: DocidTrie.build(_random_facet_docids(rng, pool[i * 40:(i + 1) * 40].tolist()))
+             for i, f in enumerate(FACETS)}
+    words = "graph neural citation retrieval sparse dense model survey attention benchmark".split()
+    items = [(FACETS[i % 4], " ".join(rng.choice(words, 1 + 2 * i))) for i in range(8)]
+    greedy = decode_items(model, tokenizer, tries, items, num_beams=1)
+    wide = decode_items(model, tokenizer, tries, items, num_beams=40)
+    matched = 0
+    for (facet, _), (one,), many in zip(items, greedy, wide):
+        assert tries[facet].lookup(one.token_ids) is not None and 0.0 < one.prob <= 1.0 + 1e-6
+        assert many[0].prob >= one.prob - 1e-6
+        same = [b for b in many if b.token_ids == one.token_ids]
+        if same:
+            matched += 1
+            assert same[0].prob == pytest.approx(one.prob, rel=1e-4)
+    assert matched >= 6

@@ -273,9 +273,28 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
     assert outside.query_id == "new"
     for bad in ({"paper": pid, "retriever": "bm25"}, {"paper": pid, "fusion": "max"},
                 {"paper": pid, "retriever": "teacher", "fusion": "graph-rrf"},
-                {"facets": {"method": ["x"]}, "retriever": "teacher"}, {"paper": pid, "neighbours": {pid: 0.5}}, {}):
+                {"facets": {"method": ["x"]}, "retriever": "teacher"}, {"paper": pid, "neighbours": {pid: 0.5}}, {},
+                {"paper": pid, "beams": 0}, {"facets": {"Method": ["x"]}}):
         with pytest.raises(GraftError):
             idx.query(**bad)
+    # one beam is greedy search, scored as beam search scores the same DocIDs
+    greedy = idx.query(paper=pid, k=5, beams=1)
+    assert greedy.hits and len({h.paper_id for h in greedy.hits}) == len(greedy.hits)
+
+
+def test_a_damaged_trained_model_is_named_with_the_fix(trained, tmp_path) -> None:
+    import shutil
+
+    from graft.errors import IndexFormatError
+    from graft.index import Index
+
+    copy = tmp_path / "index"
+    shutil.copytree(trained, copy)
+    weights = copy / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    idx = Index.open(copy)
+    with pytest.raises(IndexFormatError, match="cannot be loaded .*train it again with `graft train"):
+        idx.query(paper=idx.paper_ids[0], retriever="graft")
 
 
 def test_graph_walk_walks_the_graph_rrf_candidates(retriever) -> None:

@@ -123,6 +123,45 @@ def test_unknown_base_model_is_refused_with_the_fix(tmp_path) -> None:
         resolve_base_model(str(tmp_path / "empty"))
 
 
+def test_a_base_model_folder_without_usable_weights_is_refused_and_other_weights_are_another_model(
+        tokenizer, tmp_path) -> None:
+    """A folder with config.json but no weights is refused before any work (`graft train` checks it
+    before it writes pairs), damaged weights with a message instead of the loader's traceback, and
+    new weights at the same path make another base model (so a trained index is not kept as is)."""
+    from training.base_models import check_base_model, describe_base_model
+
+    folder = tmp_path / "base"
+    _tiny().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    before = describe_base_model(str(folder))
+    weights = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").unlink()
+    for check in (check_base_model, resolve_base_model):
+        with pytest.raises(GraftError, match="has no weights"):
+            check(str(folder))
+    load_tokenizer(str(folder))  # a tokenizer alone needs no weights
+    (folder / "model.safetensors").write_bytes(weights[:1000])
+    with pytest.raises(GraftError, match="its weights cannot be loaded"):
+        resolve_base_model(str(folder))
+    _tiny(seed=1).save_pretrained(folder)
+    assert describe_base_model(str(folder))["files"] != before["files"]
+    assert describe_base_model(str(folder))["path"] == before["path"]
+
+
+def test_training_that_diverges_saves_no_model(tokenizer, tmp_path) -> None:
+    """A loss of nan or inf means the weights are lost: no model is saved as finished."""
+    from training.trainer import TrainingDiverged
+
+    for name, bad in (("lr", float("inf")), ("epochs", float("inf")), ("lr", float("nan"))):
+        with pytest.raises(ValueError, match=f"{name} must be finite and > 0"):
+            TrainConfig(**{name: bad})
+    config = TrainConfig(max_steps=3, batch_size=4, lr=1e30, logging_steps=1, save_every_steps=1)
+    with pytest.raises(TrainingDiverged, match="training diverged: the loss was nan at step .* lower --lr"):
+        fit(_tiny(), tokenizer, _hand_pairs(tokenizer, 12), tmp_path / "model", config, quiet=True)
+    assert not (tmp_path / "model" / "training_config.json").exists()
+    assert not (tmp_path / "model" / "checkpoints").exists()
+
+
 # ---- prompts, labels, batches -------------------------------------------------------------------
 def test_labels_mask_the_prompt_and_targets_end_in_eos(real_pairs, index80, tokenizer) -> None:
     table = read_pairs(index80 / "train" / "pairs.parquet").to_pydict()

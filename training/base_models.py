@@ -19,12 +19,11 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from graft.errors import GraftError
+from graft.progress import hf_progress_bars
 
 SMOLLM2 = "smollm2-135m"
 TINY = "tiny"
@@ -48,20 +47,6 @@ TINY_ARCH: dict[str, Any] = {
     "max_position_embeddings": 1024,  # >= TrainConfig.max_length (512)
     "tie_word_embeddings": True,
 }
-
-
-@contextmanager
-def hf_progress_bars(enabled: bool) -> Iterator[None]:
-    """Turn transformers' own tqdm bars (weight loading, shard writing) off inside the block; GRAFT
-    shows its own progress."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
-    try:
-        yield
-    finally:
-        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
 def smollm2_dir() -> Path:
@@ -175,16 +160,39 @@ def ensure_smollm2(*, quiet: bool = False) -> Path:
     return folder
 
 
-def _check_local_folder(name_or_path: str) -> Path:
+#: Files of a Hugging Face model folder that hold its weights (one of them, or shards named by an index).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def _check_local_folder(name_or_path: str, *, weights: bool = False) -> Path:
+    """The local model folder `name_or_path`: with config.json and, if `weights`, a weight file.
+
+    Raises:
+        GraftError: neither a known name nor such a folder.
+    """
     path = Path(name_or_path).expanduser()
-    if not path.is_dir() or not (path / "config.json").is_file():
-        what = "does not exist" if not path.exists() else "has no config.json"
+    has_weights = not weights or (path.is_dir() and any((path / name).is_file() for name in WEIGHT_FILES))
+    if not path.is_dir() or not (path / "config.json").is_file() or not has_weights:
+        what = ("does not exist" if not path.exists() else "has no config.json"
+                if not (path / "config.json").is_file() else f"has no weights ({', '.join(WEIGHT_FILES)})")
         raise GraftError(
             f"base model {name_or_path!r} {what}; use one of '{SMOLLM2}', '{TINY}' or a local Hugging "
             f"Face model folder (with config.json and weights, e.g. Llama-3.2-1B-Instruct). GRAFT never "
             f"downloads models; pass a local folder"
         )
     return path
+
+
+def check_base_model(name_or_path: str) -> None:
+    """Refuse, before any work, a base model that cannot be trained: a local folder without
+    config.json or weights (`tiny` and SmolLM2 are checked when they load).
+
+    Raises:
+        GraftError: naming the folder and what it lacks.
+    """
+    if name_or_path not in (SMOLLM2, TINY):
+        _check_local_folder(name_or_path, weights=True)
 
 
 def load_tokenizer(name_or_path: str = SMOLLM2) -> Any:
@@ -250,9 +258,13 @@ def resolve_base_model(name_or_path: str = SMOLLM2, *, seed: int = 0, dtype: Any
     if name_or_path == TINY:
         model = random_model(tiny_config(tokenizer), seed=seed, dtype=dtype)
     else:
-        folder = ensure_smollm2() if name_or_path == SMOLLM2 else _check_local_folder(name_or_path)
-        with hf_progress_bars(False):
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        folder = ensure_smollm2() if name_or_path == SMOLLM2 else _check_local_folder(name_or_path, weights=True)
+        try:
+            with hf_progress_bars(False):
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        except Exception as exc:  # transformers and safetensors raise several types for a damaged folder
+            raise GraftError(f"base model {name_or_path!r}: its weights cannot be loaded ({type(exc).__name__}: "
+                             f"{exc})") from exc
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     model.train()
@@ -260,7 +272,8 @@ def resolve_base_model(name_or_path: str = SMOLLM2, *, seed: int = 0, dtype: Any
 
 
 def describe_base_model(name_or_path: str) -> dict[str, Any]:
-    """What the manifest records about a base model: the name and the resolved folder."""
+    """What the manifest records about a base model: the name and the resolved folder; for a local
+    folder also the size and modification time of its config and weight files."""
     if name_or_path == TINY:
         return {"name": TINY, "arch": dict(TINY_ARCH), "tokenizer": SMOLLM2}
     if name_or_path == SMOLLM2:
@@ -268,4 +281,9 @@ def describe_base_model(name_or_path: str) -> dict[str, Any]:
         marker = folder / _CONVERSION_MARKER
         source = json.loads(marker.read_text()).get("source") if marker.is_file() else None
         return {"name": SMOLLM2, "path": str(folder), "source": source}
-    return {"name": str(name_or_path), "path": str(Path(name_or_path).expanduser().resolve())}
+    # a local folder is named by its files too: other weights at the same path are another base model
+    folder = Path(name_or_path).expanduser().resolve()
+    files = {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(folder.iterdir())
+             if p.is_file() and (p.name == "config.json" or p.name.startswith(("model", "pytorch_model")))} \
+        if folder.is_dir() else {}
+    return {"name": str(name_or_path), "path": str(folder), "files": files}

@@ -133,7 +133,7 @@ def save_final_model(model_dir: Path, model: Any, tokenizer: Any, record: dict[s
         marker.unlink()
     tmp = Path(tempfile.mkdtemp(prefix=".final.", suffix=".tmp", dir=model_dir))
     try:
-        from training.base_models import hf_progress_bars
+        from graft.progress import hf_progress_bars
 
         with hf_progress_bars(False):
             model.save_pretrained(tmp)

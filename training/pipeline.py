@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from graft.prompts import PROMPT_VERSION
-from training.base_models import SMOLLM2, describe_base_model, load_tokenizer, resolve_base_model
+from training.base_models import (
+    SMOLLM2,
+    check_base_model,
+    describe_base_model,
+    load_tokenizer,
+    resolve_base_model,
+)
 from training.data import encode_pairs_table, read_docid_tokens, read_pairs
 from training.trainer import TrainConfig, TrainResult, fit, process_state
 
@@ -117,6 +123,7 @@ def train_index(
         summary.timings = reporter.timings()
         return summary
 
+    check_base_model(base_model)  # before the pairs are written
     state = process_state()
     with state.main_process_first():  # the main process builds pairs; the others then reuse them
         manifest = read_manifest(index_dir, require=("build",))

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import shutil
 import sys
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.config import config_from_dict
+from graft.errors import GraftError
 from training import checkpoints as ckpts
 from training.data import BatchPlan, Collator, EncodedPairs
 
@@ -64,15 +66,15 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 (or None to use epochs), got {self.max_steps}")
-        if self.max_steps is None and not self.epochs > 0:
-            raise ValueError(f"epochs must be > 0, got {self.epochs}")
+        if self.max_steps is None and not 0 < self.epochs < math.inf:
+            raise ValueError(f"epochs must be finite and > 0, got {self.epochs}")
         for name in ("batch_size", "max_length", "save_total_limit", "logging_steps", "mega_batch_mult"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.per_device_batch_size is not None and self.per_device_batch_size < 1:
             raise ValueError(f"per_device_batch_size must be >= 1, got {self.per_device_batch_size}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"lr must be finite and > 0, got {self.lr}")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.save_every_steps < 0:
@@ -151,6 +153,10 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+class TrainingDiverged(GraftError):
+    """The training loss became nan or inf: the weights are lost, and nothing is saved."""
 
 
 class _LossLog:
@@ -377,6 +383,13 @@ def fit(
     if on_gpu:
         torch.cuda.synchronize()
     log.poll(wait=True)
+    diverged = next(((s, v) for s, v in losses if not math.isfinite(v)), None)
+    if diverged is not None:
+        # a model whose loss is nan or inf has lost its weights: it is never saved as a finished one
+        if accelerator.is_main_process and ckpt_dir is not None:
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+        raise TrainingDiverged(f"training diverged: the loss was {diverged[1]} at step {diverged[0]} of {total}; "
+                               f"no model was saved. Train again with a lower --lr (this run: {config.lr:g})")
     seconds = time.perf_counter() - t0
     trained = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     result = TrainResult(steps=total, tokens=tokens, target_tokens=target_tokens, final_loss=log.last,
