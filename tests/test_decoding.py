@@ -34,6 +34,19 @@ def _random_facet_docids(rng: np.random.Generator, vocab: list[int]) -> list[lis
     return [list(s) for s in sorted(seqs)]
 
 
+def _model_tries_items(tokenizer, seed: int, *, n_items: int, growth: int):
+    """A random tiny model, one random trie per facet (disjoint token pools) and `n_items` items,
+    one facet after another, the i-th of 1 + growth * i words (prompts of different lengths)."""
+    rng = np.random.default_rng(seed)
+    model = random_model(tiny_config(tokenizer), seed=seed)
+    pool = rng.permutation(np.arange(100, 40_000))
+    tries = {f: DocidTrie.build(_random_facet_docids(rng, pool[i * 40:(i + 1) * 40].tolist()))
+             for i, f in enumerate(FACETS)}
+    words = "graph neural citation retrieval sparse dense model survey attention benchmark".split()
+    items = [(FACETS[i % 4], " ".join(rng.choice(words, 1 + growth * i))) for i in range(n_items)]
+    return model, tries, items
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_decoded_output_is_a_docid_of_its_facet(tokenizer, seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -86,13 +99,7 @@ def test_facet_scores_sum_beam_probabilities_over_items() -> None:
 def test_shared_prompt_cache_decodes_the_same_beams_as_plain_generate(tokenizer, seed: int) -> None:
     """Prompts of different lengths (left padding) across facets: sharing the prompt cache across
     beams changes the cost, not the DocIDs or their probabilities."""
-    rng = np.random.default_rng(seed)
-    model = random_model(tiny_config(tokenizer), seed=seed)
-    pool = rng.permutation(np.arange(100, 40_000))
-    tries = {f: DocidTrie.build(_random_facet_docids(rng, pool[i * 40:(i + 1) * 40].tolist()))
-             for i, f in enumerate(FACETS)}
-    words = "graph neural citation retrieval sparse dense model survey attention benchmark".split()
-    items = [(FACETS[i % 4], " ".join(rng.choice(words, 1 + 3 * i))) for i in range(6)]
+    model, tries, items = _model_tries_items(tokenizer, seed, n_items=6, growth=3)
     shared = decode_items(model, tokenizer, tries, items, num_beams=5)
     plain = decode_items(model, tokenizer, tries, items, num_beams=5, share_prompt=False)
     assert [[b.token_ids for b in x] for x in shared] == [[b.token_ids for b in x] for x in plain]
@@ -103,13 +110,7 @@ def test_shared_prompt_cache_decodes_the_same_beams_as_plain_generate(tokenizer,
 def test_one_beam_decodes_greedily_with_the_probability_beam_search_gives_it(tokenizer) -> None:
     """num_beams=1 is greedy search, whose output has no beam scores: each item gets its one DocID
     with the probability beam search gives the same DocID (the sum of the renormalised steps)."""
-    rng = np.random.default_rng(3)
-    model = random_model(tiny_config(tokenizer), seed=3)
-    pool = rng.permutation(np.arange(100, 40_000))
-    tries = {f: DocidTrie.build(_random_facet_docids(rng, pool[i * 40:(i + 1) * 40].tolist()))
-             for i, f in enumerate(FACETS)}
-    words = "graph neural citation retrieval sparse dense model survey attention benchmark".split()
-    items = [(FACETS[i % 4], " ".join(rng.choice(words, 1 + 2 * i))) for i in range(8)]
+    model, tries, items = _model_tries_items(tokenizer, 3, n_items=8, growth=2)
     greedy = decode_items(model, tokenizer, tries, items, num_beams=1)
     wide = decode_items(model, tokenizer, tries, items, num_beams=40)
     matched = 0
