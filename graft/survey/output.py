@@ -206,9 +206,10 @@ def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Secti
                   note: str, meta: dict[str, Any]) -> dict[str, Path]:
     """Write survey.md, references.bib and survey.json into `out_dir`; returns their paths.
 
-    The three are written in full beside their targets first and then moved into place one after
-    the other, so a survey stopped while it writes leaves the earlier set (or the new one) rather
-    than a mixture; temporary files a killed run left there are removed.
+    The three are written in full beside their targets first and only then renamed onto them, one
+    after the other: a survey stopped while it writes leaves the earlier files, and only one
+    stopped between those three renames (microseconds) leaves a mixture. Temporary files a killed
+    run left there are removed.
 
     Raises:
         SurveyError: the folder or a file cannot be written.
