@@ -61,9 +61,15 @@ def user_cache_dir() -> Path:
     return Path(base).expanduser() / "graft"
 
 
+def json_text(obj: Any) -> str:
+    """The text `write_json` writes: indented JSON (values it cannot encode as their `str`), one
+    newline at the end."""
+    return json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n"
+
+
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+        tmp.write_text(json_text(obj), encoding="utf-8")
 
 
 def write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:

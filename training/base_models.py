@@ -172,16 +172,19 @@ def _check_local_folder(name_or_path: str, *, weights: bool = False) -> Path:
         GraftError: neither a known name nor such a folder.
     """
     path = Path(name_or_path).expanduser()
-    has_weights = not weights or (path.is_dir() and any((path / name).is_file() for name in WEIGHT_FILES))
-    if not path.is_dir() or not (path / "config.json").is_file() or not has_weights:
-        what = ("does not exist" if not path.exists() else "has no config.json"
-                if not (path / "config.json").is_file() else f"has no weights ({', '.join(WEIGHT_FILES)})")
-        raise GraftError(
-            f"base model {name_or_path!r} {what}; use one of '{SMOLLM2}', '{TINY}' or a local Hugging "
-            f"Face model folder (with config.json and weights, e.g. Llama-3.2-1B-Instruct). GRAFT never "
-            f"downloads models; pass a local folder"
-        )
-    return path
+    if not path.exists():
+        what = "does not exist"
+    elif not (path / "config.json").is_file():
+        what = "has no config.json"
+    elif weights and not any((path / name).is_file() for name in WEIGHT_FILES):
+        what = f"has no weights ({', '.join(WEIGHT_FILES)})"
+    else:
+        return path
+    raise GraftError(
+        f"base model {name_or_path!r} {what}; use one of '{SMOLLM2}', '{TINY}' or a local Hugging "
+        f"Face model folder (with config.json and weights, e.g. Llama-3.2-1B-Instruct). GRAFT never "
+        f"downloads models; pass a local folder"
+    )
 
 
 def check_base_model(name_or_path: str) -> None:
@@ -283,7 +286,9 @@ def describe_base_model(name_or_path: str) -> dict[str, Any]:
         return {"name": SMOLLM2, "path": str(folder), "source": source}
     # a local folder is named by its files too: other weights at the same path are another base model
     folder = Path(name_or_path).expanduser().resolve()
-    files = {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(folder.iterdir())
-             if p.is_file() and (p.name == "config.json" or p.name.startswith(("model", "pytorch_model")))} \
-        if folder.is_dir() else {}
+    files: dict[str, list[int]] = {}
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if p.is_file() and (p.name == "config.json" or p.name.startswith(("model", "pytorch_model"))):
+            stat = p.stat()
+            files[p.name] = [stat.st_size, stat.st_mtime_ns]
     return {"name": str(name_or_path), "path": str(folder), "files": files}

@@ -8,7 +8,6 @@ renders as written.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from contextlib import ExitStack
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.index import Index
-from graft.store import atomic_path
+from graft.store import atomic_path, json_text
 from graft.survey.config import SurveyError
 from graft.survey.types import Section, Sentence
 from graft.survey.verify import SUPPORTED
@@ -217,7 +216,7 @@ def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Secti
     numbers = numbering(sections)
     texts = {"markdown": render_markdown(title, sections, index, numbers, note),
              "bibtex": render_bibtex(index, numbers),
-             "json": json.dumps(survey_json(topic, title, sections, numbers, meta), indent=2, default=str) + "\n"}
+             "json": json_text(survey_json(topic, title, sections, numbers, meta))}
     paths = {kind: out_dir / name for kind, name in OUTPUT_FILES.items()}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
