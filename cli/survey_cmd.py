@@ -143,7 +143,7 @@ def survey(
         config = SurveyConfig(llm=llm, model=model, base_url=base_url, api_key_env=api_key_env, sections=sections,
                               subsections=subsections, verify_rounds=verify_rounds, retriever=retriever,
                               graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year, max_concurrency=concurrency)
-        from graphbuild.embeddings import resolve_device
+        from graft.devices import resolve_device
 
         result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json), device=resolve_device(device))
     except (GraftError, ValueError) as exc:

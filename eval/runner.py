@@ -82,7 +82,7 @@ class RunOptions:
             raise GraftError(f"decode_batch {self.decode_batch} must be >= 1")
         if self.beams < 1:
             raise GraftError(f"--beams {self.beams} must be >= 1")
-        from graphbuild.embeddings import resolve_device
+        from graft.devices import resolve_device
 
         self.device = resolve_device(self.device)  # an unknown name or an absent GPU, before any work
 

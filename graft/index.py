@@ -243,10 +243,12 @@ class Index:
         once per device.
 
         Raises:
-            GraftError: no trained model in `INDEX/model`.
+            GraftError: no trained model in `INDEX/model`, or a device this machine lacks.
         """
+        from graft.devices import resolve_device
         from graft.retriever import load_retriever
 
+        device = resolve_device(device)
         if device not in self._generative:
             self._generative[device] = load_retriever(self, device=device)
         return self._generative[device]

@@ -49,6 +49,7 @@ from typing import Any
 
 from graft.candidates import CandidateFusion
 from graft.decoding import decode_items, facet_candidates
+from graft.devices import resolve_device
 from graft.docids import DocidTable, DocidTrie, load_docids, load_tries
 from graft.errors import GraftError, IndexFormatError
 from graft.facets import FACETS
@@ -68,11 +69,13 @@ class GenerativeRetriever(CandidateFusion):
         tokenizer: the model's tokenizer (loaded from the model folder when None).
         tries: facet -> DocID trie (loaded from the index when None).
         docids: the DocID table (loaded from the index when None).
-        device: where the model runs ("cpu" by default).
+        device: where the model runs ("cpu" by default; "auto" or a name `graft.devices.resolve_device`
+            checks).
     """
 
     def __init__(self, index: Index, model: Any, tokenizer: Any = None, tries: dict[str, DocidTrie] | None = None,
                  docids: DocidTable | None = None, *, device: str = "cpu") -> None:
+        device = resolve_device(device)  # before the model is read
         if isinstance(model, (str, Path)):
             model, tokenizer = _load_model(Path(model), tokenizer)
         if tokenizer is None:

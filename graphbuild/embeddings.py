@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from graft.devices import resolve_device
 from graft.errors import GraftError
 
 #: Name recorded in manifests for the packaged default model.
@@ -155,33 +156,6 @@ def resolve_model_path(model: str | None) -> str:
             f"the path of a sentence-transformers model folder, or omit it for {DEFAULT_MODEL}"
         )
     return str(model)
-
-
-def resolve_device(device: str) -> str:
-    """The torch device for `device`: "cpu", "cuda", "cuda:N", "mps", or "auto" (CUDA if torch sees a
-    GPU, else the CPU).
-
-    Raises:
-        GraftError: an unknown name, or a GPU that this torch build cannot see.
-    """
-    if device == "cpu":  # torch is not imported for it: a stored export runs without torch
-        return device
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
-        if not torch.cuda.is_available():
-            raise GraftError(f"device '{device}': torch {torch.__version__} sees no CUDA GPU on this machine; "
-                             "use --device cpu (or auto)")
-        if device != "cuda" and int(device[5:]) >= torch.cuda.device_count():
-            raise GraftError(f"device '{device}': this machine has {torch.cuda.device_count()} CUDA GPU(s)")
-        return device
-    if device == "mps":
-        if not torch.backends.mps.is_available():
-            raise GraftError("device 'mps': Apple's Metal backend is not available here; use --device cpu")
-        return device
-    raise GraftError(f"device '{device}' is unknown; allowed: cpu, cuda, cuda:N, mps, auto")
 
 
 def resolve_backend(backend: str, device: str) -> str:

@@ -77,7 +77,7 @@ class RelatedPapers:
             if value < 1:
                 raise GraftError(f"{name} must be >= 1, got {value}")
         if self.retriever == "graft":
-            from graphbuild.embeddings import resolve_device
+            from graft.devices import resolve_device
 
             device = resolve_device(device)
         self.index, self.fusion, self.k, self.beams, self.device = index, fusion, k, beams, device

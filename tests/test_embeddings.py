@@ -46,7 +46,7 @@ def test_remembered_vectors_are_served_and_never_replace_computed_ones(encoder) 
 def test_device_names_resolve_or_fail_clearly() -> None:
     import torch
 
-    from graphbuild.embeddings import resolve_device
+    from graft.devices import resolve_device
 
     assert resolve_device("cpu") == "cpu"
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -274,9 +274,15 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
     for bad in ({"paper": pid, "retriever": "bm25"}, {"paper": pid, "fusion": "max"},
                 {"paper": pid, "retriever": "teacher", "fusion": "graph-rrf"},
                 {"facets": {"method": ["x"]}, "retriever": "teacher"}, {"paper": pid, "neighbours": {pid: 0.5}}, {},
-                {"paper": pid, "beams": 0}, {"facets": {"Method": ["x"]}}):
+                {"paper": pid, "beams": 0}, {"facets": {"Method": ["x"]}}, {"paper": pid, "device": "gpu0"}):
         with pytest.raises(GraftError):
             idx.query(**bad)
+    import torch
+
+    if not torch.cuda.is_available():  # named by GRAFT with the fix, not by torch mid-load
+        with pytest.raises(GraftError, match="sees no CUDA GPU.*--device cpu"):
+            idx.query(paper=pid, device="cuda")
+    assert idx.generative(device="auto") is gen or torch.cuda.is_available()  # "auto" is the CPU here
     # one beam is greedy search, scored as beam search scores the same DocIDs
     greedy = idx.query(paper=pid, k=5, beams=1)
     assert greedy.hits and len({h.paper_id for h in greedy.hits}) == len(greedy.hits)
