@@ -80,7 +80,7 @@ def print_build_summary(summary, out: Console = console) -> None:
 
 @app.command()
 def build(
-    corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, S2ORC JSON file or folder, or 'aclsum'."),
+    corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, JSON file or folder (S2ORC documents, records or arrays of them), or 'aclsum'."),
     out: Path = typer.Option(..., "--out", "-o", help="Index directory to write."),
     extractor: str = typer.Option("heuristic", help="Facet extractor: heuristic (offline) or llm."),
     limit: int | None = typer.Option(None, min=1, help="Use only the first N valid records."),

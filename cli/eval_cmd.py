@@ -19,7 +19,7 @@ def _command() -> str:
 
 @eval_app.command()
 def prepare(
-    corpus: str = typer.Argument(..., help="Corpus file (JSONL / JSONL.gz / Parquet), S2ORC folder or 'aclsum'."),
+    corpus: str = typer.Argument(..., help="Corpus file (JSONL / JSONL.gz / Parquet / JSON), JSON or S2ORC folder, or 'aclsum'."),
     out: Path = typer.Option(..., "--out", help="Split directory to write."),
     seed: int = typer.Option(0, help="Seed of tie-breaking, the survey draw and the dev/test split."),
     ooc: int = typer.Option(500, "--ooc", min=0, help="Out-of-corpus hold-outs (newest citing papers first)."),

@@ -250,7 +250,7 @@ def build_index(
     """Build a GRAFT index directory from a corpus.
 
     Args:
-        corpus_path: JSONL / JSONL.gz / Parquet file, S2ORC JSON file or folder, or None / "aclsum"
+        corpus_path: JSONL / JSONL.gz / Parquet file, JSON file or folder (`graphbuild.corpus.load_corpus`), or None / "aclsum"
             for the ACLSum demo corpus.
         out: index directory (created; artefacts of an earlier build are replaced).
         config: build settings; defaults as in DESIGN.md.

@@ -1,4 +1,4 @@
-"""Corpus loading: JSONL / JSONL.gz / Parquet records, S2ORC JSON full texts and the ACLSum package.
+"""Corpus loading: JSONL / JSONL.gz / Parquet / JSON records, S2ORC JSON full texts and the ACLSum package.
 
 Every loader returns a `Corpus`: one validated, typed papers table whose row order is the node
 index of the graph, the in-corpus citation lists, and a `LoadReport` that says what was read,
@@ -33,7 +33,8 @@ PAPER_COLUMNS = ("paper_id", "title", "abstract", "year", "venue", "authors", "r
 #: Fields every JSONL / Parquet record must carry (non-empty).
 REQUIRED_FIELDS = ("id", "title", "abstract")
 #: Accepted inputs, as listed in error messages.
-ACCEPTED_FORMATS = "*.jsonl, *.jsonl.gz, *.parquet, an S2ORC *.json file or a directory of them, or 'aclsum'"
+ACCEPTED_FORMATS = ("*.jsonl, *.jsonl.gz, *.parquet, a *.json file (an array of records, one record or an S2ORC "
+                    "document) or a directory of them, or 'aclsum'")
 
 _SCHEMA: dict[str, Any] = {
     "paper_id": pl.Utf8,
@@ -138,17 +139,18 @@ class _Bad(Exception):
 
 
 def load_corpus(path: str | Path | None, *, skip_bad: bool = False, limit: int | None = None) -> Corpus:
-    """Load a corpus from a file, a directory of S2ORC JSON files, or the ACLSum package.
+    """Load a corpus from a file, a directory of JSON files (S2ORC or plain records), or the ACLSum package.
 
     Args:
         path: `None` or "aclsum" for the built-in ACLSum corpus; a `*.jsonl`, `*.jsonl.gz` or
             `*.parquet` file of records (`id, title, abstract` required; `year, venue, authors,
-            references, full_text` optional); an S2ORC `*.json` file or a directory of them.
+            references, full_text` optional); a `*.json` file or a directory of them, each an S2ORC
+            document, a plain record or a JSON array of records.
         skip_bad: skip invalid records (listed in `report.skipped`) instead of stopping.
         limit: keep only the first `limit` valid records; references to later ones are dropped.
 
     Returns:
-        The corpus, in file order (JSONL / Parquet) or sorted file-name order (S2ORC).
+        The corpus, in file order (JSONL / Parquet / a JSON array) or sorted file-name order (a directory).
 
     Raises:
         InputValidationError: the path is missing or of an unknown format, a record is invalid
@@ -162,13 +164,13 @@ def load_corpus(path: str | Path | None, *, skip_bad: bool = False, limit: int |
         raise InputValidationError(f"corpus not found: {path} (accepted: {ACCEPTED_FORMATS})")
     name = path.name.lower()
     if path.is_dir():
-        return _load_s2orc(path, source=str(path), skip_bad=skip_bad, limit=limit)
+        return _load_json(path, source=str(path), skip_bad=skip_bad, limit=limit)
     if name.endswith((".jsonl", ".jsonl.gz")):
         items: Iterator[tuple[str, Any]] = _iter_jsonl(path)
     elif name.endswith(".parquet"):
         items = _iter_parquet(path)
     elif name.endswith(".json"):
-        return _load_s2orc(path, source=str(path), skip_bad=skip_bad, limit=limit)
+        return _load_json(path, source=str(path), skip_bad=skip_bad, limit=limit)
     else:
         raise InputValidationError(f"{path}: unknown corpus format (accepted: {ACCEPTED_FORMATS})")
     with contextlib.closing(items):
@@ -196,7 +198,7 @@ def load_aclsum(*, limit: int | None = None) -> Corpus:
     folder = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "paper_jsons"
     if not any(folder.glob("*.json")):
         raise GraftError(f"the `aclsum` package has no paper files in {folder}; reinstall it")
-    return _load_s2orc(folder, source="aclsum", skip_bad=False, limit=limit)
+    return _load_json(folder, source="aclsum", skip_bad=False, limit=limit)
 
 
 # --------------------------------------------------------------------------- readers
@@ -229,12 +231,13 @@ def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
         yield f"{path.name} row {i}", row
 
 
-def _load_s2orc(path: Path, *, source: str, skip_bad: bool, limit: int | None) -> Corpus:
-    """Load one S2ORC JSON file or a directory of them; bib entries resolve by normalised title."""
+def _load_json(path: Path, *, source: str, skip_bad: bool, limit: int | None) -> Corpus:
+    """Load one JSON file or a directory of them: S2ORC documents, whose bib entries resolve by normalised
+    title, plain records, whose references are ids, or JSON arrays of plain records."""
     files = sorted((p for p in path.glob("*.json") if p.is_file()), key=lambda p: p.name) if path.is_dir() else [path]
     if not files:
         raise InputValidationError(
-            f"{path}: no S2ORC *.json files in the directory (accepted: {ACCEPTED_FORMATS})"
+            f"{path}: no *.json files in the directory (accepted: {ACCEPTED_FORMATS})"
         )
 
     def items() -> Iterator[tuple[str, Any]]:
@@ -245,7 +248,12 @@ def _load_s2orc(path: Path, *, source: str, skip_bad: bool, limit: int | None) -
                 obj = _Bad(f"invalid JSON ({exc})")
             except OSError as exc:
                 obj = _Bad(f"cannot read the file ({exc.strerror or exc})")
-            yield file.name, _from_s2orc(file.stem, obj) if isinstance(obj, dict) else obj
+            if isinstance(obj, list):  # a JSON array of plain records
+                yield from ((f"{file.name} item {i}", rec) for i, rec in enumerate(obj, start=1))
+            elif isinstance(obj, dict) and _is_s2orc(obj):
+                yield file.name, _from_s2orc(file.stem, obj)
+            else:  # a plain record (its own id and reference ids), or what _validate names
+                yield file.name, obj
 
     records, n_read, skipped = _collect(items(), skip_bad=skip_bad, limit=limit)
     # Resolve bibliography titles against the loaded papers only (after `limit`): the first paper
@@ -255,10 +263,18 @@ def _load_s2orc(path: Path, *, source: str, skip_bad: bool, limit: int | None) -
         by_title.setdefault(normalize_title(rec["title"]), rec["paper_id"])
     unresolved = 0
     for rec in records:
+        if "_ref_titles" not in rec:
+            continue  # a plain record: its references are ids, checked by _build
         keys = [normalize_title(t) for t in rec.pop("_ref_titles")]
         rec["references"] = [by_title[k] for k in keys if k and k in by_title]
         unresolved += len(keys) - len(rec["references"])
     return _build(source, records, n_read, skipped, dropped=unresolved)
+
+
+def _is_s2orc(obj: dict) -> bool:
+    """An S2ORC document has a `pdf_parse` block or, in its metadata-only form, a `paper_id` and no `id`;
+    an object with an `id` and no `pdf_parse` is a plain record."""
+    return "pdf_parse" in obj or "id" not in obj
 
 
 def _from_s2orc(stem: str, obj: dict) -> dict:

@@ -396,8 +396,32 @@ def test_s2orc_bad_file_names_the_file(tmp_path):
     assert load_corpus(folder).papers["paper_id"].to_list() == ["A"]
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(InputValidationError, match="no S2ORC"):
+    with pytest.raises(InputValidationError, match=r"no \*\.json files"):
         load_corpus(empty)
+
+
+def test_json_files_of_plain_records_keep_their_ids_and_references(tmp_path):
+    records = [paper("a", references=["b", "zz"]), paper("b", references=["a"]), paper("c", references=["a", "b"])]
+    array = tmp_path / "papers.json"
+    array.write_text(json.dumps(records), encoding="utf-8")
+    from_array = load_corpus(array)
+    from_lines = load_corpus(write_jsonl(tmp_path / "papers.jsonl", records))
+    assert from_array.papers.to_dicts() == from_lines.papers.to_dicts()
+    assert from_array.report.dropped_references == 1  # "zz" is not in the corpus
+    # one record per file, beside an S2ORC document whose bib entry names record "a" by title
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for rec in records:
+        (folder / f"file-{rec['id']}.json").write_text(json.dumps(rec), encoding="utf-8")
+    (folder / "S.json").write_text(json.dumps(s2orc_doc("Doc", bib_titles=["Title of a"])), encoding="utf-8")
+    mixed = load_corpus(folder)
+    refs = dict(zip(mixed.papers["paper_id"].to_list(), mixed.papers["references"].to_list()))
+    assert refs == {"a": ["b"], "b": ["a"], "c": ["a", "b"], "S": ["a"]}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([paper("a"), {"id": "b"}, 7]), encoding="utf-8")
+    with pytest.raises(InputValidationError, match=r"^bad\.json item 2: missing 'title'"):
+        load_corpus(bad)
+    assert [b.where for b in load_corpus(bad, skip_bad=True).report.skipped] == ["bad.json item 2", "bad.json item 3"]
 
 
 @pytest.mark.parametrize(
