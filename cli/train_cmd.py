@@ -29,7 +29,10 @@ def print_train_summary(summary, console) -> None:  # noqa: ANN001 (TrainSummary
     t.add_row("tokens (target)", f"{r.tokens:,} ({r.target_tokens:,})")
     t.add_row("final loss", "-" if r.final_loss is None else f"{r.final_loss:.4f}")
     t.add_row("precision", r.mixed_precision)
-    t.add_row("wall time", f"{r.seconds:,.1f} s")
+    if r.resumed_from is not None:
+        t.add_row("wall time", f"{r.call_seconds:,.1f} s this run, {r.seconds:,.1f} s with the interrupted parts")
+    else:
+        t.add_row("wall time", f"{r.seconds:,.1f} s")
     if not r.already_done:
         t.add_row("throughput", f"{r.tokens_per_s:,.0f} tokens/s")
     console.print(t)

@@ -256,6 +256,9 @@ def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
     assert stage["counts"]["steps"] == 40 and stage["counts"]["pairs"] == summary.pairs
     assert stage["config"]["train"]["lr"] == 2e-3 and stage["config"]["base_model"]["name"] == "tiny"
     assert stage["final_loss"] == pytest.approx(last)
+    # the stage's timings are this call's parts and add up to no more than its total
+    assert stage["timings_s"]["train"] <= stage["timings_s"]["total"]
+    assert stage["train_seconds_all_parts"] == pytest.approx(r.seconds, abs=1e-3)
     # the same command again finds the finished model and trains nothing
     again = train_index(index80, config, base_model="tiny")
     assert again.result.already_done and again.result.steps == 40
@@ -335,6 +338,9 @@ def test_kill_and_resume_reaches_the_same_step_and_weights(tokenizer, tmp_path) 
     resumed = fit(_tiny(), tokenizer, data, run, config, quiet=True)  # the same command again
     assert resumed.resumed_from == 8 and resumed.steps == whole.steps == 12
     assert resumed.tokens == whole.tokens and resumed.losses == whole.losses
+    # the run's time counts the interrupted part up to step 8; this call's time only its own part
+    assert resumed.seconds == pytest.approx(state["seconds"] + resumed.call_seconds)
+    assert 0 < resumed.call_seconds < resumed.seconds
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name  # bit-identical on the CPU
     assert not (run / "checkpoints").exists() and (run / "training_config.json").is_file()

@@ -145,7 +145,9 @@ def train_index(
     result = fit(model, tokenizer, data, summary.model_dir, config, resume=resume, quiet=reporter.quiet,
                  record=record)
     summary.result = result
-    summary.timings = {**reporter.timings(), "train": result.seconds, "total": time.perf_counter() - t0}
+    # this call's stages only, so that they add up to its total; a resumed run's whole training time,
+    # interrupted parts included, is the record's `train_seconds_all_parts`
+    summary.timings = {**reporter.timings(), "train": result.call_seconds, "total": time.perf_counter() - t0}
     if state.is_main_process and not result.already_done:
         manifest = read_manifest(index_dir, require=("build",))  # re-read: the pairs stage may be new
         record_stage(index_dir, manifest, "train",
@@ -157,7 +159,8 @@ def train_index(
                              "gradient_accumulation_steps": result.gradient_accumulation_steps},
                      timings=summary.timings,
                      extra={"final_loss": result.final_loss, "losses": [list(x) for x in result.losses],
-                            "resumed_from": result.resumed_from, "mixed_precision": result.mixed_precision,
+                            "resumed_from": result.resumed_from, "train_seconds_all_parts": round(result.seconds, 3),
+                            "mixed_precision": result.mixed_precision,
                             "tokens_per_s": round(result.tokens_per_s, 1), "fingerprint": result.fingerprint,
                             "model_dir": "model"})
     return summary

@@ -103,6 +103,7 @@ class TrainResult:
     final_loss: float | None  # mean loss of the last logging window
     losses: list[tuple[int, float]]  # (step, mean loss since the previous entry)
     seconds: float  # wall time of the whole run, interrupted parts included
+    call_seconds: float  # wall time of this call's part (0 when already_done)
     tokens_per_s: float  # of this call's part of the run
     resumed_from: int | None  # step of the checkpoint this call started from
     already_done: bool  # a finished model with the same fingerprint was found; nothing trained
@@ -305,7 +306,8 @@ def fit(
         r = done_record["result"]
         return TrainResult(steps=r["steps"], tokens=r["tokens"], target_tokens=r["target_tokens"],
                            final_loss=r["final_loss"], losses=[tuple(x) for x in r["losses"]],
-                           seconds=r["seconds"], tokens_per_s=0.0, resumed_from=None, already_done=True, **common)
+                           seconds=r["seconds"], call_seconds=0.0, tokens_per_s=0.0, resumed_from=None,
+                           already_done=True, **common)
 
     state: dict[str, Any] = {"step": 0, "tokens": 0, "target_tokens": 0, "losses": [], "seconds": 0.0}
     ckpt = ckpts.last_checkpoint(model_dir) if (resume and model_dir is not None) else None
@@ -393,7 +395,7 @@ def fit(
     seconds = time.perf_counter() - t0
     trained = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     result = TrainResult(steps=total, tokens=tokens, target_tokens=target_tokens, final_loss=log.last,
-                         losses=losses, seconds=float(state["seconds"]) + seconds,
+                         losses=losses, seconds=float(state["seconds"]) + seconds, call_seconds=seconds,
                          tokens_per_s=(tokens - tokens0) / seconds if seconds > 0 else 0.0,
                          resumed_from=start if ckpt is not None else None, already_done=False,
                          model=trained, **common)
