@@ -243,14 +243,29 @@ def test_persistent_timeout_raises(server: FakeLLMServer) -> None:
     assert client.stats()["failures"] == 1
 
 
-def test_connection_refused_is_retried_then_raises() -> None:
+def test_connection_refused_is_retried_then_raises(caplog: pytest.LogCaptureFixture) -> None:
     srv = FakeLLMServer()
     url = srv.url
     srv.close()  # nothing listens on the port any more
     client = ChatClient(LLMConfig(model="m", base_url=url, max_retries=2, backoff_base_s=0.01))
-    with pytest.raises(LLMError, match="3 attempt"):
+    with caplog.at_level("WARNING", logger="graft.llm"), pytest.raises(LLMError, match="3 attempt") as first:
         client.complete(MSGS)
-    assert client.stats()["requests"] == 3
+    assert client.stats()["requests"] == 3 and first.value.unreachable
+    retries = [r.getMessage() for r in caplog.records if r.name == "graft.llm"]
+    assert len(retries) == 2 and "retry 1 of 2" in retries[0] and "retry 2 of 2" in retries[1]
+    # the server is down: the next request fails at once instead of retrying again
+    with pytest.raises(LLMError, match="3 attempt") as second:
+        client.complete([{"role": "user", "content": "another question"}])
+    assert second.value.unreachable and client.stats()["requests"] == 3 and client.stats()["failures"] == 2
+
+
+def test_a_server_that_answers_errors_is_not_taken_for_down(server: FakeLLMServer) -> None:
+    server.behave = lambda hit, body: Reply(status=503) if hit < 2 else Reply(content="fine")
+    client = make_client(server, max_retries=1)
+    with pytest.raises(LLMError, match="HTTP 503") as exc:
+        client.complete(MSGS)
+    assert not exc.value.unreachable
+    assert client.complete(MSGS) == "fine"  # asked again, answered
 
 
 def test_concurrency_limit(server: FakeLLMServer) -> None:

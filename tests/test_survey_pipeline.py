@@ -424,6 +424,28 @@ def test_openai_backend_writes_verifies_and_resumes_from_cache(acl, tmp_path) ->
     assert a["backend_stats"].get("write_answers", 0) >= 2 and a["backend"] == "openai:scripted"
 
 
+def test_an_unreachable_llm_server_stops_the_survey(acl, tmp_path, monkeypatch) -> None:
+    """Not a survey written offline under the LLM's name after minutes of retries: the first request
+    that finds no server stops it, with what to do."""
+    import functools
+
+    from test_llm_client import FakeLLMServer
+
+    import graft.survey.backends as backends
+    from graft.llm import LLMConfig
+    from graft.survey.pipeline import write_survey
+
+    idx, tools = acl
+    srv = FakeLLMServer()
+    url = srv.url
+    srv.close()  # nothing listens on the port any more
+    monkeypatch.setattr(backends, "LLMConfig", functools.partial(LLMConfig, backoff_base_s=0.01, max_retries=1))
+    config = SurveyConfig(llm="openai", model="nobody-serves-this", base_url=url, sections=2, subsections=1)
+    with pytest.raises(SurveyError, match="unreachable .*once the server is up, asks only the rest"):
+        write_survey(idx, TOPIC, tmp_path / "down", config, tools=tools)
+    assert not (tmp_path / "down" / "survey.md").exists()
+
+
 def test_local_backend_falls_back_on_unusable_answers_and_caches(acl, tmp_path, monkeypatch) -> None:
     """A tiny random Llama answers noise: every step falls back to the offline writer (counted), and a
     rerun is served from the cache without loading the model."""

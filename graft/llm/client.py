@@ -2,7 +2,11 @@
 
 Standard library only: one POST to `{base_url}/chat/completions` per attempt, bounded concurrency,
 retries with exponential back-off on rate limits (429), server errors (5xx), connection errors and
-timeouts, and an optional persistent cache (`LLMCache`) consulted before any request is sent.
+timeouts, and an optional persistent cache (`LLMCache`) consulted before any request is sent. Each
+retry is logged as a warning (logger `graft.llm`). Once a request has used up its retries without any
+HTTP answer (the server is down or unreachable), the client's later requests fail at once with the
+same `LLMError` (`unreachable` set) instead of each waiting through its own retries; cached answers
+are still served.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import email.utils
 import http.client
 import ipaddress
 import json
+import logging
 import os
 import random
 import threading
@@ -26,6 +31,8 @@ from typing import Any, cast
 
 from graft.errors import GraftError, InputValidationError
 from graft.llm.cache import LLMCache, canonical_request, request_key
+
+_log = logging.getLogger("graft.llm")
 
 #: One chat message, e.g. {"role": "user", "content": "..."}.
 Message = Mapping[str, Any]
@@ -51,15 +58,19 @@ class LLMError(GraftError):
         url: the endpoint that was called.
         status: the last HTTP status, if the server answered at all.
         attempts: how many HTTP attempts were made.
+        unreachable: retries were used up without any HTTP answer (refused or failed connections,
+            timeouts): the server is down or unreachable, so other requests would fail the same way.
     """
 
     def __init__(
-        self, message: str, *, url: str | None = None, status: int | None = None, attempts: int | None = None
+        self, message: str, *, url: str | None = None, status: int | None = None, attempts: int | None = None,
+        unreachable: bool = False,
     ) -> None:
         super().__init__(message)
         self.url = url
         self.status = status
         self.attempts = attempts
+        self.unreachable = unreachable
 
 
 @dataclass
@@ -202,6 +213,7 @@ class ChatClient:
         self._lock = threading.Lock()
         self._rng = random.Random()
         self._stats = {"calls": 0, "requests": 0, "cache_hits": 0, "retries": 0, "failures": 0}
+        self._down: LLMError | None = None  # set once a request found the server unreachable
 
     def stats(self) -> dict[str, int]:
         """Counters since construction.
@@ -227,7 +239,8 @@ class ChatClient:
             the content of the first choice's message.
         Raises:
             LLMError: a 4xx other than 429 (at once), an answer that is not a chat completion, or
-                no usable answer after `max_retries` retries.
+                no usable answer after `max_retries` retries; at once, with `unreachable` set, once an
+                earlier request of this client found the server unreachable.
         """
         cfg = self.config
         msgs = [dict(m) for m in messages]
@@ -245,6 +258,10 @@ class ChatClient:
             if hit is not None:
                 self._bump("cache_hits")
                 return hit.text
+        down = self._down
+        if down is not None:
+            self._bump("failures")
+            raise LLMError(str(down), url=down.url, status=None, attempts=0, unreachable=True)
         body: dict[str, Any] = {"model": cfg.model, "messages": msgs, "temperature": cfg.temperature}
         if cfg.max_tokens is not None:
             body["max_tokens"] = cfg.max_tokens
@@ -306,10 +323,17 @@ class ChatClient:
     def _post_with_retries(self, data: bytes) -> tuple[str, dict[str, Any]]:
         attempts = self.config.max_retries + 1
         last: _Retryable | None = None
+        made = 0  # attempts sent
         for attempt in range(attempts):
             if last is not None:
+                if self._down is not None:  # another request found the server unreachable meanwhile
+                    break
                 self._bump("retries")
-                time.sleep(self._backoff(attempt - 1, last.retry_after))
+                wait = self._backoff(attempt - 1, last.retry_after)
+                _log.warning("%s: %s; retry %d of %d in %.1f s", self.url, last.reason, attempt,
+                             self.config.max_retries, wait)
+                time.sleep(wait)
+            made += 1
             try:
                 text, meta = self._post_once(data)
             except _Retryable as exc:
@@ -323,14 +347,20 @@ class ChatClient:
             return text, meta
         self._bump("failures")
         assert last is not None
-        raise LLMError(
-            f"{self.url}: no usable answer after {attempts} attempt(s) (max_retries="
+        unreachable = last.status is None
+        error = LLMError(
+            f"{self.url}: no usable answer after {made} attempt(s) (max_retries="
             f"{self.config.max_retries}); last error: {last.reason}. Check that the server is up and "
             "not overloaded, or raise max_retries / timeout_s",
             url=self.url,
             status=last.status,
-            attempts=attempts,
+            attempts=made,
+            unreachable=unreachable,
         )
+        if unreachable:
+            with self._lock:
+                self._down = self._down or error
+        raise error
 
     def _post_once(self, data: bytes) -> tuple[str, dict[str, Any]]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

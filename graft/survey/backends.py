@@ -12,7 +12,8 @@ sentence and evidence -> a supported sentence).
 - `LLMBackend` asks a chat model (OpenAI-compatible HTTP through `graft.llm.ChatClient`, or a local
   transformers model through `LocalChat`), with every answer cached in `INDEX/cache/llm.sqlite`. An
   answer that fails its JSON schema is not repaired: that step falls back to the offline backend and
-  the fallback is counted.
+  the fallback is counted. A server that stops answering altogether (`LLMError.unreachable`) stops
+  the survey with a `SurveyError`; a rerun asks only what is not cached.
 """
 
 from __future__ import annotations
@@ -360,7 +361,11 @@ class LLMBackend:
         try:
             answer = self.chat.complete(messages, response_format={"type": "json_object"})
             obj = parse_json_object(answer)
-        except LLMError:
+        except LLMError as exc:
+            if exc.unreachable:  # every later step would fail too: stop instead of writing it all offline
+                raise SurveyError(f"the LLM server of backend {self.name} is unreachable ({exc}). The answers "
+                                  "received so far are cached: the same command, once the server is up, "
+                                  "asks only the rest") from exc
             self._bump(f"{step}_llm_errors")
             return None
         except ValueError:
