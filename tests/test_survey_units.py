@@ -22,7 +22,7 @@ from graft.survey.config import SurveyConfig, SurveyError
 from graft.survey.output import bib_key, bib_keys, md_escape, tex_escape, without_full_stop
 from graft.survey.rerank import fusion_scores, stage_one
 from graft.survey.types import Candidate, Citation, Sentence, SentenceDraft
-from graft.survey.verify import mark_unverified, verify_all
+from graft.survey.verify import drop_duplicates, mark_unverified, summarize, verify_all
 
 
 def test_third_person_rephrases_author_voice() -> None:
@@ -217,6 +217,14 @@ def test_verification_paths_verified_replaced_repaired_removed() -> None:
     assert {c.paper_id: c.status for c in s_rewrite.citations} == {"p4": "removed", "ghost": "removed", "e2": "repaired"}
     assert "not a corpus paper" in s_rewrite.citations[1].note
     assert stats["citations"] == {"removed": 3, "repaired": 1, "replaced": 1, "verified": 2}
+    assert stats["citations_printed"] == stats["citations"]  # nothing dropped
+    # a supported sentence restated elsewhere: its citations were checked, but it is not printed
+    first, again = _sentence("A uses B.", "p1"), _sentence("A uses B.", "p1")
+    verify_all([first, again], backend, rounds=3, pool=[], attribution={}, corpus_ids=corpus)
+    assert drop_duplicates([first, again]) == 1 and again.dropped and not first.dropped
+    stats = summarize([first, again])
+    assert stats["citations"] == {"verified": 2} and stats["citations_printed"] == {"verified": 1}
+    assert stats["sentences_duplicate"] == 1
     # a sentence nothing supports and no evidence can fix: every round logged, then dropped
     backend_none = ScriptedBackend(set(), [], None)
     verify_all([s_lost], backend_none, rounds=3, pool=[], attribution={}, corpus_ids=corpus)
