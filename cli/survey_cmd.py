@@ -127,6 +127,9 @@ def survey(
                                         help="Teacher: the N papers nearest a description by title + abstract "
                                              "stand in for its citations (0 = off, the default: on cs768's dev "
                                              "hold-outs 10 lowered reference recall)."),
+    recency_weight: float = typer.Option(1.0, "--recency-weight", min=0.0,
+                                         help="Weight of the recency ranking in the rerank's first stage, beside "
+                                              "citation count and similarity (1 each; 0 leaves recency out)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Subsections written / LLM requests at once."),
     device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "
@@ -143,7 +146,8 @@ def survey(
     try:
         config = SurveyConfig(llm=llm, model=model, base_url=base_url, api_key_env=api_key_env, sections=sections,
                               subsections=subsections, verify_rounds=verify_rounds, retriever=retriever,
-                              graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year, max_concurrency=concurrency)
+                              graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year,
+                              max_concurrency=concurrency, recency_weight=recency_weight)
         from graft.devices import resolve_device
 
         result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json), device=resolve_device(device))

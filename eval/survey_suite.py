@@ -27,7 +27,7 @@ from graft.progress import Reporter
 SYSTEMS = ("graft-survey", "baseline-survey")
 
 #: Metric names of one row of the suite's table, in display order.
-METRICS = ("reference_recall", "reference_precision", "fabricated_references", "claim_recall",
+METRICS = ("reference_recall", "pool_recall", "reference_precision", "fabricated_references", "claim_recall",
            "claim_precision", "cited_papers", "sentences", "seconds")
 
 
@@ -181,6 +181,7 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
                     survey, error = None, str(exc)
                 seconds = time.perf_counter() - t0
                 cited = [r["paper_id"] for r in survey["references"]] if survey else []
+                pool = {c["paper_id"] for c in survey["pool"]} if survey else set()
                 shown = {c["paper_id"] for sec in (survey or {}).get("sections", []) for sub in sec["subsections"]
                          for s in sub["sentences"] if not s["dropped"] for c in s["citations"]
                          if c["status"] not in ("removed",)}
@@ -191,6 +192,9 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
                 results.append({
                     "qid": q["qid"], "paper_id": q["paper_id"], "title": q["title"], "error": error,
                     "reference_recall": hit / len(g) if g else 0.0,
+                    # the same against the survey's whole pool (the papers its outline was drawn from):
+                    # what the writer could have cited, so the two show where references are lost
+                    "pool_recall": len(pool & g) / len(g) if g else 0.0,
                     "reference_precision": hit / len(cited) if cited else 0.0,
                     "fabricated_references": fabricated,
                     "claim_recall": sent_ok / sents if sents else 0.0,
@@ -212,7 +216,8 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
     notes = [
         f"claim recall / precision judge: {judge_label}",
         "reference recall / precision: cited papers against the hold-out's references into the reduced corpus, "
-        "macro-averaged over hold-outs; fabricated_references: citations (summed) that are not corpus papers",
+        "macro-averaged over hold-outs; pool_recall: the same for the survey's pool (the papers after the topic "
+        "rerank that its outline is drawn from); fabricated_references: citations (summed) that are not corpus papers",
         f"writer backend: {base.llm}; graft-survey retriever: {base.retriever} with graph expansion from "
         f"{base.graph_seeds} seeds; baseline-survey: dense MiniLM over title + abstract, no rerank, no verification",
         "both systems write as of the hold-out's year (no paper published after it is cited)" if as_of_year

@@ -67,6 +67,11 @@ def test_fusion_scores_average_inverse_rank_by_hand() -> None:
     # years: b 1, a 2, c 3; cites: a,c tie at 1, b 3; sims: b 1, c 2, a 3
     expected = [(1 / 2 + 1 / 1 + 1 / 3) / 3, (1 / 1 + 1 / 3 + 1 / 1) / 3, (1 / 3 + 1 / 1 + 1 / 2) / 3]
     assert fusion_scores(cands, sims) == pytest.approx(expected)
+    # recency weighted: w / r_year + 1 / r_cites + 1 / r_sim over w + 2; w = 0 leaves it out
+    assert fusion_scores(cands, sims, recency_weight=0.5) == pytest.approx(
+        [(0.5 / 2 + 1 / 1 + 1 / 3) / 2.5, (0.5 / 1 + 1 / 3 + 1 / 1) / 2.5, (0.5 / 3 + 1 / 1 + 1 / 2) / 2.5])
+    assert fusion_scores(cands, sims, recency_weight=0) == pytest.approx(
+        [(1 / 1 + 1 / 3) / 2, (1 / 3 + 1 / 1) / 2, (1 / 1 + 1 / 2) / 2])
     vecs = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=np.float32)
     out = stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs, {"a": 0, "b": 1, "c": 2})
     # a and c tie (1/2 + 1 + 1/3 = 1/3 + 1 + 1/2): the retrieval order decides
@@ -161,6 +166,9 @@ def test_config_rejects_bad_values_and_unknown_keys() -> None:
         SurveyConfig(feedback=-2)
     with pytest.raises(SurveyError, match="citation_weight=-1"):
         SurveyConfig(citation_weight=-1.0)
+    for bad in (-0.5, float("nan"), float("inf"), True):
+        with pytest.raises(SurveyError, match="recency_weight="):
+            SurveyConfig(recency_weight=bad)
     assert SurveyConfig().feedback == 0 and SurveyConfig.from_dict({"feedback": 3}).feedback == 3
     with pytest.raises(SurveyError, match="base_url"):
         SurveyConfig(llm="openai")

@@ -8,7 +8,10 @@ hold-out's year), so a variant costs what one suite run costs. Tune on `--part d
 hold-outs are for the reported table (`graft eval run SPLITDIR --suite survey`).
 
     python -m eval.benchmarks.survey_tuning --split SPLITDIR [--part dev] \\
-        [--set graph_seeds=10,40] [--set pool=60] [--limit N] [--name cs768]
+        [--set graph_seeds=10,40] [--set pool=60] [--combo "recency_weight=0 relative_relevance=0.4"] \\
+        [--limit N] [--name cs768]
+
+`--set` rows change one setting each; a `--combo` row changes all the settings it lists at once.
 
 Writes eval/results/survey_tuning_{name}.{md,json}.
 """
@@ -61,6 +64,28 @@ def parse_settings(specs: list[str], base: Any) -> list[tuple[str, Any]]:
     return out
 
 
+def parse_combo(spec: str, base: Any) -> dict[str, Any]:
+    """`"name=v name2=v2"` -> {name: value, ...}, each one value, parsed as `parse_settings` parses.
+
+    Raises:
+        ValueError: a malformed pair, several values for one setting, a setting named twice, or
+            what `parse_settings` refuses.
+    """
+    changes: dict[str, Any] = {}
+    pairs = spec.split()
+    if not pairs:
+        raise ValueError("--combo '': expected 'NAME=V NAME2=V2 ...'")
+    for pair in pairs:
+        parsed = parse_settings([pair], base)
+        if len(parsed) != 1:
+            raise ValueError(f"--combo {spec!r}: {pair!r} gives more than one value; a combo row takes one each")
+        name, value = parsed[0]
+        if name in changes:
+            raise ValueError(f"--combo {spec!r}: {name} is set twice")
+        changes[name] = value
+    return changes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--split", required=True, help="split directory (graft eval prepare + graft build)")
@@ -68,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", default="dev", choices=("dev", "test"), help="survey hold-outs: dev or test")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="a survey setting and the values to try, NAME=V1[,V2...] (repeatable)")
+    ap.add_argument("--combo", dest="combos", action="append", default=[],
+                    help="settings changed together in one row, 'NAME=V NAME2=V2' (repeatable)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N hold-outs")
     ap.add_argument("--name", default=None, help="table name: survey_tuning_{name}.md (default: the corpus)")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
@@ -85,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
 
     base = SurveyConfig()
     try:
-        variants = parse_settings(args.sets, base)
+        variants = [({name: value}) for name, value in parse_settings(args.sets, base)]
+        variants += [parse_combo(spec, base) for spec in args.combos]
     except ValueError as exc:
         ap.error(str(exc))
     split_dir = Path(args.split)
@@ -115,15 +143,19 @@ def main(argv: list[str] | None = None) -> int:
         return recall
 
     with tempfile.TemporaryDirectory(prefix="survey-tuning-") as tmp:
-        for setting, value in [("default", None), *variants]:
-            config = base if setting == "default" else dataclasses.replace(base, **{setting: value})
-            base_recall = baseline_for(config, Path(tmp) / f"baseline-{setting}-{value}")
-            per = run("graft-survey", config, Path(tmp) / f"{setting}-{value}")
+        for number, changes in enumerate([{}, *variants]):
+            config = dataclasses.replace(base, **changes)
+            setting = " + ".join(changes) or "default"
+            value = (None if not changes else next(iter(changes.values())) if len(changes) == 1
+                     else " / ".join(str(v) for v in changes.values()))
+            base_recall = baseline_for(config, Path(tmp) / f"baseline-{number}")
+            per = run("graft-survey", config, Path(tmp) / f"variant-{number}")
             recall = [r["reference_recall"] for r in per]
             cmp = recall_ratio(recall, base_recall)
             n = len(per)
             rows.append({"setting": setting, "value": value, "hold_outs": n,
                          "reference_recall": sum(recall) / n,
+                         "pool_recall": sum(r["pool_recall"] for r in per) / n,
                          "reference_precision": sum(r["reference_precision"] for r in per) / n,
                          "fabricated": sum(r["fabricated_references"] for r in per),
                          "baseline_recall": sum(base_recall) / n,
@@ -138,26 +170,31 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"command": command, "date": dt.date.today().isoformat(), "split": str(split_dir),
             "corpus_hash": split["corpus_hash"], "part": args.part, "index": str(index_dir),
             "build": build_settings(idx), "baseline_reference_recall": base_mean,
-            "defaults": {k: getattr(base, k) for k, _ in variants}, "versions": library_versions()}
+            "defaults": {k: getattr(base, k) for changes in variants for k in changes},
+            "versions": library_versions()}
     lines = [
         f"# Survey writer settings on the {args.part} hold-outs — {name}", "",
         f"Command: `{command}`  ",
         f"Date: {meta['date']} · corpus hash `{split['corpus_hash'][:16]}` · part {args.part} · "
         f"{rows[0]['hold_outs']} hold-outs · title weight {meta['build']['title_weight']}", "",
-        "| setting | value | ref. recall | ref. precision | fabricated | baseline recall | ratio to baseline "
-        "| 95% interval | higher / equal / lower | s per survey |",
-        "|---|---|---:|---:|---:|---:|---:|---|---|---:|",
+        "| setting | value | ref. recall | pool recall | ref. precision | fabricated | baseline recall "
+        "| ratio to baseline | 95% interval | higher / equal / lower | s per survey |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|",
     ]
     for r in rows:
         value = "—" if r["value"] is None else str(r["value"])
-        lines.append(f"| {r['setting']} | {value} | {r['reference_recall']:.3f} | {r['reference_precision']:.3f} "
+        lines.append(f"| {r['setting']} | {value} | {r['reference_recall']:.3f} | {r['pool_recall']:.3f} "
+                     f"| {r['reference_precision']:.3f} "
                      f"| {r['fabricated']} | {r['baseline_recall']:.3f} | {r['ratio']:.2f} | {r['low']:.2f}–{r['high']:.2f} "
                      f"| {r['wins']} / {r['ties']} / {r['losses']} | {r['seconds']:.1f} |")
-    lines += ["", "- default = `SurveyConfig()`'s settings; each other row changes one setting of it",
+    lines += ["", "- default = `SurveyConfig()`'s settings; each other row changes the setting(s) it names "
+              "(`a + b` with values `x / y`: both at once)",
               "- baseline: the AutoSurvey-like writer (dense retrieval, no rerank, no verification) with the row's "
               "settings where it shares them (pool, outline sizes, retrieval depth), so it is rerun when they change",
               "- ratio: graft-survey's mean reference recall over the baseline's, paired bootstrap interval "
-              "(2000 resamples of the hold-outs)"]
+              "(2000 resamples of the hold-outs)",
+              "- pool recall: graft-survey's reference recall had it cited its whole pool (the papers after the topic "
+              "rerank that the outline is drawn from)"]
     write_tables(args.results, f"survey_tuning_{name}", meta, rows, lines)
     return 0
 

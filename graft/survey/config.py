@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,7 @@ class SurveyConfig:
     section_pool: int = 12  # a section's own retrieval joining its share of the pool; papers kept after its rerank
     papers_per_subsection: int = 4  # papers a subsection writes about
     rerank: bool = True  # two-stage fusion rerank (off for the AutoSurvey-like baseline)
+    recency_weight: float = 1.0  # weight of the recency ranking in the rerank's first stage (citations, similarity: 1)
     llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
     verify: bool = True  # adaptive citation verification (off for the baseline)
     verify_rounds: int = 3  # K: evidence-and-rewrite rounds per failed citation (reference method)
@@ -75,6 +77,9 @@ class SurveyConfig:
             problems.append(f"verify_rounds={self.verify_rounds!r} (an integer in 1..10; 3 in the reference method)")
         if not 0 <= self.relative_relevance <= 1:
             problems.append(f"relative_relevance={self.relative_relevance!r} (a share in [0, 1])")
+        if (not isinstance(self.recency_weight, (int, float)) or isinstance(self.recency_weight, bool)
+                or not math.isfinite(self.recency_weight) or self.recency_weight < 0):
+            problems.append(f"recency_weight={self.recency_weight!r} (a number >= 0; 0 leaves recency out)")
         if not 0 < self.llm_rerank_keep <= 1:
             problems.append(f"llm_rerank_keep={self.llm_rerank_keep!r} (a share in (0, 1])")
         if self.llm == "openai" and not (self.model and self.base_url):

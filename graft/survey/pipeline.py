@@ -146,7 +146,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
         if not cands:
             return []
         return two_stage_rerank(cands, description, ctx.vec(description), vectors.papers, row_of, backend,
-                                keep=keep, llm_keep=config.llm_rerank_keep)
+                                keep=keep, llm_keep=config.llm_rerank_keep, recency_weight=config.recency_weight)
 
     with reporter.stage("retrieve", total=len(descriptions), unit="descriptions") as adv:
         candidates = retriever.search(descriptions, config.per_description)
