@@ -95,8 +95,8 @@ def print_survey_summary(result: Any, console: Any) -> None:
     t.add_row("sections", f"{len(result.sections)} ({sum(len(s.subsections) for s in result.sections)} subsections)")
     t.add_row("sentences", f"{v['sentences'] - v['sentences_dropped']} kept · {v['sentences_dropped']} dropped · "
                            f"{v['sentences_rewritten']} rewritten")
-    t.add_row("citations printed", " · ".join(f"{n} {k}" for k, n in v["citations_printed"].items()))
-    t.add_row("citations checked", " · ".join(f"{n} {k}" for k, n in v["citations"].items()))
+    t.add_row("citations, kept sentences", " · ".join(f"{n} {k}" for k, n in v["citations_kept"].items()))
+    t.add_row("citations, all checked", " · ".join(f"{n} {k}" for k, n in v["citations"].items()))
     t.add_row("references", str(len(result.cited)))
     if result.backend_stats:
         t.add_row("LLM", " · ".join(f"{k} {n}" for k, n in sorted(result.backend_stats.items())))

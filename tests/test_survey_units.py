@@ -225,13 +225,13 @@ def test_verification_paths_verified_replaced_repaired_removed() -> None:
     assert {c.paper_id: c.status for c in s_rewrite.citations} == {"p4": "removed", "ghost": "removed", "e2": "repaired"}
     assert "not a corpus paper" in s_rewrite.citations[1].note
     assert stats["citations"] == {"removed": 3, "repaired": 1, "replaced": 1, "verified": 2}
-    assert stats["citations_printed"] == stats["citations"]  # nothing dropped
+    assert stats["citations_kept"] == stats["citations"]  # nothing dropped
     # a supported sentence restated elsewhere: its citations were checked, but it is not printed
     first, again = _sentence("A uses B.", "p1"), _sentence("A uses B.", "p1")
     verify_all([first, again], backend, rounds=3, pool=[], attribution={}, corpus_ids=corpus)
     assert drop_duplicates([first, again]) == 1 and again.dropped and not first.dropped
     stats = summarize([first, again])
-    assert stats["citations"] == {"verified": 2} and stats["citations_printed"] == {"verified": 1}
+    assert stats["citations"] == {"verified": 2} and stats["citations_kept"] == {"verified": 1}
     assert stats["sentences_duplicate"] == 1
     # a sentence nothing supports and no evidence can fix: every round logged, then dropped
     backend_none = ScriptedBackend(set(), [], None)

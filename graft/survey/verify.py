@@ -173,12 +173,13 @@ def drop_duplicates(sentences: Sequence[Sentence]) -> int:
 
 def summarize(sentences: Sequence[Sentence]) -> dict[str, Any]:
     """Counts of the verification: `citations` by outcome over every sentence checked, dropped ones
-    included; `citations_printed` over the sentences survey.md prints (not the dropped or duplicate ones)."""
+    included; `citations_kept` over the sentences survey.md prints (not the dropped or duplicate ones), whose
+    removed citations are left out of the printed text."""
     counts = Counter(c.status for s in sentences for c in s.citations)
-    printed = Counter(c.status for s in sentences if not s.dropped for c in s.citations)
+    kept = Counter(c.status for s in sentences if not s.dropped for c in s.citations)
     return {
         "citations": dict(sorted(counts.items())),
-        "citations_printed": dict(sorted(printed.items())),
+        "citations_kept": dict(sorted(kept.items())),
         "sentences": len(sentences),
         "sentences_dropped": sum(s.dropped for s in sentences),
         "sentences_duplicate": sum(s.note.startswith("duplicate") for s in sentences),
