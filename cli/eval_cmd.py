@@ -28,8 +28,10 @@ def prepare(
     survey_dev: int = typer.Option(30, "--survey-dev", min=0,
                                    help="Further review-like hold-outs, the survey dev part."),
     dev_share: float = typer.Option(0.5, "--dev-share", min=0.0, max=1.0, help="Share of in-corpus queries in dev."),
-    min_neighbours: int = typer.Option(5, "--min-neighbours", min=0,
+    min_neighbours: int = typer.Option(5, "--min-neighbours", min=1,
                                        help="Citation neighbours of an in-corpus query."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip invalid corpus records (counted) instead of "
+                                  "stopping."),
     as_json: bool = typer.Option(False, "--json", help="Print split.json."),
 ) -> None:
     """Hold out out-of-corpus and survey papers, choose in-corpus queries, write SPLITDIR."""
@@ -40,7 +42,7 @@ def prepare(
     try:
         config = SplitConfig(seed=seed, n_ooc=ooc, n_survey=survey, n_survey_dev=survey_dev, dev_share=dev_share,
                              incorpus_min_neighbours=min_neighbours)
-        meta = prepare_split(corpus, out, config, command=_command())
+        meta = prepare_split(corpus, out, config, command=_command(), skip_bad=skip_bad)
     except GraftError as exc:
         _fail(exc)
     if as_json:
@@ -55,6 +57,11 @@ def prepare(
         t.add_row(k, f"{v:,}")
     t.add_row("corpus hash", meta["corpus_hash"][:16])
     console.print(t)
+    for key, asked, what in (("ooc", ooc, "out-of-corpus hold-outs"), ("survey", survey, "survey test hold-outs"),
+                             ("survey_dev", survey_dev, "survey dev hold-outs")):
+        if meta["counts"][key] < asked:
+            console.print(f"note: {meta['counts'][key]} {what} of the {asked} asked for: the corpus has no more "
+                          "papers that keep enough references into the rest", style="yellow", highlight=False)
     console.print(f"next: graft build {out / 'corpus.jsonl'} --out {out / 'index'} (with --cache-from INDEX, an "
                   "index of the whole corpus lends its facets and vectors)", highlight=False)
 

@@ -30,7 +30,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -493,9 +493,8 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
     if bad or not suites:
         raise GraftError(f"unknown suite {', '.join(bad) or '(none)'}; allowed: {', '.join(SUITES)}")
     options = options or RunOptions()
-    unknown = [s for s in options.systems if s not in SYSTEMS]
-    if unknown and suites != ["survey"]:  # the survey suite names its own systems
-        raise GraftError(f"unknown system(s) {', '.join(unknown)}; allowed: {', '.join(SYSTEMS)}")
+    _check_systems(suites, options.systems)
+    _check_outputs(options)
     reporter = reporter or Reporter(quiet=True)
     split_dir = Path(split_dir)
     split = read_split(split_dir)
@@ -519,10 +518,48 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
                       split_dir=split_dir, decode_batch=options.decode_batch, deadline=deadline)
     tables = []
     for suite in suites:
-        tables.append(_one_suite(split_dir, split, suite, ctx, options, reporter, command))
+        mine = replace(options, systems=_suite_systems(suite, options.systems))
+        tables.append(_one_suite(split_dir, split, suite, ctx, mine, reporter, command))
         if on_table is not None:
             on_table(tables[-1])
     return tables
+
+
+#: The survey suite's systems (`eval.survey_suite.SYSTEMS`); the other suites run `eval.systems.SYSTEMS`.
+SURVEY_SYSTEMS = ("graft-survey", "baseline-survey")
+
+
+def _suite_systems(suite: str, systems: list[str]) -> list[str]:
+    """The systems of `systems` that `suite` runs: survey writers for the survey suite, retrievers otherwise."""
+    kind = SURVEY_SYSTEMS if suite == "survey" else SYSTEMS
+    return [s for s in systems if s in kind]
+
+
+def _check_systems(suites: list[str], systems: list[str]) -> None:
+    """Before any work: every system is known and every suite that runs systems (all but coverage,
+    which measures the index's training pairs) runs at least one of them."""
+    allowed = f"{', '.join(SYSTEMS)}; survey suite: {', '.join(SURVEY_SYSTEMS)}"
+    ranking = [s for s in suites if s != "coverage"]
+    if ranking and not systems:
+        raise GraftError(f"no systems given (--systems); allowed: {allowed}")
+    unknown = [s for s in systems if s not in SYSTEMS and s not in SURVEY_SYSTEMS]
+    if unknown:
+        raise GraftError(f"unknown system(s) {', '.join(unknown)}; allowed: {allowed}")
+    for suite in ranking:
+        if not _suite_systems(suite, systems):
+            kind = SURVEY_SYSTEMS if suite == "survey" else SYSTEMS
+            raise GraftError(f"--suite {suite} runs none of the systems given ({', '.join(systems)}); "
+                             f"its systems: {', '.join(kind)}")
+
+
+def _check_outputs(options: RunOptions) -> None:
+    """Before any work: the tables' folder can be a folder and the table name is a file name."""
+    results = Path(options.results_dir)
+    if results.exists() and not results.is_dir():
+        raise GraftError(f"--results {results} is a file; give a folder for the tables")
+    if options.name is not None and (not options.name.strip() or any(c in options.name for c in "/\\")
+                                     or options.name in (".", "..")):
+        raise GraftError(f"--name {options.name!r} must be a file-name part, without path separators")
 
 
 def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalContext, options: RunOptions,
@@ -582,8 +619,16 @@ def score_run(run_path: str | Path, qrels_path: str | Path, ks: tuple[int, ...] 
 
     Returns:
         {"queries": n, "answered": queries with at least one result, "R@k": value per k}.
+    Raises:
+        GraftError: unreadable files, qrels without a relevant document, or a run none of whose
+            queries the qrels judge.
     """
     run, qrels = read_run(run_path), read_qrels(qrels_path)
     qids = sorted(q for q in qrels if qrels[q])
+    if not qids:
+        raise GraftError(f"{qrels_path}: no query has a relevant document; nothing to score against")
+    if run and not set(run) & set(qids):
+        raise GraftError(f"none of the {len(run)} queries of {run_path} is in {qrels_path}: the qrels of "
+                         "another suite or split?")
     return {"queries": len(qids), "answered": sum(1 for q in qids if run.get(q)),
             **{f"R@{k}": mean_recall(run, qrels, k, qids) for k in ks}}

@@ -67,6 +67,9 @@ class SplitConfig:
                      "incorpus_min_neighbours"):
             if getattr(self, name) < 0:
                 raise InputValidationError(f"{name} = {getattr(self, name)} must be >= 0")
+        if self.incorpus_min_neighbours < 1:  # a query without gold cannot be scored
+            raise InputValidationError(f"incorpus_min_neighbours = {self.incorpus_min_neighbours} must be >= 1: an "
+                                       "in-corpus query's gold is its citation neighbours")
 
 
 @dataclass
@@ -166,7 +169,7 @@ def write_qrels(path: str | Path, gold: dict[str, list[str]]) -> None:
 
 
 def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | None = None, *,
-                  command: str | None = None) -> dict[str, Any]:
+                  command: str | None = None, skip_bad: bool = False) -> dict[str, Any]:
     """Select the splits of a corpus and write a split directory (module docstring).
 
     Args:
@@ -174,14 +177,17 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
         out: the split directory (created; files are replaced atomically).
         config: selection parameters.
         command: the command line recorded in split.json (default: this process's argv).
+        skip_bad: skip invalid corpus records (counted in split.json) instead of stopping.
     Returns:
         The contents of split.json.
     Raises:
-        InputValidationError: the corpus cannot be read or leaves no in-corpus query.
+        InputValidationError: `out` is a file, the corpus cannot be read, or it leaves no in-corpus query.
     """
     config = config or SplitConfig()
     out = Path(out)
-    loaded = load_corpus(corpus)
+    if out.exists() and not out.is_dir():
+        raise InputValidationError(f"--out {out} is a file; give the split directory to write (new or a split)")
+    loaded = load_corpus(corpus, skip_bad=skip_bad)
     split = select_split(loaded, config)
     if not split.incorpus_dev and not split.incorpus_test:
         raise InputValidationError(
@@ -227,6 +233,7 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
             "survey": len(split.survey),
             "survey_dev": len(split.survey_dev),
             "survey_qrels": qrel_count("survey"),
+            "skipped_records": len(loaded.report.skipped),
         },
         "params": asdict(config),
         "command": command or " ".join(["graft", *sys.argv[1:]]),
@@ -248,7 +255,14 @@ def read_split(split_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise GraftError(f"'{split_dir}' is not an evaluation split (no split.json); make one with "
                          f"`graft eval prepare CORPUS --out {split_dir}`")
-    meta = read_json(path)
+    try:
+        meta = read_json(path)
+    except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise GraftError(f"{path}: cannot be read as JSON ({exc}); re-run `graft eval prepare CORPUS --out "
+                         f"{split_dir}`") from None
+    if not isinstance(meta, dict):
+        raise GraftError(f"{path}: expected a JSON object, got {type(meta).__name__}; re-run `graft eval prepare "
+                         f"CORPUS --out {split_dir}`")
     if meta.get("format") != SPLIT_FORMAT or meta.get("format_version") != SPLIT_VERSION:
         raise GraftError(f"{path}: split format {meta.get('format')!r} v{meta.get('format_version')} is not "
                          f"{SPLIT_FORMAT!r} v{SPLIT_VERSION}; re-run `graft eval prepare`")
@@ -266,7 +280,20 @@ def read_queries(split_dir: str | Path, suite: str, *, part: str | None = None) 
     path = Path(split_dir) / suite / "queries.jsonl"
     if not path.is_file():
         raise GraftError(f"{path} is missing; re-run `graft eval prepare CORPUS --out {split_dir}`")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            row = exc
+        if not (isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k].strip()
+                                              for k in ("qid", "paper_id"))):
+            problem = (f"invalid JSON ({row})" if isinstance(row, Exception)
+                       else "not a query record with a 'qid' and a 'paper_id'")
+            raise GraftError(f"{path} line {n}: {problem}; re-run `graft eval prepare CORPUS --out {split_dir}`")
+        rows.append(row)
     if part is not None:
         if part not in ("dev", "test"):
             raise GraftError(f"unknown part {part!r}; allowed: dev, test")

@@ -7,6 +7,7 @@ column says (as trec_eval does).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -62,17 +63,25 @@ def _parsed_lines(path: str | Path, kind: str, form: str, n_fields: int,
             raise InputValidationError(f"{path.name} line {lineno}: not a TREC {kind} line ({form!r}): {line!r}") from None
 
 
+def _finite(text: str) -> float:
+    """A run score: a finite number (nan would leave the ranking undefined), else ValueError."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 def read_run(path: str | Path) -> Run:
     """Read a TREC run file.
 
     Raises:
-        InputValidationError: a line without the six fields or with a non-numeric score, or a
+        InputValidationError: a line without the six fields or with a non-numeric or non-finite score, or a
             document listed twice for one query (it would fill two places of the ranking).
     """
     out: dict[str, list[tuple[str, float]]] = {}
     seen: dict[tuple[str, str], int] = {}
     for lineno, (qid, docid, score) in _parsed_lines(path, "run", "qid Q0 docid rank score tag", 6,
-                                                     lambda p: (p[0], p[2], float(p[4]))):
+                                                     lambda p: (p[0], p[2], _finite(p[4]))):
         if (qid, docid) in seen:
             raise InputValidationError(f"{Path(path).name} line {lineno}: document {docid!r} is listed again for "
                                        f"query {qid!r} (first at line {seen[qid, docid]}); a run ranks each "

@@ -8,7 +8,7 @@ import pytest
 from eval.metrics import FacetSimilarity, attribution_precision, mean_recall, non_obvious_share, recall_at
 from eval.runner import score_run
 from eval.trec import format_run, read_qrels, read_run, write_run
-from graft.errors import InputValidationError
+from graft.errors import GraftError, InputValidationError
 from graft.facets import FACETS
 
 
@@ -92,6 +92,19 @@ def test_trec_round_trip_and_rescoring(tmp_path) -> None:
         read_run(bad)
     with pytest.raises(InputValidationError, match="tag"):
         format_run(run, "two words")
+    nan = tmp_path / "nan.trec"
+    nan.write_text("q1 Q0 x 1 0.5 t\nq1 Q0 y 2 nan t\n")
+    with pytest.raises(InputValidationError, match="line 2"):
+        read_run(nan)  # a nan score leaves the ranking undefined
+    # qrels that judge nothing, or none of the run's queries, are refused instead of scoring 0
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(GraftError, match="no query has a relevant document"):
+        score_run(path, empty)
+    other = tmp_path / "other.txt"
+    other.write_text("z1 0 x 1\n")
+    with pytest.raises(GraftError, match="none of the 2 queries .* the qrels of another suite"):
+        score_run(path, other)
 
 
 def test_run_files_refuse_what_would_misread_and_read_a_byte_order_mark(tmp_path) -> None:

@@ -490,6 +490,10 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
     res = runner.invoke(app, ["eval", "prepare", str(corpus), "--out", str(out), "--ooc", "10", "--survey", "0",
                               "--survey-dev", "0"])
     assert res.exit_code == 0, res.output
+    assert "of the 10 asked" not in res.output  # all found
+    res = runner.invoke(app, ["eval", "prepare", str(corpus), "--out", str(tmp_path / "short"), "--ooc", "10",
+                              "--survey", "500", "--survey-dev", "0"])
+    assert res.exit_code == 0 and "survey test hold-outs of the 500 asked for" in " ".join(res.output.split())
     meta = json.loads((out / "split.json").read_text())
     assert meta["corpus_hash"] == json.loads((split / "split.json").read_text())["corpus_hash"]
     assert meta["command"].startswith("graft ")
@@ -511,10 +515,33 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
     for flags, message in ((["--beams", "0"], "Invalid value for '--beams'"), (["--device", "tpu"], "'tpu' is unknown")):
         res = runner.invoke(app, ["eval", "run", str(out), "--systems", "bm25", *flags])
         assert res.exit_code == 2 and message in res.output, res.output
+    # systems, the tables' folder and name are checked before any suite runs
+    (tmp_path / "a-file").write_text("x")
+    for flags, message in ((["--systems", ""], "no systems given"),
+                           (["--systems", "bm25", "--suite", "ooc,survey"], "--suite survey runs none"),
+                           (["--systems", "graft-survey", "--suite", "ooc"], "--suite ooc runs none"),
+                           (["--systems", "bm25", "--results", str(tmp_path / "a-file")], "is a file"),
+                           (["--systems", "bm25", "--name", "a/b"], "path separators")):
+        res = runner.invoke(app, ["eval", "run", str(out), "--suite", "ooc", "--index", str(split / "index"),
+                                  "--results", str(tmp_path / "res2"), *flags])
+        assert res.exit_code == 2 and message in res.output, (flags, res.output)
+    assert not (tmp_path / "res2").exists()  # nothing written
+    from eval.runner import SURVEY_SYSTEMS, _suite_systems
+    from eval.survey_suite import SYSTEMS as SURVEY_SUITE_SYSTEMS
+
+    assert SURVEY_SYSTEMS == SURVEY_SUITE_SYSTEMS
+    assert _suite_systems("survey", ["bm25", "graft-survey"]) == ["graft-survey"]
+    assert _suite_systems("ooc", ["bm25", "graft-survey"]) == ["bm25"]
+    # a split file that is not split.json's JSON object, or a damaged query line, is named
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "split.json").write_text('{"format": ')
+    res = runner.invoke(app, ["eval", "run", str(tmp_path / "broken"), "--systems", "bm25"])
+    assert res.exit_code == 2 and "split.json: cannot be read as JSON" in res.output, res.output
     # the survey suite is a separate module, imported only when asked for
     monkeypatch.setitem(sys.modules, "eval.survey_suite", None)
     with pytest.raises(GraftError, match="survey_suite"):
-        run_suite(out, "survey", RunOptions(systems=["bm25"], index_dir=split / "index", results_dir=tmp_path))
+        run_suite(out, "survey", RunOptions(systems=["graft-survey"], index_dir=split / "index",
+                                            results_dir=tmp_path))
 
 
 def test_distill_ceiling_lists_by_hand() -> None:

@@ -116,3 +116,39 @@ def test_bad_split_inputs_are_clear_errors(tmp_path) -> None:
         SplitConfig(n_survey_dev=-1)
     with pytest.raises(GraftError, match="not found"):
         prepare_split(tmp_path / "missing.jsonl", tmp_path / "out")
+    with pytest.raises(GraftError, match="incorpus_min_neighbours = 0 must be >= 1"):
+        SplitConfig(incorpus_min_neighbours=0)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(GraftError, match="a-file is a file"):
+        prepare_split(cs768_path(), tmp_path / "a-file")
+
+
+def test_damaged_split_files_are_named(split, tmp_path) -> None:
+    import shutil
+
+    out, _ = split
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    for text, message in (('{"format": ', "cannot be read as JSON"), ("[1, 2]", "expected a JSON object, got list")):
+        (copy / "split.json").write_text(text)
+        with pytest.raises(GraftError, match=message):
+            read_split(copy)
+    queries = copy / "ooc" / "queries.jsonl"
+    lines = queries.read_text().splitlines()
+    for bad, message in (("notjson", "line 3: invalid JSON"), ("[]", "line 3: not a query record"),
+                         ('{"q": "x", "paper_id": "y"}', "line 3: not a query record")):
+        queries.write_text("\n".join(lines[:2] + [bad] + lines[2:]) + "\n")
+        with pytest.raises(GraftError, match=message):
+            read_queries(copy, "ooc")
+
+
+def test_skip_bad_leaves_bad_corpus_records_out_of_the_split(tmp_path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    with gzip.open(cs768_path(), "rt", encoding="utf-8") as fh:
+        corpus.write_text('{"id": "record-without-abstract", "title": "T"}\n' + fh.read(), encoding="utf-8")
+    with pytest.raises(GraftError, match="line 1: missing 'abstract'"):
+        prepare_split(corpus, tmp_path / "s", SplitConfig(n_ooc=20, n_survey=0, n_survey_dev=0))
+    meta = prepare_split(corpus, tmp_path / "s", SplitConfig(n_ooc=20, n_survey=0, n_survey_dev=0), skip_bad=True)
+    assert meta["counts"]["skipped_records"] == 1
+    assert "record-without-abstract" not in {r["id"] for r in _jsonl(tmp_path / "s" / "corpus.jsonl")}
+    assert len(_jsonl(tmp_path / "s" / "corpus.jsonl")) == 6545 - 20
