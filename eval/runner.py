@@ -36,7 +36,16 @@ from typing import Any
 
 from eval.metrics import KS, OBVIOUS_M, attribution_precision, mean_recall, non_obvious_share
 from eval.splits import read_queries, read_split
-from eval.systems import ATTRIBUTED, SYSTEMS, EvalContext, EvalQuery, NotApplicable, SystemRun, run_system
+from eval.systems import (
+    ATTRIBUTED,
+    SURVEY_SYSTEMS,
+    SYSTEMS,
+    EvalContext,
+    EvalQuery,
+    NotApplicable,
+    SystemRun,
+    run_system,
+)
 from eval.trec import read_qrels, read_run, write_run
 from graft.errors import GraftError
 from graft.facets import FACETS
@@ -525,14 +534,14 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
     return tables
 
 
-#: The survey suite's systems (`eval.survey_suite.SYSTEMS`); the other suites run `eval.systems.SYSTEMS`.
-SURVEY_SYSTEMS = ("graft-survey", "baseline-survey")
+def _systems_of(suite: str) -> tuple[str, ...]:
+    """The systems a suite can run: the survey writers for the survey suite, the retrievers otherwise."""
+    return SURVEY_SYSTEMS if suite == "survey" else SYSTEMS
 
 
 def _suite_systems(suite: str, systems: list[str]) -> list[str]:
-    """The systems of `systems` that `suite` runs: survey writers for the survey suite, retrievers otherwise."""
-    kind = SURVEY_SYSTEMS if suite == "survey" else SYSTEMS
-    return [s for s in systems if s in kind]
+    """The systems of `systems` that `suite` runs."""
+    return [s for s in systems if s in _systems_of(suite)]
 
 
 def _check_systems(suites: list[str], systems: list[str]) -> None:
@@ -547,9 +556,8 @@ def _check_systems(suites: list[str], systems: list[str]) -> None:
         raise GraftError(f"unknown system(s) {', '.join(unknown)}; allowed: {allowed}")
     for suite in ranking:
         if not _suite_systems(suite, systems):
-            kind = SURVEY_SYSTEMS if suite == "survey" else SYSTEMS
             raise GraftError(f"--suite {suite} runs none of the systems given ({', '.join(systems)}); "
-                             f"its systems: {', '.join(kind)}")
+                             f"its systems: {', '.join(_systems_of(suite))}")
 
 
 def _check_outputs(options: RunOptions) -> None:

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from eval.splits import read_queries
+from eval.systems import SURVEY_SYSTEMS
 from eval.trec import read_qrels, write_run
 from graft.errors import InputValidationError
 from graft.progress import Reporter
 
-SYSTEMS = ("graft-survey", "baseline-survey")
+SYSTEMS = SURVEY_SYSTEMS
 
 #: Metric names of one row of the suite's table, in display order.
 METRICS = ("reference_recall", "pool_recall", "reference_precision", "fabricated_references", "claim_recall",

@@ -60,9 +60,11 @@ from graft.text import paper_text, paper_texts
 if TYPE_CHECKING:
     from eval.ooc_facets import OocEntry
 
-#: Every system name `graft eval run --systems` accepts, in table order.
+#: Every retrieval system name `graft eval run --systems` accepts, in table order.
 SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "teacher-fb", "teacher-cite", "graft", "graft-rrf",
            "graft-walk", "graft-naive", "graft-cite", "graft-text")
+#: The survey suite's writers (`eval.survey_suite`), which `--systems` accepts beside the retrievers.
+SURVEY_SYSTEMS = ("graft-survey", "baseline-survey")
 #: Systems whose hits carry facet credits (the attribution suite).
 ATTRIBUTED = ("facet", "teacher", "teacher-fb", "teacher-cite", "graft", "graft-rrf", "graft-walk", "graft-naive",
               "graft-cite", "graft-text")
