@@ -52,7 +52,7 @@ from graft.facets import FACETS
 from graft.index import Index
 from graft.manifest import library_versions, now_iso
 from graft.progress import Reporter
-from graft.store import atomic_path, read_json, write_json
+from graft.store import atomic_path, folder_problem, read_json, write_json
 
 SUITES = ("incorpus", "ooc", "attribution", "coverage", "survey")
 REPO = Path(__file__).resolve().parents[1]
@@ -563,8 +563,9 @@ def _check_systems(suites: list[str], systems: list[str]) -> None:
 def _check_outputs(options: RunOptions) -> None:
     """Before any work: the tables' folder can be a folder and the table name is a file name."""
     results = Path(options.results_dir)
-    if results.exists() and not results.is_dir():
-        raise GraftError(f"--results {results} is a file; give a folder for the tables")
+    problem = folder_problem(results)
+    if problem:
+        raise GraftError(f"--results {results} {problem}; give a folder for the tables")
     if options.name is not None and (not options.name.strip() or any(c in options.name for c in "/\\")
                                      or options.name in (".", "..")):
         raise GraftError(f"--name {options.name!r} must be a file-name part, without path separators")

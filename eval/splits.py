@@ -40,7 +40,7 @@ import numpy as np
 
 from graft.errors import GraftError, InputValidationError
 from graft.manifest import library_versions, now_iso
-from graft.store import read_json, write_json, write_lines
+from graft.store import folder_problem, read_json, write_json, write_lines
 from graphbuild.corpus import Corpus, load_corpus
 
 #: Suites with their own query/qrels folder in a split directory.
@@ -185,8 +185,9 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
     """
     config = config or SplitConfig()
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputValidationError(f"--out {out} is a file; give the split directory to write (new or a split)")
+    problem = folder_problem(out)
+    if problem:
+        raise InputValidationError(f"--out {out} {problem}; give the split directory to write (new or a split)")
     loaded = load_corpus(corpus, skip_bad=skip_bad)
     split = select_split(loaded, config)
     if not split.incorpus_dev and not split.incorpus_test:

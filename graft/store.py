@@ -51,6 +51,26 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
             tmp_path.unlink()
 
 
+def folder_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why `path` cannot be used as an output folder, or None when it can.
+
+    Checked before any work, so a command does not compute for minutes and then fail on its first
+    write: `path` is a file, lies under a file, or its nearest existing folder is not writable.
+    Returns the reason as the end of a sentence that starts with the path ("is a file").
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return "is a file"
+    parent = path
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"lies under {parent}, which is a file"
+    if not os.access(parent, os.W_OK):
+        return f"cannot be written ({parent} is not writable)"
+    return None
+
+
 def user_cache_dir() -> Path:
     """GRAFT's user cache, for what depends on a model rather than an index (the converted SmolLM2
     folder, the encoder's ONNX export): `$GRAFT_CACHE`, else `$XDG_CACHE_HOME/graft`, else

@@ -18,7 +18,7 @@ from graft.errors import GraftError
 from graft.facets import FACETS, FacetItems
 from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
-from graft.store import read_json, write_json, write_npy, write_npz, write_parquet
+from graft.store import folder_problem, read_json, write_json, write_npy, write_npz, write_parquet
 from graft.text import normalize_text, paper_texts
 from graphbuild.checkpoints import RowStore, StoredEncoder, StoredRows, make_key, paper_digests, source_digest
 from graphbuild.citations import (
@@ -193,8 +193,9 @@ def _check_out(out: Path) -> None:
     Raises:
         GraftError: naming the folder and what to do.
     """
-    if out.exists() and not out.is_dir():
-        raise GraftError(f"--out {out} is a file; give a folder for the index (new, empty, or an index to rebuild)")
+    problem = folder_problem(out)
+    if problem:
+        raise GraftError(f"--out {out} {problem}; give a folder for the index (new, empty, or an index to rebuild)")
     if not out.is_dir() or not any(out.iterdir()):
         return
     path = manifest_path(out)

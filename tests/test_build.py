@@ -601,6 +601,8 @@ def test_build_writes_only_into_a_new_empty_or_index_folder(tmp_path, encoder) -
         build_index(corpus, project, BuildConfig(), encoder=encoder)
     with pytest.raises(GraftError, match="is a file"):
         build_index(corpus, corpus, BuildConfig(), encoder=encoder)
+    with pytest.raises(GraftError, match="lies under .*, which is a file"):
+        build_index(corpus, corpus / "index", BuildConfig(), encoder=encoder)
     with pytest.raises(GraftError):
         build_index(tmp_path / "no-such-corpus.jsonl", tmp_path / "new", BuildConfig(), encoder=encoder)
     assert not (tmp_path / "new").exists()

@@ -521,6 +521,7 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
                            (["--systems", "bm25", "--suite", "ooc,survey"], "--suite survey runs none"),
                            (["--systems", "graft-survey", "--suite", "ooc"], "--suite ooc runs none"),
                            (["--systems", "bm25", "--results", str(tmp_path / "a-file")], "is a file"),
+                           (["--systems", "bm25", "--results", str(tmp_path / "a-file" / "r")], "which is a file"),
                            (["--systems", "bm25", "--name", "a/b"], "path separators")):
         res = runner.invoke(app, ["eval", "run", str(out), "--suite", "ooc", "--index", str(split / "index"),
                                   "--results", str(tmp_path / "res2"), *flags])

@@ -121,6 +121,8 @@ def test_bad_split_inputs_are_clear_errors(tmp_path) -> None:
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(GraftError, match="a-file is a file"):
         prepare_split(cs768_path(), tmp_path / "a-file")
+    with pytest.raises(GraftError, match="split lies under .*a-file, which is a file"):
+        prepare_split(cs768_path(), tmp_path / "a-file" / "split")
 
 
 def test_damaged_split_files_are_named(split, tmp_path) -> None:

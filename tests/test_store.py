@@ -8,7 +8,7 @@ import pytest
 from graft.errors import IndexFormatError
 from graft.index import Index
 from graft.manifest import FORMAT_VERSION, new_manifest, read_manifest, record_stage
-from graft.store import FILE_MODE, atomic_path, write_json, write_npy, write_parquet
+from graft.store import FILE_MODE, atomic_path, folder_problem, write_json, write_npy, write_parquet
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path) -> None:
@@ -38,6 +38,23 @@ def test_artefacts_get_a_plain_files_permissions(tmp_path) -> None:
     write_parquet(tmp_path / "t.parquet", pl.DataFrame({"a": [1]}))
     for name in ("m.json", "v.npy", "t.parquet"):
         assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == FILE_MODE, name
+
+
+def test_folder_problem_names_what_stops_an_output_folder(tmp_path, monkeypatch) -> None:
+    import os
+
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    assert folder_problem(tmp_path) is None
+    assert folder_problem(tmp_path / "new" / "deeper") is None  # made on the first write
+    assert folder_problem(afile) == "is a file"
+    assert folder_problem(afile / "out" / "deeper") == f"lies under {afile}, which is a file"
+    # a folder the user may not write into (faked: the tests may run as root, who may write anywhere)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != os.fspath(locked))
+    assert folder_problem(locked / "out") == f"cannot be written ({locked} is not writable)"
+    assert folder_problem(tmp_path / "other") is None
 
 
 def test_open_refuses_missing_and_incompatible_indexes(tmp_path) -> None:

@@ -8,7 +8,6 @@ renders as written.
 
 from __future__ import annotations
 
-import os
 import re
 from contextlib import ExitStack
 from dataclasses import asdict
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.index import Index
-from graft.store import atomic_path, json_text
+from graft.store import atomic_path, folder_problem, json_text
 from graft.survey.config import SurveyError
 from graft.survey.types import Section, Sentence
 from graft.survey.verify import SUPPORTED
@@ -192,13 +191,9 @@ def check_out_dir(out_dir: Path) -> None:
     Raises:
         SurveyError: naming the path.
     """
-    if out_dir.exists() and not out_dir.is_dir():
-        raise SurveyError(f"--out {out_dir} is a file; give a folder for the survey")
-    parent = out_dir
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise SurveyError(f"--out {out_dir}: {parent} is {'a file' if not parent.is_dir() else 'not writable'}")
+    problem = folder_problem(out_dir)
+    if problem:
+        raise SurveyError(f"--out {out_dir} {problem}; give a folder for the survey")
 
 
 def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Section], index: Index,
