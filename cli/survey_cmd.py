@@ -8,6 +8,11 @@ from typing import Any
 
 import typer
 
+from graft.survey.config import SurveyConfig
+
+#: The CLI's defaults for the rerank's settings are the library's.
+_DEFAULTS = SurveyConfig()
+
 #: Topic of the short survey `graft demo` writes over the ACLSum corpus.
 DEMO_TOPIC = "summarization of scientific documents"
 
@@ -17,7 +22,6 @@ def survey_tools(index: Any, encoder: Any = None, text_neighbours: int | None = 
     """`QueryTools` for an index: its encoder, the out-of-corpus edge-row scorer (text coupling with
     `text_neighbours` papers and a second pass with the links of the first `feedback`; `SurveyConfig`'s
     defaults when None) and facet extractor."""
-    from graft.survey.config import SurveyConfig
     from graft.survey.retrieve import QueryTools
     from graphbuild.external import ExternalScorer
 
@@ -47,7 +51,6 @@ def run_survey(index_dir: str | Path, topic: str, out: str | Path, config: Any =
     from dataclasses import replace
 
     from graft.index import Index
-    from graft.survey.config import SurveyConfig
     from graft.survey.pipeline import write_survey
 
     config = config or SurveyConfig()
@@ -130,6 +133,14 @@ def survey(
     recency_weight: float = typer.Option(1.0, "--recency-weight", min=0.0,
                                          help="Weight of the recency ranking in the rerank's first stage, beside "
                                               "citation count and similarity (1 each; 0 leaves recency out)."),
+    retrieval_weight: float = typer.Option(
+        _DEFAULTS.retrieval_weight, "--retrieval-weight", min=0.0,
+        help="Weight of the retrieval order in the rerank's first stage, beside recency, citation count and "
+             "similarity (0 leaves it out, as the reference method does)."),
+    tie_support: float = typer.Option(
+        _DEFAULTS.tie_support, "--tie-support", min=0.0,
+        help="Keep a paper below the topic-relevance floor when the graph expansion tied it to seed papers "
+             "with at least this citation support (0 = off)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Subsections written / LLM requests at once."),
     device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "
@@ -141,13 +152,13 @@ def survey(
     from cli.app import _fail, console
     from graft.errors import GraftError
     from graft.progress import Reporter
-    from graft.survey.config import SurveyConfig
 
     try:
         config = SurveyConfig(llm=llm, model=model, base_url=base_url, api_key_env=api_key_env, sections=sections,
                               subsections=subsections, verify_rounds=verify_rounds, retriever=retriever,
                               graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year,
-                              max_concurrency=concurrency, recency_weight=recency_weight)
+                              max_concurrency=concurrency, recency_weight=recency_weight,
+                              retrieval_weight=retrieval_weight, tie_support=tie_support)
         from graft.devices import resolve_device
 
         result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json), device=resolve_device(device))

@@ -207,3 +207,30 @@ def test_survey_tuning_benchmark_rows(split, tmp_path) -> None:
     assert both["baseline_recall"] == rows[("papers_per_subsection", 1)]["baseline_recall"]
     assert "| graph_seeds + papers_per_subsection | 0 / 1 |" in (tmp_path / "survey_tuning_t.md").read_text()
     assert "| graph_seeds | 0 |" in (tmp_path / "survey_tuning_t.md").read_text()
+
+
+def test_survey_pool_benchmark_measures_the_writers_own_pool(split, tmp_path) -> None:
+    """`eval.benchmarks.survey_pool`: the pool it measures is the one `write_survey` draws on (the
+    survey suite's pool recall, hold-out for hold-out), and a changed setting gets its own row."""
+    from eval.benchmarks.survey_pool import main
+    from eval.survey_suite import survey_suite
+
+    split_dir, _, _ = split
+    assert main(["--split", str(split_dir), "--queries", "test", "--set", "tie_support=2",
+                 "--combo", "tie_support=2 retrieval_weight=1", "--name", "t", "--results", str(tmp_path)]) == 0
+    table = json.loads((tmp_path / "survey_pool_t.json").read_text())
+    rows = {(r["setting"], r["value"], r["queries"]): r for r in table["rows"]}
+    assert set(rows) == {("default", None, "test"), ("tie_support", "2.0", "test"),
+                         ("tie_support + retrieval_weight", "2.0 / 1.0", "test")}
+    suite = survey_suite(split_dir, split_dir / "index", systems=["graft-survey"], limit=None, part="test",
+                         out_dir=tmp_path / "surveys")
+    default = rows[("default", None, "test")]
+    assert [q["pool"] for q in default["per_query"]] == pytest.approx(
+        [q["pool_recall"] for q in suite["per_query"]["graft-survey"]])
+    for r in rows.values():
+        assert r["n"] == 2 and 0 <= r["pool"] <= r["candidates"] <= 1 and r["first"] <= r["candidates"]
+        assert 0 < r["pool_size"] <= 40
+    assert default["ratio"] == 1.0
+    assert "| tie_support + retrieval_weight | 2.0 / 1.0 | test | 2 |" in (tmp_path / "survey_pool_t.md").read_text()
+    with pytest.raises(SystemExit):  # the slice has no out-of-corpus hold-out
+        main(["--split", str(split_dir), "--queries", "ooc", "--results", str(tmp_path)])

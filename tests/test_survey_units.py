@@ -72,11 +72,32 @@ def test_fusion_scores_average_inverse_rank_by_hand() -> None:
         [(0.5 / 2 + 1 / 1 + 1 / 3) / 2.5, (0.5 / 1 + 1 / 3 + 1 / 1) / 2.5, (0.5 / 3 + 1 / 1 + 1 / 2) / 2.5])
     assert fusion_scores(cands, sims, recency_weight=0) == pytest.approx(
         [(1 / 1 + 1 / 3) / 2, (1 / 3 + 1 / 1) / 2, (1 / 1 + 1 / 2) / 2])
+    # the retrieval order (a 1, b 2, c 3) as a fourth ranking of weight v: v / r_ret over w + 2 + v
+    assert fusion_scores(cands, sims, retrieval_weight=2) == pytest.approx(
+        [(1 / 2 + 1 / 1 + 1 / 3 + 2 / 1) / 5, (1 / 1 + 1 / 3 + 1 / 1 + 2 / 2) / 5, (1 / 3 + 1 / 1 + 1 / 2 + 2 / 3) / 5])
     vecs = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=np.float32)
+    # with the retrieval order weighing 2, a (first retrieved) leads instead of b
+    assert [c.paper_id for c in stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs,
+                                          {"a": 0, "b": 1, "c": 2}, retrieval_weight=2)] == ["a", "b", "c"]
     out = stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs, {"a": 0, "b": 1, "c": 2})
     # a and c tie (1/2 + 1 + 1/3 = 1/3 + 1 + 1/2): the retrieval order decides
     assert [c.paper_id for c in out] == ["b", "a", "c"]
     assert out[0].similarity == pytest.approx(1.0) and out[0].score == pytest.approx(expected[1], abs=1e-6)
+
+
+def test_relevant_keeps_papers_tied_to_the_seeds_below_the_floor() -> None:
+    from graft.survey.rerank import relevant
+
+    vecs = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], dtype=np.float32)
+    row_of = {"a": 0, "b": 1, "c": 2}
+    cands = [Candidate("c", "C", facets={"citation": 3.0}), Candidate("a", "A"),
+             Candidate("b", "B", facets={"citation": 1.5, "method": 0.4})]
+    topic = np.array([1.0, 0.0], dtype=np.float32)  # cosines: a 1.0, b 0.6, c 0.0
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7)] == ["a"]
+    # tied to seeds with support >= 2: kept whatever its cosine, in the retrieval order
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, tie_support=2)] == ["c", "a"]
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, tie_support=1.5)] == ["c", "a", "b"]
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.5, tie_support=0)] == ["a", "b"]
 
 
 def test_graph_expansion_by_hand() -> None:
@@ -166,9 +187,10 @@ def test_config_rejects_bad_values_and_unknown_keys() -> None:
         SurveyConfig(feedback=-2)
     with pytest.raises(SurveyError, match="citation_weight=-1"):
         SurveyConfig(citation_weight=-1.0)
-    for bad in (-0.5, float("nan"), float("inf"), True):
-        with pytest.raises(SurveyError, match="recency_weight="):
-            SurveyConfig(recency_weight=bad)
+    for name in ("recency_weight", "retrieval_weight", "tie_support"):
+        for bad in (-0.5, float("nan"), float("inf"), True):
+            with pytest.raises(SurveyError, match=f"{name}="):
+                SurveyConfig(**{name: bad})
     assert SurveyConfig().feedback == 0 and SurveyConfig.from_dict({"feedback": 3}).feedback == 3
     with pytest.raises(SurveyError, match="base_url"):
         SurveyConfig(llm="openai")

@@ -42,6 +42,8 @@ class SurveyConfig:
     papers_per_subsection: int = 4  # papers a subsection writes about
     rerank: bool = True  # two-stage fusion rerank (off for the AutoSurvey-like baseline)
     recency_weight: float = 1.0  # weight of the recency ranking in the rerank's first stage (citations, similarity: 1)
+    retrieval_weight: float = 0.0  # weight of the retrieval order in the rerank's first stage (0 = the reference method)
+    tie_support: float = 0.0  # citation support from the graph expansion that keeps a paper below the relevance floor (0 = off)
     llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
     verify: bool = True  # adaptive citation verification (off for the baseline)
     verify_rounds: int = 3  # K: evidence-and-rewrite rounds per failed citation (reference method)
@@ -80,6 +82,11 @@ class SurveyConfig:
         if (not isinstance(self.recency_weight, (int, float)) or isinstance(self.recency_weight, bool)
                 or not math.isfinite(self.recency_weight) or self.recency_weight < 0):
             problems.append(f"recency_weight={self.recency_weight!r} (a number >= 0; 0 leaves recency out)")
+        for name, off in (("retrieval_weight", "leaves the retrieval order out"), ("tie_support", "turns it off")):
+            value = getattr(self, name)
+            if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                    or value < 0):
+                problems.append(f"{name}={value!r} (a number >= 0; 0 {off})")
         if not 0 < self.llm_rerank_keep <= 1:
             problems.append(f"llm_rerank_keep={self.llm_rerank_keep!r} (a share in (0, 1])")
         if self.llm == "openai" and not (self.model and self.base_url):

@@ -73,6 +73,84 @@ def _locked(encode: Any) -> Any:
     return run
 
 
+class Ranker:
+    """The relevance filter and the two-stage rerank of one survey's candidate lists (the topic's
+    and each section's), remembering the facets that surfaced each paper for the citations.
+
+    Args:
+        config: the survey settings (rerank, floors, weights).
+        ctx: the survey context (vectors, encoder).
+        backend: the writer backend, whose reranker is stage 2.
+        topic_vec: the topic's embedding; floor: the topic cosine a candidate needs (see `relevant`).
+    """
+
+    def __init__(self, config: SurveyConfig, ctx: SurveyContext, backend: Any, topic_vec: np.ndarray,
+                 floor: float) -> None:
+        self.config, self.ctx, self.backend, self.topic_vec, self.floor = config, ctx, backend, topic_vec, floor
+        #: paper id -> facet -> the largest term any list gave it
+        self.attribution: dict[str, dict[str, float]] = {}
+
+    def __call__(self, cands: list[Candidate], description: str, keep: int) -> list[Candidate]:
+        """The best `keep` candidates for `description` (the first `keep` when the rerank is off)."""
+        for c in cands:
+            acc = self.attribution.setdefault(c.paper_id, {})
+            for f, v in c.facets.items():
+                acc[f] = round(max(acc.get(f, 0.0), v), 6)
+        config, papers, row_of = self.config, self.ctx.vectors.papers, self.ctx.index.row_of
+        if not config.rerank:
+            return cands[:keep]
+        cands = relevant(cands, self.topic_vec, papers, row_of, self.floor, config.tie_support)
+        if not cands:
+            return []
+        return two_stage_rerank(cands, description, self.ctx.vec(description), papers, row_of, self.backend,
+                                keep=keep, llm_keep=config.llm_rerank_keep, recency_weight=config.recency_weight,
+                                retrieval_weight=config.retrieval_weight)
+
+
+@dataclass
+class TopicPool:
+    """The papers a survey is drawn from: what `topic_pool` found for a topic."""
+
+    descriptions: list[str]  # the topic's descriptions (query expansion), the topic first
+    candidates: list[Candidate]  # their retrievals fused, best first
+    pool: list[Candidate]  # the candidates after the relevance filter and the rerank (config.pool at most)
+    floor: float  # the topic cosine a candidate needed to stay
+    rank: Ranker  # the filter and rerank, for the sections' lists
+
+
+def topic_pool(topic: str, retriever: TopicRetriever, ctx: SurveyContext, backend: Any, config: SurveyConfig,
+               reporter: Reporter | None = None) -> TopicPool:
+    """Query expansion, retrieval over the descriptions and the topic rerank: the first three stages
+    of `write_survey`, on their own so that what each keeps can be measured.
+
+    Raises:
+        SurveyError: no retrieved paper reaches `config.min_relevance` (an off-topic query).
+    """
+    reporter = reporter or Reporter(quiet=True)
+    index, vectors, row_of = ctx.index, ctx.vectors, ctx.index.row_of
+    with reporter.stage("expand", total=config.descriptions, unit="descriptions") as adv:
+        descriptions, pseudo = expand_topic(topic, retriever, backend, config.descriptions, k=config.per_description)
+        adv(len(descriptions))
+    topic_vec = ctx.vec(topic)
+    best = max((float(vectors.papers[row_of[c.paper_id]] @ topic_vec) for c in pseudo), default=0.0)
+    if not pseudo or best < config.min_relevance:
+        raise SurveyError(
+            f"no paper of index '{index.path}' ({index.n} papers) is about the topic {topic!r}: the closest "
+            f"has cosine {best:.2f} < min_relevance {config.min_relevance:.2f}. Try a topic the corpus covers "
+            "(see `graft query INDEX --text ...`), or lower min_relevance"
+        )
+    # papers less similar to the topic than this are dropped before the rerank
+    floor = max(config.min_relevance, config.relative_relevance * best)
+    rank = Ranker(config, ctx, backend, topic_vec, floor)
+    with reporter.stage("retrieve", total=len(descriptions), unit="descriptions") as adv:
+        candidates = retriever.search(descriptions, config.per_description)
+        adv(len(descriptions))
+    with reporter.stage("rerank", total=1, unit="lists") as adv:
+        pool = rank(candidates, topic, config.pool)
+        adv(1)
+    return TopicPool(descriptions=descriptions, candidates=candidates, pool=pool, floor=floor, rank=rank)
+
+
 def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyConfig | None = None,
                  reporter: Reporter | None = None, *, tools: QueryTools, dense: DenseIndex | None = None,
                  device: str = "cpu") -> SurveyResult:
@@ -115,45 +193,9 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     row_of = index.row_of
     t0 = time.perf_counter()
 
-    with reporter.stage("expand", total=config.descriptions, unit="descriptions") as adv:
-        descriptions, pseudo = expand_topic(topic, retriever, backend, config.descriptions, k=config.per_description)
-        adv(len(descriptions))
-    topic_vec = ctx.vec(topic)
-    best = max((float(vectors.papers[row_of[c.paper_id]] @ topic_vec) for c in pseudo), default=0.0)
-    if not pseudo or best < config.min_relevance:
-        raise SurveyError(
-            f"no paper of index '{index.path}' ({index.n} papers) is about the topic {topic!r}: the closest "
-            f"has cosine {best:.2f} < min_relevance {config.min_relevance:.2f}. Try a topic the corpus covers "
-            "(see `graft query INDEX --text ...`), or lower min_relevance"
-        )
-
-    attribution: dict[str, dict[str, float]] = {}
-
-    def remember(cands: list[Candidate]) -> None:
-        for c in cands:
-            acc = attribution.setdefault(c.paper_id, {})
-            for f, v in c.facets.items():
-                acc[f] = round(max(acc.get(f, 0.0), v), 6)
-
-    # papers less similar to the topic than this are dropped before the rerank
-    floor = max(config.min_relevance, config.relative_relevance * best)
-
-    def rank(cands: list[Candidate], description: str, keep: int) -> list[Candidate]:
-        remember(cands)
-        if not config.rerank:
-            return cands[:keep]
-        cands = relevant(cands, topic_vec, vectors.papers, row_of, floor)
-        if not cands:
-            return []
-        return two_stage_rerank(cands, description, ctx.vec(description), vectors.papers, row_of, backend,
-                                keep=keep, llm_keep=config.llm_rerank_keep, recency_weight=config.recency_weight)
-
-    with reporter.stage("retrieve", total=len(descriptions), unit="descriptions") as adv:
-        candidates = retriever.search(descriptions, config.per_description)
-        adv(len(descriptions))
-    with reporter.stage("rerank", total=1, unit="lists") as adv:
-        pool = rank(candidates, topic, config.pool)
-        adv(1)
+    chosen = topic_pool(topic, retriever, ctx, backend, config, reporter)
+    pool, rank, floor = chosen.pool, chosen.rank, chosen.floor
+    descriptions, attribution = chosen.descriptions, chosen.rank.attribution
     with reporter.stage("outline", total=1, unit="outlines") as adv:
         heads = level_one(topic, pool, backend, config.sections)
         adv(1)

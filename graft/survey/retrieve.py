@@ -236,13 +236,15 @@ class TopicRetriever:
         retriever: "teacher", "graft" (needs INDEX/model) or "dense".
         dense: the dense index ("dense" retriever); built on first use otherwise.
         device: where the generative retriever runs.
+        vectors: the index's `PaperVectors` to share (built here when None).
     Raises:
         SurveyError: "graft" without a trained model, or a retriever the tools cannot serve.
     """
 
     def __init__(self, index: Index, tools: QueryTools, retriever: str = "teacher", *,
                  dense: DenseIndex | None = None, device: str = "cpu", seeds: int = 0,
-                 until_year: int | None = None, citation_weight: float = 0.0) -> None:
+                 until_year: int | None = None, citation_weight: float = 0.0,
+                 vectors: PaperVectors | None = None) -> None:
         from graft.index import has_model
         from graft.teacher import TeacherConfig
 
@@ -254,7 +256,7 @@ class TopicRetriever:
         self.device = device
         self.seeds = seeds
         self.until_year = until_year
-        self.vectors = PaperVectors(index)
+        self.vectors = vectors if vectors is not None else PaperVectors(index)
         self._dense = dense
         self._memo: dict[tuple[str, int], list[tuple[str, float, dict[str, float]]]] = {}
         if retriever == "graft" and not has_model(index.path):
