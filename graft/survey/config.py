@@ -43,7 +43,7 @@ class SurveyConfig:
     rerank: bool = True  # two-stage fusion rerank (off for the AutoSurvey-like baseline)
     recency_weight: float = 1.0  # weight of the recency ranking in the rerank's first stage (citations, similarity: 1)
     retrieval_weight: float = 0.0  # weight of the retrieval order in the rerank's first stage (0 = the reference method)
-    tie_support: float = 0.0  # citation support from the graph expansion that keeps a paper below the relevance floor (0 = off)
+    tie_support: float = 2.0  # citation support from the graph expansion that keeps a paper below the relevance floor (0 = off; 2 raised pool recall on dev and ooc titles)
     llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
     verify: bool = True  # adaptive citation verification (off for the baseline)
     verify_rounds: int = 3  # K: evidence-and-rewrite rounds per failed citation (reference method)
