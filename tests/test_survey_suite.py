@@ -220,7 +220,7 @@ def test_survey_pool_benchmark_measures_the_writers_own_pool(split, tmp_path) ->
                  "--combo", "tie_support=2 retrieval_weight=1", "--name", "t", "--results", str(tmp_path)]) == 0
     table = json.loads((tmp_path / "survey_pool_t.json").read_text())
     rows = {(r["setting"], r["value"], r["queries"]): r for r in table["rows"]}
-    assert set(rows) == {("default", None, "test"), ("tie_support", "2.0", "test"),
+    assert set(rows) == {("default", None, "test"), ("tie_support", 2.0, "test"),
                          ("tie_support + retrieval_weight", "2.0 / 1.0", "test")}
     suite = survey_suite(split_dir, split_dir / "index", systems=["graft-survey"], limit=None, part="test",
                          out_dir=tmp_path / "surveys")

@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from eval.benchmarks.split_queries import write_tables  # noqa: E402
-from eval.benchmarks.survey_tuning import parse_combo, parse_settings  # noqa: E402
+from eval.benchmarks.survey_tuning import add_variant_options, parse_variants, variant_label  # noqa: E402
 
 QUERY_SETS = ("dev", "ooc", "test")
 
@@ -93,10 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
     ap.add_argument("--queries", default="dev,ooc", help=f"query sets, comma-separated: {', '.join(QUERY_SETS)}")
     ap.add_argument("--ooc-min-refs", type=int, default=10, help="ooc: hold-outs with at least N gold references")
-    ap.add_argument("--set", dest="sets", action="append", default=[],
-                    help="a survey setting and the values to try, NAME=V1[,V2...] (repeatable)")
-    ap.add_argument("--combo", dest="combos", action="append", default=[],
-                    help="settings changed together in one row, 'NAME=V NAME2=V2' (repeatable)")
+    add_variant_options(ap)
     ap.add_argument("--limit", type=int, default=None, help="only the first N queries of each set")
     ap.add_argument("--name", default=None, help="table name: survey_pool_{name}.md (default: the corpus)")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
@@ -118,11 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if not sets or any(s not in QUERY_SETS for s in sets):
         ap.error(f"--queries {args.queries!r}: choose from {', '.join(QUERY_SETS)}")
     base = SurveyConfig()
-    try:
-        variants = [{name: value} for name, value in parse_settings(args.sets, base)]
-        variants += [parse_combo(spec, base) for spec in args.combos]
-    except ValueError as exc:
-        ap.error(str(exc))
+    variants = parse_variants(ap, args, base)
     split_dir = Path(args.split)
     split = read_split(split_dir)
     index_dir = Path(args.index) if args.index else split_dir / "index"
@@ -143,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         config = dataclasses.replace(base, **changes)
         scorer = ExternalScorer(idx, encoder=encoder, text_neighbours=config.text_neighbours, feedback=config.feedback)
         tools = QueryTools.from_scorer(scorer)
-        setting = " + ".join(changes) or "default"
-        value = " / ".join(str(v) for v in changes.values()) or None
+        setting, value = variant_label(changes)
         for s in sets:
             t0 = time.perf_counter()
             per = stage_recalls(idx, tools, vectors, config, queries[s])

@@ -86,15 +86,39 @@ def parse_combo(spec: str, base: Any) -> dict[str, Any]:
     return changes
 
 
+def add_variant_options(ap: argparse.ArgumentParser) -> None:
+    """The `--set` and `--combo` options of a benchmark that compares survey settings."""
+    ap.add_argument("--set", dest="sets", action="append", default=[],
+                    help="a survey setting and the values to try, NAME=V1[,V2...] (repeatable)")
+    ap.add_argument("--combo", dest="combos", action="append", default=[],
+                    help="settings changed together in one row, 'NAME=V NAME2=V2' (repeatable)")
+
+
+def parse_variants(ap: argparse.ArgumentParser, args: argparse.Namespace, base: Any) -> list[dict[str, Any]]:
+    """The rows `--set` and `--combo` ask for, each as {setting: value} changes to `base` (the
+    parser exits with the reason on a bad one)."""
+    try:
+        variants = [{name: value} for name, value in parse_settings(args.sets, base)]
+        return variants + [parse_combo(spec, base) for spec in args.combos]
+    except ValueError as exc:
+        ap.error(str(exc))
+
+
+def variant_label(changes: dict[str, Any]) -> tuple[str, Any]:
+    """(setting, value) of a row: "default" and None, one setting and its value, or `a + b` and
+    "x / y" for settings changed together."""
+    setting = " + ".join(changes) or "default"
+    value = (None if not changes else next(iter(changes.values())) if len(changes) == 1
+             else " / ".join(str(v) for v in changes.values()))
+    return setting, value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--split", required=True, help="split directory (graft eval prepare + graft build)")
     ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
     ap.add_argument("--part", default="dev", choices=("dev", "test"), help="survey hold-outs: dev or test")
-    ap.add_argument("--set", dest="sets", action="append", default=[],
-                    help="a survey setting and the values to try, NAME=V1[,V2...] (repeatable)")
-    ap.add_argument("--combo", dest="combos", action="append", default=[],
-                    help="settings changed together in one row, 'NAME=V NAME2=V2' (repeatable)")
+    add_variant_options(ap)
     ap.add_argument("--limit", type=int, default=None, help="only the first N hold-outs")
     ap.add_argument("--name", default=None, help="table name: survey_tuning_{name}.md (default: the corpus)")
     ap.add_argument("--results", default=str(REPO / "eval" / "results"))
@@ -111,11 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     from graphbuild.embeddings import Encoder
 
     base = SurveyConfig()
-    try:
-        variants = [({name: value}) for name, value in parse_settings(args.sets, base)]
-        variants += [parse_combo(spec, base) for spec in args.combos]
-    except ValueError as exc:
-        ap.error(str(exc))
+    variants = parse_variants(ap, args, base)
     split_dir = Path(args.split)
     split = read_split(split_dir)
     index_dir = Path(args.index) if args.index else split_dir / "index"
@@ -145,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="survey-tuning-") as tmp:
         for number, changes in enumerate([{}, *variants]):
             config = dataclasses.replace(base, **changes)
-            setting = " + ".join(changes) or "default"
-            value = (None if not changes else next(iter(changes.values())) if len(changes) == 1
-                     else " / ".join(str(v) for v in changes.values()))
+            setting, value = variant_label(changes)
             base_recall = baseline_for(config, Path(tmp) / f"baseline-{number}")
             per = run("graft-survey", config, Path(tmp) / f"variant-{number}")
             recall = [r["reference_recall"] for r in per]
