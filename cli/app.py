@@ -288,6 +288,13 @@ def query(
         if len(given) != 1:
             raise GraftError("give exactly one of --paper ID, --text 'Title. Abstract', --record FILE.json, "
                              "--queries FILE")
+        if trec_out is not None:
+            from graft.store import folder_problem
+
+            problem = "is a folder" if trec_out.is_dir() else folder_problem(trec_out.parent)
+            if problem:
+                where = trec_out if trec_out.is_dir() else trec_out.parent
+                raise GraftError(f"--trec-out {trec_out}: {where} {problem}; give the path of a run file to write")
         idx = Index.open(index)
         chosen = retriever or ("graft" if has_model(index) else "teacher")
         if chosen not in RETRIEVERS:
@@ -321,6 +328,9 @@ def query(
         if chosen == "teacher" and fusion not in (None, "rrf") and any(map(is_outside, recs)):
             raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
         related.check(recs)
+        if queries is not None and trec_out is None and not as_json:
+            raise GraftError(f"--queries {queries}: {len(recs)} queries would run and show nothing; write their "
+                             "results with --trec-out FILE or print them with --json")
         ready: dict = {}
         outside = sum(map(is_outside, recs))
         if outside >= 2:  # taken apart together, in shared encoder batches

@@ -204,7 +204,10 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
         (["--paper", pid, "--k", "0"], "Invalid value for '--k'"),
         (["--paper", pid, "--beams", "0"], "Invalid value for '--beams'"),
         (["--queries", str(out.parent / "no-such-file.txt")], "cannot read it"),
-        (["--paper", pid, "--trec-out", str(out / "manifest.json" / "run.txt")], "cannot write it"),
+        (["--paper", pid, "--trec-out", str(out / "manifest.json" / "run.txt")], "manifest.json is a file"),
+        (["--paper", pid, "--trec-out", str(out)], f"{out} is a folder"),
+        (["--queries", str(out / "no-such-dir" / "q.txt"), "--trec-out", str(out / "manifest.json" / "r.txt")],
+         "manifest.json is a file"),  # refused before the queries are read
         (["--paper", pid, "--retriever", "graft", "--device", "tpu"], "device 'tpu' is unknown"),
         (["--text", "A title. An abstract.", "--fusion", "bogus"], "unknown fusion 'bogus'"),
         (["--queries", str(out / "papers.parquet")], "cannot read it"),
@@ -241,6 +244,8 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
     good.write_text("\n".join(json.dumps({"title": t, "abstract": a})
                               for t, a in zip(papers["title"].to_list(), papers["abstract"].to_list())) + "\n")
     run = out.parent / "noid_run.txt"
+    res = runner.invoke(app, base + ["--queries", str(good), "--k", "3"])  # would show nothing: refused first
+    assert res.exit_code == 2 and "2 queries would run and show nothing" in res.output, res.output
     res = runner.invoke(app, base + ["--queries", str(good), "--k", "3", "--trec-out", str(run)])
     assert res.exit_code == 0, res.output
     qids = [line.split()[0] for line in run.read_text().splitlines()]
