@@ -59,11 +59,14 @@ def folder_problem(path: str | os.PathLike[str]) -> str | None:
     Returns the reason as the end of a sentence that starts with the path ("is a file").
     """
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        return "is a file"
-    parent = path
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
+    try:
+        if path.exists() and not path.is_dir():
+            return "is a file"
+        parent = path
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        return f"cannot be used ({exc.strerror or exc})"
     if not parent.is_dir():
         return f"lies under {parent}, which is a file"
     if not os.access(parent, os.W_OK):

@@ -214,6 +214,14 @@ def test_off_topic_and_empty_topics_fail_clearly(acl, tmp_path) -> None:
         write_survey(idx, "sourdough bread baking and fermentation of rye flour", tmp_path / "x",
                      SurveyConfig(sections=2), tools=tools)
     assert not (tmp_path / "x" / "survey.md").exists()
+    # with a cut-off year the message counts the papers it left and names the year as a cause
+    year = max(y for y in idx.papers["year"].to_list() if y is not None) - 1
+    dated = sum(1 for y in idx.papers["year"].to_list() if y is not None and y <= year)
+    with pytest.raises(SurveyError, match=f"\\({idx.n} papers, {dated} of them dated {year} or earlier\\) is about "
+                                          "the topic .*a later --until-year, or, from Python, a lower "
+                                          "SurveyConfig.min_relevance"):
+        write_survey(idx, "sourdough bread baking and fermentation of rye flour", tmp_path / "x",
+                     SurveyConfig(sections=2, until_year=year), tools=tools)
     with pytest.raises(SurveyError, match="topic is empty"):
         write_survey(idx, "   ", tmp_path / "y", tools=tools)
 
@@ -224,9 +232,11 @@ def test_an_unusable_out_or_until_year_fails_before_any_work(acl, tmp_path) -> N
     idx, tools = acl
     afile = tmp_path / "afile"
     afile.write_text("notes")
-    for out, message in ((afile, "is a file"), (afile / "sub", "sub lies under .*afile, which is a file")):
+    for out, message in ((afile, "is a file"), (afile / "sub", "sub lies under .*afile, which is a file"),
+                         (tmp_path / "new" / ("a" * 300), "cannot be made \\(File name too long\\)")):
         with pytest.raises(SurveyError, match=message):
             write_survey(idx, TOPIC, out, SurveyConfig(sections=2), tools=tools)
+    assert not (tmp_path / "new").exists()  # the folders made to try the name are gone
     earliest = min(y for y in idx.papers["year"].to_list() if y is not None)
     with pytest.raises(SurveyError, match=f"dated {earliest - 1} or earlier \\(earliest: {earliest}\\)"):
         write_survey(idx, TOPIC, tmp_path / "y", SurveyConfig(until_year=earliest - 1), tools=tools)
@@ -484,3 +494,29 @@ def test_local_backend_falls_back_on_unusable_answers_and_caches(acl, tmp_path, 
     monkeypatch.setattr(LocalChat, "_load", no_model)
     again = write_survey(idx, TOPIC, tmp_path / "local2", config, tools=tools)
     assert again.paths["markdown"].read_text() == result.paths["markdown"].read_text()
+
+
+def test_a_local_model_folder_that_cannot_load_stops_the_survey(acl, tmp_path) -> None:
+    """A --model folder that is not a model is refused before any work, and one whose files are
+    there but do not load stops the survey at the first LLM step: before, every step failed to load
+    it, fell back to the offline writer, and the survey came out offline under the model's name."""
+    from graft.survey.pipeline import write_survey
+
+    idx, tools = acl
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+
+    def survey(out: str) -> None:
+        write_survey(idx, TOPIC, tmp_path / out, SurveyConfig(llm="local", model=str(folder), sections=1,
+                                                                subsections=1), tools=tools)
+
+    for step, message in ((lambda: None, "has no config.json"),
+                          (lambda: (folder / "config.json").write_text('{"model_type": "llama"}'), "has no weights"),
+                          (lambda: (folder / "model.safetensors").write_bytes(b"not weights"), "has no tokenizer")):
+        step()
+        with pytest.raises(SurveyError, match=f"local model .*not-a-model' {message}"):
+            survey("early")
+    (folder / "tokenizer.json").write_text("{}")
+    with pytest.raises(SurveyError, match="local model .*not-a-model' does not load"):
+        survey("late")
+    assert not (tmp_path / "early").exists() and not (tmp_path / "late" / "survey.md").exists()

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graft import models
 from graft.errors import GraftError
 from graft.progress import hf_progress_bars
 
@@ -160,9 +161,7 @@ def ensure_smollm2(*, quiet: bool = False) -> Path:
     return folder
 
 
-#: Files of a Hugging Face model folder that hold its weights (one of them, or shards named by an index).
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = models.WEIGHT_FILES  # what a local base model folder must hold one of
 
 
 def _check_local_folder(name_or_path: str, *, weights: bool = False) -> Path:

@@ -351,7 +351,7 @@ class ChatClient:
         error = LLMError(
             f"{self.url}: no usable answer after {made} attempt(s) (max_retries="
             f"{self.config.max_retries}); last error: {last.reason}. Check that the server is up and "
-            "not overloaded, or raise max_retries / timeout_s",
+            "not overloaded, or, from Python, raise LLMConfig.max_retries / timeout_s",
             url=self.url,
             status=last.status,
             attempts=made,

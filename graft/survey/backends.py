@@ -32,6 +32,7 @@ import numpy as np
 from graft.facets import FACETS
 from graft.index import Index
 from graft.llm import CACHE_RELPATH, ChatClient, LLMCache, LLMConfig, LLMError, canonical_request, request_key
+from graft.models import model_folder_problem
 from graft.survey.compose import (
     claim_facet,
     document_frequencies,
@@ -295,8 +296,9 @@ class LocalChat:
 
     def __init__(self, path: str, cache: LLMCache | None = None, *, max_new_tokens: int = 384,
                  device: str = "cpu") -> None:
-        if not Path(path).is_dir():
-            raise SurveyError(f"local model {path!r} is not a folder; pass --model PATH of a Hugging Face "
+        problem = model_folder_problem(path)
+        if problem:
+            raise SurveyError(f"local model {path!r} {problem}; pass --model PATH of a Hugging Face "
                               "causal-LM folder (GRAFT never downloads models)")
         self.path = str(path)
         self.model_name = Path(path).name
@@ -308,10 +310,22 @@ class LocalChat:
         self._tok: Any = None
 
     def _load(self) -> None:
+        """Load the tokenizer and the model.
+
+        Raises:
+            SurveyError: the folder does not load; every later step would fail the same way, so
+                the survey stops instead of writing itself offline under the model's name.
+        """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self._tok = AutoTokenizer.from_pretrained(self.path)
-        self._model = AutoModelForCausalLM.from_pretrained(self.path).to(self.device).eval()
+        try:
+            self._tok = AutoTokenizer.from_pretrained(self.path)
+            self._model = AutoModelForCausalLM.from_pretrained(self.path).to(self.device).eval()
+        except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a bad folder
+            self._tok = self._model = None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SurveyError(f"local model {self.path!r} does not load ({type(exc).__name__}: {first}); pass "
+                              "--model PATH of a Hugging Face causal-LM folder") from exc
 
     def complete(self, messages: Sequence[dict[str, Any]], *, response_format: Any = None) -> str:
         canonical = canonical_request(model=f"local:{self.model_name}", messages=[dict(m) for m in messages],

@@ -134,10 +134,15 @@ def topic_pool(topic: str, retriever: TopicRetriever, ctx: SurveyContext, backen
     topic_vec = ctx.vec(topic)
     best = max((float(vectors.papers[row_of[c.paper_id]] @ topic_vec) for c in pseudo), default=0.0)
     if not pseudo or best < config.min_relevance:
+        searched, hint = f"{index.n} papers", ""
+        if config.until_year is not None:  # the cut-off, not the topic, may be what leaves nothing
+            dated = int(papers_until(index, config.until_year).sum())
+            searched = f"{index.n} papers, {dated} of them dated {config.until_year} or earlier"
+            hint = ", a later --until-year"
         raise SurveyError(
-            f"no paper of index '{index.path}' ({index.n} papers) is about the topic {topic!r}: the closest "
+            f"no paper of index '{index.path}' ({searched}) is about the topic {topic!r}: the closest "
             f"has cosine {best:.2f} < min_relevance {config.min_relevance:.2f}. Try a topic the corpus covers "
-            "(see `graft query INDEX --text ...`), or lower min_relevance"
+            f"(see `graft query INDEX --text ...`){hint}, or, from Python, a lower SurveyConfig.min_relevance"
         )
     # papers less similar to the topic than this are dropped before the rerank
     floor = max(config.min_relevance, config.relative_relevance * best)
