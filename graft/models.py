@@ -14,10 +14,11 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 
 
-def model_folder_problem(path: str | os.PathLike[str], *, tokenizer: bool = True) -> str | None:
+def model_folder_problem(path: str | os.PathLike[str], *, weights: bool = True,
+                         tokenizer: bool = True) -> str | None:
     """What keeps `path` from being a loadable model folder, or None: it does not exist, is not a
-    folder, or has no config.json, no weights or (with `tokenizer`) no tokenizer. The reason ends a
-    sentence that starts with the path ("has no config.json")."""
+    folder, or has no config.json, (with `weights`) no weights or (with `tokenizer`) no tokenizer.
+    The reason ends a sentence that starts with the path ("has no config.json")."""
     path = Path(path).expanduser()
     if not path.exists():
         return "does not exist"
@@ -25,7 +26,7 @@ def model_folder_problem(path: str | os.PathLike[str], *, tokenizer: bool = True
         return "is a file, not a model folder"
     if not (path / "config.json").is_file():
         return "has no config.json"
-    if not any((path / name).is_file() for name in WEIGHT_FILES):
+    if weights and not any((path / name).is_file() for name in WEIGHT_FILES):
         return f"has no weights ({', '.join(WEIGHT_FILES)})"
     if tokenizer and not any((path / name).is_file() for name in TOKENIZER_FILES):
         return f"has no tokenizer ({', '.join(TOKENIZER_FILES)})"

@@ -121,6 +121,9 @@ def test_unknown_base_model_is_refused_with_the_fix(tmp_path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(GraftError, match="has no config.json"):
         resolve_base_model(str(tmp_path / "empty"))
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(GraftError, match="afile' is a file, not a model folder"):
+        load_tokenizer(str(tmp_path / "afile"))
 
 
 def test_a_base_model_folder_without_usable_weights_is_refused_and_other_weights_are_another_model(
@@ -140,6 +143,12 @@ def test_a_base_model_folder_without_usable_weights_is_refused_and_other_weights
         with pytest.raises(GraftError, match="has no weights"):
             check(str(folder))
     load_tokenizer(str(folder))  # a tokenizer alone needs no weights
+    tokenizer_file = (folder / "tokenizer.json").read_bytes()
+    (folder / "tokenizer.json").unlink()  # before, the tokenizer's loader blamed a missing sentencepiece
+    for check in (check_base_model, load_tokenizer):
+        with pytest.raises(GraftError, match="has no weights" if check is check_base_model else "has no tokenizer"):
+            check(str(folder))
+    (folder / "tokenizer.json").write_bytes(tokenizer_file)
     (folder / "model.safetensors").write_bytes(weights[:1000])
     with pytest.raises(GraftError, match="its weights cannot be loaded"):
         resolve_base_model(str(folder))

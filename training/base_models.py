@@ -161,23 +161,16 @@ def ensure_smollm2(*, quiet: bool = False) -> Path:
     return folder
 
 
-WEIGHT_FILES = models.WEIGHT_FILES  # what a local base model folder must hold one of
-
-
 def _check_local_folder(name_or_path: str, *, weights: bool = False) -> Path:
-    """The local model folder `name_or_path`: with config.json and, if `weights`, a weight file.
+    """The local model folder `name_or_path`: with config.json, a tokenizer and, if `weights`, a
+    weight file (`graft.models.model_folder_problem`).
 
     Raises:
         GraftError: neither a known name nor such a folder.
     """
     path = Path(name_or_path).expanduser()
-    if not path.exists():
-        what = "does not exist"
-    elif not (path / "config.json").is_file():
-        what = "has no config.json"
-    elif weights and not any((path / name).is_file() for name in WEIGHT_FILES):
-        what = f"has no weights ({', '.join(WEIGHT_FILES)})"
-    else:
+    what = models.model_folder_problem(path, weights=weights)
+    if what is None:
         return path
     raise GraftError(
         f"base model {name_or_path!r} {what}; use one of '{SMOLLM2}', '{TINY}' or a local Hugging "
