@@ -288,6 +288,9 @@ def query(
         if len(given) != 1:
             raise GraftError("give exactly one of --paper ID, --text 'Title. Abstract', --record FILE.json, "
                              "--queries FILE")
+        from graft.devices import resolve_device
+
+        device = resolve_device(device)  # checked whatever the retriever: the teacher would ignore a bad name
         if trec_out is not None:
             from graft.store import folder_problem
 

@@ -209,6 +209,7 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
         (["--queries", str(out / "no-such-dir" / "q.txt"), "--trec-out", str(out / "manifest.json" / "r.txt")],
          "manifest.json is a file"),  # refused before the queries are read
         (["--paper", pid, "--retriever", "graft", "--device", "tpu"], "device 'tpu' is unknown"),
+        (["--paper", pid, "--device", "tpu"], "device 'tpu' is unknown"),  # the teacher's too
         (["--text", "A title. An abstract.", "--fusion", "bogus"], "unknown fusion 'bogus'"),
         (["--queries", str(out / "papers.parquet")], "cannot read it"),
     ):
