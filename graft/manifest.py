@@ -99,9 +99,13 @@ def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise IndexFormatError(
-            f"{path}: index format version {version} is not supported (this GRAFT reads version "
+            f"{path}: index format version {version!r} is not supported (this GRAFT reads version "
             f"{FORMAT_VERSION}); rebuild it with `{STAGE_COMMANDS['build']}`"
         )
+    damaged = _damaged_records(stages)
+    if damaged:
+        raise IndexFormatError(f"{path}: not a GRAFT manifest ({damaged}); rebuild with "
+                               f"`{STAGE_COMMANDS['build']}`")
     for stage in require:
         if stage not in stages:
             cmd = STAGE_COMMANDS.get(stage, f"graft {stage}")
@@ -110,6 +114,38 @@ def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",
                                        f"`{STAGE_COMMANDS['build']}` again (it resumes)")
             raise IndexFormatError(f"index '{index_dir}' has no '{stage}' stage yet; run `{cmd}`")
     return manifest
+
+
+#: Per-facet counts of the build record: objects mapping a facet to a number.
+_PER_FACET_COUNTS = ("facet_items", "edges", "share_with_incoming_edge")
+
+
+def _damaged_records(stages: dict[str, Any]) -> str | None:
+    """What in the stage records is not as `record_stage` writes it, or None: every record's
+    config, counts and timings_s are objects, and the build record has a config and counts whose
+    paper and citation counts are numbers and per-facet counts objects of numbers."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    for stage, record in stages.items():
+        for key in ("config", "counts", "timings_s"):
+            if key in record and not isinstance(record[key], dict):
+                return f"stages.{stage}.{key} is {type(record[key]).__name__}, not an object"
+    build = stages.get("build")
+    if build is None:
+        return None
+    for key in ("config", "counts"):
+        if key not in build:
+            return f"stages.build has no {key}"
+    counts = build["counts"]
+    for key in ("papers", "citations"):
+        if key in counts and not number(counts[key]):
+            return f"stages.build.counts.{key} is {counts[key]!r}, not a number"
+    for key in _PER_FACET_COUNTS:
+        value = counts.get(key)
+        if value is not None and not (isinstance(value, dict) and all(map(number, value.values()))):
+            return f"stages.build.counts.{key} is {value!r}, not an object of per-facet numbers"
+    return None
 
 
 def record_stage(

@@ -72,6 +72,35 @@ def test_open_refuses_missing_and_incompatible_indexes(tmp_path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(IndexFormatError, match="version"):
         Index.open(tmp_path)
+    m["format_version"] = str(FORMAT_VERSION)  # a string is not the version it spells
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IndexFormatError, match=f"version '{FORMAT_VERSION}' is not supported"):
+        Index.open(tmp_path)
+
+
+def test_a_manifest_with_damaged_stage_records_is_refused(tmp_path) -> None:
+    """A manifest that parses but whose records are not as GRAFT writes them is refused on open,
+    naming the field (before, `graft info` and `query` failed with a TypeError or AttributeError
+    traceback, or printed None for every count)."""
+    good = {"config": {"top_k": 20}, "counts": {"papers": 3, "citations": 1, "facet_items": {"method": 4}},
+            "timings_s": {"load": 0.5}}
+    record_stage(tmp_path, new_manifest("h"), "build", config=good["config"], counts=good["counts"],
+                 timings=good["timings_s"])
+    assert read_manifest(tmp_path)["stages"]["build"]["counts"]["papers"] == 3
+    for change, message in (
+        (lambda b: b.update(config=None), "stages.build.config is NoneType, not an object"),
+        (lambda b: b["counts"].update(facet_items=5), "stages.build.counts.facet_items is 5, not an object"),
+        (lambda b: b["counts"].update(papers="many"), "stages.build.counts.papers is 'many', not a number"),
+        (lambda b: b.pop("counts"), "stages.build has no counts"),
+        (lambda b: b.update(timings_s=[1]), "stages.build.timings_s is list"),
+    ):
+        m = new_manifest("h")
+        record = json.loads(json.dumps(good))
+        change(record)
+        m["stages"]["build"] = record
+        (tmp_path / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(IndexFormatError, match=message + ".*rebuild with `graft build"):
+            Index.open(tmp_path)
 
 
 def test_record_stage_writes_config_counts_timings_versions(tmp_path) -> None:
