@@ -294,9 +294,9 @@ def query(
         if trec_out is not None:
             from graft.store import folder_problem
 
-            problem = "is a folder" if trec_out.is_dir() else folder_problem(trec_out.parent)
+            where = trec_out if trec_out.is_dir() else trec_out.parent
+            problem = "is a folder" if where == trec_out else folder_problem(where)
             if problem:
-                where = trec_out if trec_out.is_dir() else trec_out.parent
                 raise GraftError(f"--trec-out {trec_out}: {where} {problem}; give the path of a run file to write")
         idx = Index.open(index)
         chosen = retriever or ("graft" if has_model(index) else "teacher")

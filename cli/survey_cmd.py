@@ -130,9 +130,10 @@ def survey(
                                         help="Teacher: the N papers nearest a description by title + abstract "
                                              "stand in for its citations (0 = off, the default: on cs768's dev "
                                              "hold-outs 10 lowered reference recall)."),
-    recency_weight: float = typer.Option(1.0, "--recency-weight", min=0.0,
-                                         help="Weight of the recency ranking in the rerank's first stage, beside "
-                                              "citation count and similarity (1 each; 0 leaves recency out)."),
+    recency_weight: float = typer.Option(
+        _DEFAULTS.recency_weight, "--recency-weight", min=0.0,
+        help="Weight of the recency ranking in the rerank's first stage, beside citation count and similarity "
+             "(1 each; 0 leaves recency out)."),
     retrieval_weight: float = typer.Option(
         _DEFAULTS.retrieval_weight, "--retrieval-weight", min=0.0,
         help="Weight of the retrieval order in the rerank's first stage, beside recency, citation count and "

@@ -55,7 +55,9 @@ def folder_problem(path: str | os.PathLike[str]) -> str | None:
     """Why `path` cannot be used as an output folder, or None when it can.
 
     Checked before any work, so a command does not compute for minutes and then fail on its first
-    write: `path` is a file, lies under a file, or its nearest existing folder is not writable.
+    write: `path` is a file, lies under a file, its nearest existing folder is not writable, or
+    the file system refuses to make it (a name too long, a read-only or virtual file system: that
+    shows only when the folder is made, so a missing `path` is made and what was made removed).
     Returns the reason as the end of a sentence that starts with the path ("is a file").
     """
     path = Path(path)
@@ -71,6 +73,19 @@ def folder_problem(path: str | os.PathLike[str]) -> str | None:
         return f"lies under {parent}, which is a file"
     if not os.access(parent, os.W_OK):
         return f"cannot be written ({parent} is not writable)"
+    if parent == path:
+        return None
+    made = [path, *[p for p in path.parents if not p.exists()]]
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:
+        return f"cannot be made ({exc.strerror or exc})"
+    finally:
+        for folder in made:  # innermost first; a name refused was never made
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
     return None
 
 

@@ -47,6 +47,9 @@ def test_folder_problem_names_what_stops_an_output_folder(tmp_path, monkeypatch)
     afile.write_text("x")
     assert folder_problem(tmp_path) is None
     assert folder_problem(tmp_path / "new" / "deeper") is None  # made on the first write
+    assert not (tmp_path / "new").exists()  # made to try the name, then removed
+    assert folder_problem(tmp_path / "new" / ("a" * 300)) == "cannot be made (File name too long)"
+    assert not (tmp_path / "new").exists()
     assert folder_problem(afile) == "is a file"
     assert folder_problem(afile / "out" / "deeper") == f"lies under {afile}, which is a file"
     # a folder the user may not write into (faked: the tests may run as root, who may write anywhere)

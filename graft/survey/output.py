@@ -185,8 +185,8 @@ OUTPUT_FILES = {"markdown": "survey.md", "bibtex": "references.bib", "json": "su
 
 
 def check_out_dir(out_dir: Path) -> None:
-    """Refuse, before any work, a survey folder that cannot be written: a file, or a path under a
-    file or an unwritable folder.
+    """Refuse, before any work, a survey folder that cannot be written (`folder_problem`: a file, a
+    path under a file or an unwritable folder, a name the file system refuses).
 
     Raises:
         SurveyError: naming the path.
@@ -194,22 +194,6 @@ def check_out_dir(out_dir: Path) -> None:
     problem = folder_problem(out_dir)
     if problem:
         raise SurveyError(f"--out {out_dir} {problem}; give a folder for the survey")
-    if out_dir.exists():
-        return
-    # a name the file system refuses (too long, a read-only or virtual file system) shows only when
-    # the folder is made: make it, and remove what was made, so a refused survey leaves nothing
-    made = [out_dir, *[p for p in out_dir.parents if not p.exists()]]
-    try:
-        out_dir.mkdir(parents=True)
-    except OSError as exc:
-        raise SurveyError(f"--out {out_dir} cannot be made ({exc.strerror or exc}); give a folder for the "
-                          "survey") from None
-    finally:
-        for folder in made:  # innermost first; a name refused was never made
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
 
 
 def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Section], index: Index,
