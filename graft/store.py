@@ -89,6 +89,56 @@ def folder_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+#: The file in an index folder that a command writing into the index holds locked
+LOCK_NAME = ".graft-lock"
+
+
+@contextmanager
+def index_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
+    """Hold `folder`'s writer lock while `command` (`graft build`, `graft train`) writes into it.
+
+    Two writers of one index would leave it mixed (one run's pairs, the other's model), so the
+    second is refused at once, naming the first. The lock is an advisory `flock` on `LOCK_NAME`,
+    which the operating system releases when its holder exits, however it exits: a killed run
+    never leaves a stale lock. The file itself stays (removing it would race with the next
+    holder); it records the holder's command, pid and start time for the message. Where `flock`
+    does not exist (Windows) nothing is locked.
+
+    Raises:
+        GraftError: another process holds the lock.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    from datetime import datetime, timezone
+
+    from graft.errors import GraftError
+
+    path = Path(folder) / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.read(fd, 4096) or b"{}")
+            except ValueError:
+                holder = {}
+            who = (f"`{holder.get('command', 'another GRAFT command')}` (pid {holder.get('pid', '?')}, "
+                   f"started {holder.get('started', '?')})") if isinstance(holder, dict) else "another command"
+            raise GraftError(f"index '{folder}' is being written by {who}; run {command} again when that "
+                             f"has finished (or stop it)") from None
+        stamp = {"command": command, "pid": os.getpid(),
+                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(stamp).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def user_cache_dir() -> Path:
     """GRAFT's user cache, for what depends on a model rather than an index (the converted SmolLM2
     folder, the encoder's ONNX export): `$GRAFT_CACHE`, else `$XDG_CACHE_HOME/graft`, else

@@ -18,7 +18,16 @@ from graft.errors import GraftError
 from graft.facets import FACETS, FacetItems
 from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
-from graft.store import folder_problem, read_json, write_json, write_npy, write_npz, write_parquet
+from graft.store import (
+    LOCK_NAME,
+    folder_problem,
+    index_lock,
+    read_json,
+    write_json,
+    write_npy,
+    write_npz,
+    write_parquet,
+)
 from graft.text import normalize_text, paper_texts
 from graphbuild.checkpoints import RowStore, StoredEncoder, StoredRows, make_key, paper_digests, source_digest
 from graphbuild.citations import (
@@ -196,7 +205,7 @@ def _check_out(out: Path) -> None:
     problem = folder_problem(out)
     if problem:
         raise GraftError(f"--out {out} {problem}; give a folder for the index (new, empty, or an index to rebuild)")
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or not any(p.name != LOCK_NAME for p in out.iterdir()):
         return
     path = manifest_path(out)
     ours = (out / "papers.parquet").is_file() or (out / "cache" / "build").is_dir()
@@ -283,6 +292,16 @@ def build_index(
         corpus = load_corpus(corpus_path, skip_bad=config.skip_bad, limit=config.limit)
         adv(corpus.papers.height)
     out.mkdir(parents=True, exist_ok=True)  # after the corpus loads: a bad one leaves no empty folder
+    # one writer per index: a build into an index that `graft train` (or another build) is writing is refused
+    with index_lock(out, "graft build"):
+        return _build_into(out, corpus, corpus_path, config, reporter, encoder, fresh, cache_from, seed_root)
+
+
+def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, config: BuildConfig,
+                reporter: Reporter, encoder: Any, fresh: bool, cache_from: str | Path | None,
+                seed_root: Path | None) -> BuildSummary:
+    """`build_index` past loading the corpus, under the index's writer lock: facets, vectors,
+    citations, graphs, the written index."""
     n = corpus.papers.height
     paper_ids = corpus.papers["paper_id"].to_list()
 

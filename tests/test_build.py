@@ -606,8 +606,10 @@ def test_build_writes_only_into_a_new_empty_or_index_folder(tmp_path, encoder) -
     with pytest.raises(GraftError):
         build_index(tmp_path / "no-such-corpus.jsonl", tmp_path / "new", BuildConfig(), encoder=encoder)
     assert not (tmp_path / "new").exists()
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / ".graft-lock").write_text("")  # left by a build stopped before it wrote anything
 
-    out = tmp_path / "idx"
+    out = tmp_path / "locked"
     build_index(corpus, out, BuildConfig(), encoder=encoder)
     want = Index.open(out).query(paper=Index.open(out).paper_ids[0], retriever="teacher").trec_lines()
     for damaged in ('{"format": "graft-index", "stag', "[1]"):
@@ -664,6 +666,14 @@ def test_a_failed_rebuild_leaves_the_old_index_and_its_model_whole(tmp_path, enc
 
     assert (out / "model" / "weights").read_text() == "trained"
     assert Index.open(out).n == 20
+    assert {p.name: p.read_bytes() for p in (out / "graph").iterdir()} == before
+
+    from graft.store import index_lock
+
+    with index_lock(out, "graft train"):  # an index being trained is not rebuilt under the trainer
+        with pytest.raises(GraftError, match=r"being written by `graft train` \(pid \d+"):
+            build_index(edited, out, BuildConfig(), encoder=encoder)
+    assert (out / "model" / "weights").read_text() == "trained"
     assert {p.name: p.read_bytes() for p in (out / "graph").iterdir()} == before
 
 

@@ -5,10 +5,18 @@ import json
 import numpy as np
 import pytest
 
-from graft.errors import IndexFormatError
+from graft.errors import GraftError, IndexFormatError
 from graft.index import Index
 from graft.manifest import FORMAT_VERSION, new_manifest, read_manifest, record_stage
-from graft.store import FILE_MODE, atomic_path, folder_problem, write_json, write_npy, write_parquet
+from graft.store import (
+    FILE_MODE,
+    atomic_path,
+    folder_problem,
+    index_lock,
+    write_json,
+    write_npy,
+    write_parquet,
+)
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path) -> None:
@@ -58,6 +66,33 @@ def test_folder_problem_names_what_stops_an_output_folder(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != os.fspath(locked))
     assert folder_problem(locked / "out") == f"cannot be written ({locked} is not writable)"
     assert folder_problem(tmp_path / "other") is None
+
+
+def test_index_lock_refuses_a_second_writer_and_is_released_on_exit(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    with index_lock(tmp_path, "graft train"):
+        stamp = json.loads((tmp_path / ".graft-lock").read_text())
+        assert stamp["command"] == "graft train" and stamp["pid"] == os.getpid()
+        with pytest.raises(GraftError, match=rf"'{tmp_path}' is being written by `graft train` \(pid {os.getpid()}, "
+                                             r"started 20.*run graft build again"):
+            with index_lock(tmp_path, "graft build"):
+                pass
+        # another process is refused too (the lock is the operating system's, not this process's)
+        code = ("import sys; from graft.store import index_lock; from graft.errors import GraftError\n"
+                "try:\n    index_lock(sys.argv[1], 'graft build').__enter__()\nexcept GraftError as e:\n"
+                "    print(e); sys.exit(3)")
+        res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+        assert res.returncode == 3 and "graft train" in res.stdout, res.stderr
+    with index_lock(tmp_path, "graft build"):  # released when its holder is done
+        assert json.loads((tmp_path / ".graft-lock").read_text())["command"] == "graft build"
+    # a holder killed without cleaning up leaves the file but not the lock
+    code = "import os, sys; from graft.store import index_lock; index_lock(sys.argv[1], 'graft train').__enter__(); os._exit(9)"
+    assert subprocess.run([sys.executable, "-c", code, str(tmp_path)]).returncode == 9
+    with index_lock(tmp_path, "graft train"):
+        pass
 
 
 def test_open_refuses_missing_and_incompatible_indexes(tmp_path) -> None:

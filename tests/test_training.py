@@ -390,6 +390,42 @@ def test_cli_train_command(index80, tmp_path) -> None:
     assert res.exit_code == 2 and "never downloads" in res.output
 
 
+def test_train_refuses_before_writing_anything(index80, tmp_path) -> None:
+    """Settings fit() would refuse, a damaged input file and an index another run is writing are
+    refused before DocIDs, pairs or a model are written."""
+    import shutil
+
+    from graft.errors import IndexFormatError
+    from graft.store import index_lock
+    from training.pipeline import train_index
+
+    index = tmp_path / "index"
+    shutil.copytree(index80, index, ignore=shutil.ignore_patterns("docids", "train", "model"))
+
+    def written() -> list[str]:
+        return sorted(name for name in ("docids", "train", "model") if (index / name).exists())
+
+    with pytest.raises(ValueError, match="batch_size 16 is not a multiple of per-device batch 5"):
+        train_index(index, TrainConfig(batch_size=16, per_device_batch_size=5), base_model="tiny")
+    assert written() == []
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="bf16=True needs a CUDA GPU"):
+            train_index(index, TrainConfig(bf16=True), base_model="tiny")
+        assert written() == []
+    with index_lock(index, "graft train"):  # another `graft train` (or a build) is writing this index
+        with pytest.raises(GraftError, match="being written by `graft train`"):
+            train_index(index, TrainConfig(max_steps=1), base_model="tiny")
+    assert written() == []
+    whole = (index / "graph" / "method.npz").read_bytes()
+    (index / "graph" / "method.npz").write_bytes(whole[: len(whole) // 3])
+    with pytest.raises(IndexFormatError, match="graph/method.npz cannot be read"):
+        train_index(index, TrainConfig(max_steps=1), base_model="tiny")
+    assert written() == []
+    (index / "graph" / "method.npz").write_bytes(whole)
+    summary = train_index(index, TrainConfig(max_steps=1), base_model="tiny")
+    assert summary.result.steps == 1 and written() == ["docids", "model", "train"]
+
+
 def test_accelerate_entry_point_runs_single_process(index80, capsys) -> None:
     from training.trainer import main
 

@@ -390,6 +390,8 @@ def build_pairs(index_dir: str | Path, tokenizer: Any, config: DistillConfig | N
 
     config = config or DistillConfig()
     index = Index.open(index_dir)
+    # every input read first: a damaged file is refused (naming it) before DocIDs or pairs are written
+    _ = index.papers, index.facets, index.graphs
     docids = load_or_build_docids(index_dir, tokenizer, max_tokens=config.max_tokens)
     pairs = make_pairs(index, docids, config)
     report = coverage_report(pairs, docids, index.n)

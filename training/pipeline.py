@@ -9,11 +9,13 @@ process builds them first and the others then read them.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graft.prompts import PROMPT_VERSION
+from graft.store import index_lock
 from training.base_models import (
     SMOLLM2,
     check_base_model,
@@ -22,7 +24,7 @@ from training.base_models import (
     resolve_base_model,
 )
 from training.data import encode_pairs_table, read_docid_tokens, read_pairs
-from training.trainer import TrainConfig, TrainResult, fit, process_state
+from training.trainer import TrainConfig, TrainResult, check_run, fit, process_state
 
 
 @dataclass
@@ -99,10 +101,9 @@ def train_index(
         GraftError: the base model cannot be resolved.
         ValueError: bad settings, or a checkpoint of another run while resuming.
     """
-    from graft.config import config_to_dict
-    from graft.manifest import read_manifest, record_stage
+    from graft.manifest import read_manifest
     from graft.progress import Reporter
-    from training.pairs import DistillConfig, build_pairs, pairs_path
+    from training.pairs import DistillConfig
     from training.pairs import dry_run as coverage_dry_run
 
     index_dir = Path(index_dir)
@@ -111,7 +112,7 @@ def train_index(
     distill = distill or DistillConfig(sampling=sampling)
     if distill.sampling != sampling:
         raise ValueError(f"sampling={sampling!r} disagrees with the DistillConfig's {distill.sampling!r}")
-    manifest = read_manifest(index_dir, require=("build",))
+    read_manifest(index_dir, require=("build",))  # not a built index: refused before the tokenizer loads
     summary = TrainSummary(index_dir, base_model, sampling, dry_run)
     t0 = time.perf_counter()
     with reporter.stage("tokenizer", total=None, unit=""):
@@ -125,6 +126,21 @@ def train_index(
 
     check_base_model(base_model)  # before the pairs are written
     state = process_state()
+    check_run(config, state.num_processes)  # settings fit() would refuse: refused before any write
+    # one writer per index: a second `graft train` (or a build) on it is refused, not mixed in
+    with index_lock(index_dir, "graft train") if state.is_main_process else nullcontext():
+        return _train(index_dir, config, summary, tokenizer, state, base_model=base_model, sampling=sampling,
+                      resume=resume, reporter=reporter, distill=distill, t0=t0)
+
+
+def _train(index_dir: Path, config: TrainConfig, summary: TrainSummary, tokenizer: Any, state: Any, *,
+           base_model: str, sampling: str, resume: bool, reporter: Any, distill: Any, t0: float) -> TrainSummary:
+    """`train_index` past its checks, under the index's writer lock: pairs, tokenisation, training,
+    the manifest's `train` stage."""
+    from graft.config import config_to_dict
+    from graft.manifest import read_manifest, record_stage
+    from training.pairs import build_pairs, pairs_path
+
     with state.main_process_first():  # the main process builds pairs; the others then reuse them
         manifest = read_manifest(index_dir, require=("build",))
         summary.pairs_reused = _fresh_pairs(index_dir, manifest, distill, tokenizer)

@@ -201,6 +201,30 @@ def process_state() -> Any:
     return PartialState(cpu=not torch.cuda.is_available())
 
 
+def batch_layout(config: TrainConfig, processes: int) -> tuple[int, int]:
+    """(per-device batch, gradient accumulation steps) that make `config.batch_size` on `processes`.
+
+    Raises:
+        ValueError: the batch size is not a multiple of the per-device batch times the processes.
+    """
+    micro = config.per_device_batch_size or max(1, config.batch_size // processes)
+    if config.batch_size % (micro * processes):
+        raise ValueError(f"batch_size {config.batch_size} is not a multiple of per-device batch {micro} x "
+                         f"{processes} process(es); choose sizes that divide")
+    return micro, config.batch_size // (micro * processes)
+
+
+def check_run(config: TrainConfig, processes: int) -> None:
+    """Refuse, before any data is made, the settings `fit` would refuse on this machine: a batch
+    size that does not divide, bf16 without a supporting GPU.
+
+    Raises:
+        ValueError: naming the setting.
+    """
+    batch_layout(config, processes)
+    _mixed_precision(config)
+
+
 def _mixed_precision(config: TrainConfig) -> str:
     import torch
 
@@ -280,11 +304,7 @@ def fit(
     mixed = _mixed_precision(config)
     cpu = not torch.cuda.is_available()
     procs = process_state().num_processes
-    micro = config.per_device_batch_size or max(1, config.batch_size // procs)
-    if config.batch_size % (micro * procs):
-        raise ValueError(f"batch_size {config.batch_size} is not a multiple of per-device batch {micro} x "
-                         f"{procs} process(es); choose sizes that divide")
-    acc = config.batch_size // (micro * procs)
+    micro, acc = batch_layout(config, procs)
     # The scheduler is stepped by hand once per optimizer step (accelerate would step it once per
     # process per step otherwise).
     accelerator = Accelerator(cpu=cpu, mixed_precision=mixed, gradient_accumulation_steps=acc,
