@@ -261,6 +261,45 @@ def test_a_survey_stopped_while_it_wrote_leaves_no_temporary_file(acl, offline_s
         str(first.out_dir), str(out)) or json.loads(again.paths["json"].read_text())["topic"] == TOPIC
 
 
+def test_a_survey_write_that_fails_part_way_keeps_the_old_record(acl, offline_survey, tmp_path,
+                                                                  monkeypatch) -> None:
+    """survey.json, the record of a finished survey, is renamed into place last; an output name
+    taken by a folder is refused before any work."""
+    import shutil
+    from pathlib import Path
+
+    import graft.store
+    from graft.survey.pipeline import write_survey
+
+    idx, tools = acl
+    first, config = offline_survey
+    out = tmp_path / "s"
+    shutil.copytree(first.out_dir, out)
+    old = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "survey.md").unlink()
+    (out / "survey.md").mkdir()
+    with pytest.raises(SurveyError, match="survey.md there is a folder"):
+        write_survey(idx, TOPIC, out, config, tools=tools)
+    assert (out / "survey.json").read_bytes() == old["survey.json"]
+    (out / "survey.md").rmdir()
+    (out / "survey.md").write_bytes(old["survey.md"])
+
+    renamed, replace = [], graft.store.os.replace
+
+    def fails_on_the_second(src, dst):
+        if renamed:
+            raise OSError(28, "No space left on device")
+        renamed.append(Path(dst).name)
+        replace(src, dst)
+
+    monkeypatch.setattr(graft.store.os, "replace", fails_on_the_second)
+    with pytest.raises(SurveyError, match="cannot write the survey there"):
+        write_survey(idx, "neural machine translation quality", out, config, tools=tools)
+    assert renamed == ["survey.md"]
+    assert (out / "survey.json").read_bytes() == old["survey.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["references.bib", "survey.json", "survey.md"]
+
+
 def test_hostile_topic_is_data(acl, tmp_path) -> None:
     from graft.survey.pipeline import write_survey
 

@@ -194,6 +194,18 @@ def check_out_dir(out_dir: Path) -> None:
     problem = folder_problem(out_dir)
     if problem:
         raise SurveyError(f"--out {out_dir} {problem}; give a folder for the survey")
+    _check_targets(out_dir)
+
+
+def _check_targets(out_dir: Path) -> None:
+    """Refuse a survey folder where one of the output names is taken by something a file cannot
+    replace (a folder): found only at the rename, it would leave the files renamed before it new
+    and the rest old."""
+    for name in OUTPUT_FILES.values():
+        target = out_dir / name
+        if target.is_dir() and not target.is_symlink():
+            raise SurveyError(f"--out {out_dir}: {name} there is a folder, which the survey's {name} cannot "
+                              f"replace; move it or give another folder")
 
 
 def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Section], index: Index,
@@ -201,9 +213,10 @@ def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Secti
     """Write survey.md, references.bib and survey.json into `out_dir`; returns their paths.
 
     The three are written in full beside their targets first and only then renamed onto them, one
-    after the other: a survey stopped while it writes leaves the earlier files, and only one
-    stopped between those three renames (microseconds) leaves a mixture. Temporary files a killed
-    run left there are removed.
+    after the other, survey.json (the record of a finished survey) last: a survey stopped while it
+    writes leaves the earlier files, and only one stopped between those three renames
+    (microseconds) leaves a mixture. A target that cannot be replaced (a folder) is refused before
+    anything is written. Temporary files a killed run left there are removed.
 
     Raises:
         SurveyError: the folder or a file cannot be written.
@@ -218,9 +231,11 @@ def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Secti
         for name in OUTPUT_FILES.values():
             for stale in out_dir.glob(f".{name}.*.tmp"):
                 stale.unlink()
+        _check_targets(out_dir)
         with ExitStack() as stack:
-            # each temporary file replaces its target when the stack closes, after all are written
-            temps = {kind: stack.enter_context(atomic_path(paths[kind])) for kind in paths}
+            # each temporary file replaces its target when the stack closes, after all are written;
+            # the stack closes last-in first-out, so they are entered in reverse: survey.json is renamed last
+            temps = {kind: stack.enter_context(atomic_path(paths[kind])) for kind in reversed(paths)}
             for kind, tmp in temps.items():
                 tmp.write_text(texts[kind], encoding="utf-8")
     except OSError as exc:
