@@ -281,7 +281,7 @@ def query(
     trec_out: Path | None = typer.Option(None, "--trec-out", help="Write a TREC run file."),
 ) -> None:
     """Related papers, each with the facet(s) that surfaced it."""
-    from graft.index import RETRIEVERS, Index, has_model
+    from graft.index import RETRIEVERS, Index, has_model, teacher_fusion_error
 
     try:
         given = [x for x in (paper, text, record, queries) if x is not None]
@@ -308,6 +308,8 @@ def query(
                                 text_neighbours=text_neighbours, feedback=feedback, citation_weight=citation_weight,
                                 on_note=None if as_json else (lambda note: err.print(note, highlight=False)),
                                 explain=explain)
+        if chosen == "teacher" and fusion not in (None, "rrf"):
+            raise teacher_fusion_error(index, fusion, cli=True)
 
         if queries is not None:
             recs = _read_queries(queries, idx.row_of)
@@ -328,8 +330,6 @@ def query(
                 recs[0]["references"] = list(dict.fromkeys([*(recs[0].get("references") or []), *given]))
         if references is not None and (paper is not None or queries is not None):
             raise GraftError("--references goes with --text or --record (a paper outside the corpus)")
-        if chosen == "teacher" and fusion not in (None, "rrf") and any(map(is_outside, recs)):
-            raise GraftError("the teacher fuses with plain rrf; use --fusion rrf or --retriever graft")
         related.check(recs)
         if queries is not None and trec_out is None and not as_json:
             raise GraftError(f"--queries {queries}: {len(recs)} queries would run and show nothing; write their "

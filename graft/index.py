@@ -30,6 +30,16 @@ def has_model(index_dir: str | Path) -> bool:
     return (folder / "config.json").is_file() and (folder / MODEL_DONE).is_file()
 
 
+def teacher_fusion_error(index_dir: str | Path, fusion: str, *, cli: bool = False) -> GraftError:
+    """The error for the teacher asked to fuse with `fusion` (it fuses with plain rrf only): the way
+    out it names is the graft retriever where the index has a trained one, else `graft train`."""
+    use = "--fusion rrf" if cli else "fusion rrf"
+    if has_model(index_dir):
+        return GraftError(f"the teacher fuses with plain rrf; use {use} or {'--retriever graft' if cli else 'the graft retriever'}")
+    return GraftError(f"the teacher fuses with plain rrf; use {use} ({fusion} is for the graft retriever, which "
+                      f"this index has not trained yet: graft train {index_dir})")
+
+
 def _memmap(path: Path) -> np.ndarray:
     return np.load(path, mmap_mode="r")
 
@@ -184,6 +194,9 @@ class Index:
         Raises:
             GraftError: the id is not in the index (the message shows a few similar ids).
         """
+        if not paper_id.strip():
+            raise GraftError(f"the paper id is empty; give an id of index '{self.path}' (such as "
+                             f"{self.paper_ids[0] if self.n else 'none: the index is empty'})")
         try:
             return self.row_of[paper_id]
         except KeyError:
@@ -307,7 +320,7 @@ class Index:
             raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
         if retriever == "teacher":
             if fusion != "rrf":
-                raise GraftError("the teacher fuses with plain rrf; use fusion rrf or the graft retriever")
+                raise teacher_fusion_error(self.path, fusion)
             if paper is None:
                 raise GraftError("the teacher scores a paper outside the corpus from its edge rows, made at query "
                                  "time: use graphbuild.related.RelatedPapers(index).query(record), or "

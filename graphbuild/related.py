@@ -25,7 +25,7 @@ import numpy as np
 
 from graft.errors import GraftError
 from graft.fusion import CITATION_WEIGHT, FUSIONS
-from graft.index import RETRIEVERS, Index, has_model
+from graft.index import RETRIEVERS, Index, has_model, teacher_fusion_error
 from graft.results import QueryResult
 from graphbuild.external import FEEDBACK, RECORD_CHUNK, TEXT_NEIGHBOURS, record_problem
 
@@ -133,7 +133,7 @@ class RelatedPapers:
             if problem is not None:
                 raise GraftError(f"query {i}: {problem} (got {str(rec)[:80]})")
         if self.retriever == "teacher" and self.fusion not in (None, "rrf") and any(map(is_outside, records)):
-            raise GraftError("the teacher fuses with plain rrf; use fusion rrf or the graft retriever")
+            raise teacher_fusion_error(self.index.path, self.fusion)
         for i, rec in enumerate(records, start=1):
             if not is_outside(rec) and str(rec["id"]) not in self.index.row_of:
                 try:

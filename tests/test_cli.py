@@ -71,6 +71,9 @@ def test_info_shows_the_index_and_one_papers_edges(built) -> None:
     assert table.exit_code == 0 and card["edges"]["method"][0]["paper_id"] in table.stdout
     bad = runner.invoke(app, ["info", str(out), "--paper", "no-such-paper"])
     assert bad.exit_code == 2 and "'no-such-paper' is not in index" in bad.output
+    for empty in ("", "  "):
+        bad = runner.invoke(app, ["info", str(out), "--paper", empty], env={"COLUMNS": "300"})
+        assert bad.exit_code == 2 and "the paper id is empty" in bad.output and "similar ids" not in bad.output
     assert runner.invoke(app, ["info", str(out), "--k", "0"]).exit_code == 2
 
 
@@ -163,9 +166,11 @@ def test_query_paper_citation_channel_feedback_and_off(built) -> None:
     scorer = CorpusScorer(idx)
     for pid in cited[:3]:
         assert [x[2] for x in lines if x[0] == pid] == [h.paper_id for h in scorer.query_paper(pid, k=5).hits]
-    res = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher",
-                              "--fusion", "graph-rrf"])
-    assert res.exit_code != 0 and "plain rrf" in res.output
+    for fusion in ("graph-rrf", "graph-walk"):  # no trained model here: the way out is not the graft retriever
+        res = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher",
+                                  "--fusion", fusion], env={"COLUMNS": "300"})
+        assert res.exit_code == 2 and "use --fusion rrf" in res.output and "graft train" in res.output, res.output
+        assert "--retriever graft" not in res.output
 
     # papers outside the corpus in a batch are taken apart together (shared encoder batches) and
     # answered as each alone: corpus papers' texts under new ids, beside a corpus paper
