@@ -6,8 +6,9 @@ writes (the contract shared by `graft eval run` and the survey suite):
     SPLITDIR/split.json            seed, source, source_hash, corpus_hash, counts, params, command,
                                    created, versions
     SPLITDIR/corpus.jsonl          the reduced corpus (id, title, abstract, year, venue, authors,
-                                   references restricted to ids still in it)
+                                   full text where given, references restricted to ids still in it)
     SPLITDIR/incorpus/queries.jsonl + qrels.txt   papers with >= 5 citation neighbours, dev/test
+                                   (+ qrels.dev.txt, qrels.test.txt: one part's)
     SPLITDIR/ooc/queries.jsonl + qrels.txt        newest citing papers with >= 3 references into the rest
     SPLITDIR/survey/queries.jsonl + qrels.txt     review-like papers with >= 20 references, dev/test
 
@@ -61,6 +62,8 @@ class SplitConfig:
     dev_share: float = 0.5  # share of in-corpus queries in dev; the rest is test
 
     def __post_init__(self) -> None:
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise InputValidationError(f"seed {self.seed} must be an integer >= 0")
         if not 0.0 <= self.dev_share <= 1.0:
             raise InputValidationError(f"dev share {self.dev_share} must lie in [0, 1]")
         for name in ("n_ooc", "n_survey", "n_survey_dev", "ooc_min_refs", "survey_min_refs",
@@ -158,9 +161,37 @@ def select_split(corpus: Corpus, config: SplitConfig) -> Split:
 
 
 def _record(row: dict[str, Any], kept: set[str]) -> dict[str, Any]:
-    return {"id": row["paper_id"], "title": row["title"], "abstract": row["abstract"], "year": row["year"],
-            "venue": row["venue"], "authors": list(row["authors"] or []),
-            "references": [r for r in (row["references"] or []) if r in kept]}
+    """A reduced corpus's record of a kept paper: as loaded, its references cut to the kept papers,
+    its full text kept where it has one (the facet extractor reads it: without it, the split's index
+    would differ from the corpus's and `--cache-from` could lend it no facets)."""
+    record = {"id": row["paper_id"], "title": row["title"], "abstract": row["abstract"], "year": row["year"],
+              "venue": row["venue"], "authors": list(row["authors"] or []),
+              "references": [r for r in (row["references"] or []) if r in kept]}
+    if row.get("full_text"):
+        record["full_text"] = row["full_text"]
+    return record
+
+
+def _check_out(corpus: str | Path, out: Path) -> None:
+    """Refuse, before any work, a split directory the split must not write into: one `folder_problem`
+    names, a folder with other content and no split.json (the split would put its files among
+    them), or one that holds the corpus itself (the reduced corpus would replace its source).
+
+    Raises:
+        InputValidationError: naming the folder and what to do.
+    """
+    problem = folder_problem(out)
+    if problem:
+        raise InputValidationError(f"--out {out} {problem}; give the split directory to write (new or a split)")
+    if not out.is_dir():
+        return
+    source = Path(corpus).resolve() if str(corpus) != "aclsum" else None
+    if source is not None and source.is_relative_to(out.resolve()):
+        raise InputValidationError(f"--out {out} holds the corpus {corpus}, which the split's files would "
+                                   f"replace; write the split into another folder")
+    if not (out / "split.json").is_file() and any(out.iterdir()):
+        raise InputValidationError(f"--out {out} holds files but no split (no split.json); write the split into "
+                                   f"a new or empty folder")
 
 
 def write_qrels(path: str | Path, gold: dict[str, list[str]]) -> None:
@@ -181,13 +212,12 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
     Returns:
         The contents of split.json.
     Raises:
-        InputValidationError: `out` is a file, the corpus cannot be read, or it leaves no in-corpus query.
+        InputValidationError: `out` cannot take the split (`_check_out`), the corpus cannot be read,
+            or it leaves no in-corpus query.
     """
     config = config or SplitConfig()
     out = Path(out)
-    problem = folder_problem(out)
-    if problem:
-        raise InputValidationError(f"--out {out} {problem}; give the split directory to write (new or a split)")
+    _check_out(corpus, out)
     loaded = load_corpus(corpus, skip_bad=skip_bad)
     split = select_split(loaded, config)
     if not split.incorpus_dev and not split.incorpus_test:
@@ -212,6 +242,9 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
     for suite, rows in (("incorpus", inc), ("ooc", ooc), ("survey", survey)):
         write_lines(out / suite / "queries.jsonl", [json.dumps(r, ensure_ascii=False) for r in rows])
         write_qrels(out / suite / "qrels.txt", split.gold[suite])
+    for part, ids in (("dev", split.incorpus_dev), ("test", split.incorpus_test)):
+        # one part's qrels: `graft eval score` of a part's run then gives the part's table figures
+        write_qrels(out / "incorpus" / f"qrels.{part}.txt", {q: split.gold["incorpus"][q] for q in ids})
 
     def qrel_count(suite: str) -> int:
         return sum(len(v) for v in split.gold[suite].values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 from conftest import cs768_path
@@ -105,6 +106,24 @@ def test_incorpus_gold_is_the_citation_neighbourhood(split) -> None:
         assert gold[q["qid"]] == nbrs[q["paper_id"]]
     dev = [q for q in queries if q["split"] == "dev"]
     assert abs(len(dev) - len(queries) / 2) <= 1
+    for part in ("dev", "test"):  # one part's qrels, for `graft eval score` of that part's run
+        assert read_qrels(out / "incorpus" / f"qrels.{part}.txt") == {
+            q["qid"]: gold[q["qid"]] for q in queries if q["split"] == part}
+
+
+def test_a_corpus_with_full_text_keeps_it_in_the_split(tmp_path) -> None:
+    """The facet extractor reads full text: the split's corpus keeps it, so its index is the one
+    the corpus would give (and another index of the corpus can lend its facets)."""
+    records = [json.loads(line) for line in gzip.open(cs768_path(), "rt")][:300]
+    for r in records[::2]:
+        r["full_text"] = f"Introduction. {r['abstract']} Conclusion."
+    corpus = tmp_path / "ft.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
+    prepare_split(corpus, tmp_path / "s", SplitConfig(n_ooc=0, n_survey=0, n_survey_dev=0, incorpus_min_neighbours=1))
+    given = {r["id"]: r.get("full_text") for r in records}
+    kept = _jsonl(tmp_path / "s" / "corpus.jsonl")
+    assert kept and all(r.get("full_text") == given[r["id"]] for r in kept)
+    assert any("full_text" in r for r in kept) and any("full_text" not in r for r in kept)
 
 
 def test_bad_split_inputs_are_clear_errors(tmp_path) -> None:
@@ -123,6 +142,18 @@ def test_bad_split_inputs_are_clear_errors(tmp_path) -> None:
         prepare_split(cs768_path(), tmp_path / "a-file")
     with pytest.raises(GraftError, match="split lies under .*a-file, which is a file"):
         prepare_split(cs768_path(), tmp_path / "a-file" / "split")
+    with pytest.raises(GraftError, match="seed -1 must be an integer >= 0"):
+        SplitConfig(seed=-1)
+    # the corpus itself, or other files, are never written over
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "corpus.jsonl").write_bytes(gzip.open(cs768_path()).read())
+    before = (own / "corpus.jsonl").read_bytes()
+    for corpus in (own / "corpus.jsonl", Path("aclsum")):
+        with pytest.raises(GraftError, match="holds the corpus .*write the split into another folder|holds files but "
+                                             "no split"):
+            prepare_split(corpus, own)
+    assert (own / "corpus.jsonl").read_bytes() == before and sorted(p.name for p in own.iterdir()) == ["corpus.jsonl"]
 
 
 def test_damaged_split_files_are_named(split, tmp_path) -> None:
