@@ -21,7 +21,7 @@ def _command() -> str:
 def prepare(
     corpus: str = typer.Argument(..., help="Corpus file (JSONL / JSONL.gz / Parquet / JSON), JSON or S2ORC folder, or 'aclsum'."),
     out: Path = typer.Option(..., "--out", help="Split directory to write."),
-    seed: int = typer.Option(0, help="Seed of tie-breaking, the survey draw and the dev/test split."),
+    seed: int = typer.Option(0, min=0, help="Seed of tie-breaking, the survey draw and the dev/test split."),
     ooc: int = typer.Option(500, "--ooc", min=0, help="Out-of-corpus hold-outs (newest citing papers first)."),
     survey: int = typer.Option(30, "--survey", min=0,
                                help="Review-like hold-outs for the survey suite's test part."),
@@ -62,8 +62,9 @@ def prepare(
         if meta["counts"][key] < asked:
             console.print(f"note: {meta['counts'][key]} {what} of the {asked} asked for: the corpus has no more "
                           "papers that keep enough references into the rest", style="yellow", highlight=False)
-    console.print(f"next: graft build {out / 'corpus.jsonl'} --out {out / 'index'} (with --cache-from INDEX, an "
-                  "index of the whole corpus lends its facets and vectors)", highlight=False)
+    console.print(f"next: graft build {shlex.quote(str(out / 'corpus.jsonl'))} --out {shlex.quote(str(out / 'index'))} "
+                  "(with --cache-from INDEX, an index of the whole corpus lends its facets and vectors)",
+                  highlight=False, markup=False)
 
 
 @eval_app.command()
@@ -90,7 +91,7 @@ def run(
     judge_base_url: str | None = typer.Option(None, "--judge-base-url", help="The judge server's URL up to /v1."),
     judge_api_key_env: str = typer.Option("OPENAI_API_KEY", "--judge-api-key-env",
                                           help="Environment variable with the judge server's key."),
-    results: Path | None = typer.Option(None, "--results", help="Folder of the tables (default eval/results)."),
+    results: Path | None = typer.Option(None, "--results", help="Folder of the tables (default SPLITDIR/results; the repository's are in eval/results)."),
     name: str | None = typer.Option(None, "--name", help="Corpus name in table file names."),
     label: str | None = typer.Option(None, "--label", help="Label printed on the tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -98,7 +99,7 @@ def run(
 ) -> None:
     """Run systems on a split's queries, keep their TREC runs and write Markdown + JSON tables."""
     from cli.app import _fail, console
-    from eval.runner import DEFAULT_RESULTS, RunOptions, markdown_table, run_suites
+    from eval.runner import RunOptions, markdown_table, run_suites
     from graft.errors import GraftError
     from graft.progress import Reporter
 
@@ -112,7 +113,7 @@ def run(
             judge = LLMConfig(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env)
         options = RunOptions(systems=[s.strip() for s in systems.split(",") if s.strip()], index_dir=index,
                              part=part, limit=limit, force=force, naive_index=naive_index, base_model=base_model,
-                             beams=beams, device=device, results_dir=results or DEFAULT_RESULTS, name=name,
+                             beams=beams, device=device, results_dir=results, name=name,
                              label=label, judge=judge)
         tables = run_suites(split_dir, [s.strip() for s in suite.split(",") if s.strip()], options,
                             reporter=Reporter(quiet=quiet or as_json), command=_command())
@@ -124,16 +125,17 @@ def run(
         return
     for table in tables:
         console.print(f"\n{table['suite']}", style="bold")
-        console.print("\n".join(markdown_table(table["rows"])), highlight=False, markup=False)
+        # whole lines, never wrapped at the terminal's width: the printed table stays Markdown
+        console.print("\n".join(markdown_table(table["rows"])), highlight=False, markup=False, soft_wrap=True)
         for note in table["notes"]:
-            console.print(f"- {note}", highlight=False, markup=False)
-        console.print(f"tables: {', '.join(table['files'])}", highlight=False, markup=False)
+            console.print(f"- {note}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"tables: {', '.join(table['files'])}", highlight=False, markup=False, soft_wrap=True)
 
 
 @eval_app.command()
 def score(
     run_file: Path = typer.Argument(..., help="TREC run file."),
-    qrels: Path = typer.Argument(..., help="TREC qrels file (e.g. SPLITDIR/incorpus/qrels.txt)."),
+    qrels: Path = typer.Argument(..., help="TREC qrels file (e.g. SPLITDIR/incorpus/qrels.test.txt: an in-corpus run is of one part)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Re-score a TREC run: Recall@20 and @50 over the qrels' queries."""

@@ -27,6 +27,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -56,7 +57,6 @@ from graft.store import atomic_path, folder_problem, read_json, write_json
 
 SUITES = ("incorpus", "ooc", "attribution", "coverage", "survey")
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_RESULTS = REPO / "eval" / "results"
 #: Cut-off of the attribution and non-obvious measures.
 ATTRIBUTION_K = 20
 
@@ -74,7 +74,7 @@ class RunOptions:
     base_model: str = "smollm2-135m"  # tokenizer of the coverage suite's DocIDs
     beams: int = 20  # beams per facet item (generative systems)
     device: str = "cpu"
-    results_dir: Path = DEFAULT_RESULTS
+    results_dir: Path | None = None  # tables' folder; default SPLITDIR/results (the repository's: eval/results)
     name: str | None = None  # corpus name in table file names (default: from the split's source)
     label: str | None = None  # extra label printed on every table, e.g. "pipeline check"
     decode_batch: int = 64  # facet items per generate call of the generative systems (across queries)
@@ -83,6 +83,7 @@ class RunOptions:
     judge: Any = None  # survey suite: an LLMConfig for the claim judge (None = the offline proxy checker)
 
     def __post_init__(self) -> None:
+        self.systems = list(dict.fromkeys(self.systems))  # a system named twice runs (and shows) once
         if self.part not in ("dev", "test"):
             raise GraftError(f"unknown part {self.part!r}; allowed: dev, test")
         if self.limit is not None and self.limit < 1:
@@ -427,8 +428,9 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
         f"Command: `{m['command']}`  ",
         f"Date: {m['date']} · split seed {m['seed']} · corpus hash `{str(m['corpus_hash'])[:16]}` "
         f"(source `{str(m['source_hash'])[:16]}`) · index `{m['index']}`  ",
-        (f"Queries: {m['queries']}" if m.get("queries") is not None else "Queries: none (counts over the corpus)")
-        + (f" · gold pairs: {m['qrels']}" if m.get("qrels") is not None else "")
+        (f"Queries: {_count_text(m['queries'])}" if m.get("queries") is not None
+         else "Queries: none (counts over the corpus)")
+        + (f" · gold pairs: {_count_text(m['qrels'])}" if m.get("qrels") is not None else "")
         + (f" · part: {m['part']}" if suite in ("incorpus", "survey") else "") + "  ",
     ]
     if m.get("build"):
@@ -438,7 +440,7 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
                      + (f" · encoder on {b['encoder_backend']}" if b.get("encoder_backend") else "")
                      + (f" · out-of-corpus rows: text coupling with {m['text_neighbours']} nearest papers"
                         if m.get("text_neighbours") else "")
-                     + (f", feedback from the first {m['feedback']}" if m.get("feedback") else "") + "  ")
+                     + (f" · feedback from the first {m['feedback']}" if m.get("feedback") else "") + "  ")
     lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items())), ""]
     lines += markdown_table(table["rows"])
     lines += [""] + [f"- {n}" for n in table["notes"]]
@@ -450,6 +452,13 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
     return md, js
 
 
+def _count_text(count: Any) -> str:
+    """A header count: `1,602`, or per suite `incorpus 801 · ooc 498` (the attribution suite's)."""
+    if isinstance(count, dict):
+        return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in count.items())
+    return f"{count:,}" if isinstance(count, int) else str(count)
+
+
 _DEFINITIONS = {
     "incorpus": ["R@k: share of the query's citation neighbours (references and citing papers) in the top k, "
                  "averaged over queries",
@@ -457,8 +466,7 @@ _DEFINITIONS = {
                  "facet similarity (mean over facets of the max item-item cosine); correct@20 counts them"],
     "ooc": ["query = title + abstract of a paper removed before the build (no references given to any "
             "system); gold = its references into the corpus; its facet items and edge rows from its text "
-            "(citation half: text coupling with its nearest papers by title + abstract, then a second pass adding "
-            "the citation links of the papers the first ranks highest; facet-only rows for the facet system) are extracted once (heuristic extractor, the index's encoder) into "
+            "(citation half: {citation_half}; facet-only rows for the facet system) are extracted once (heuristic extractor, the index's encoder) into "
             "SPLITDIR/ooc/facets.jsonl",
             f"non_obvious@20 as in corpus ({OBVIOUS_M} nearest by facet similarity of the query's extracted items)"],
     "attribution": ["precision: share of credited facets of top-20 hits whose facet graph holds an edge "
@@ -502,15 +510,17 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
     if bad or not suites:
         raise GraftError(f"unknown suite {', '.join(bad) or '(none)'}; allowed: {', '.join(SUITES)}")
     options = options or RunOptions()
+    split_dir = Path(split_dir)
+    if options.results_dir is None:  # beside the split: a quick or partial run never replaces tables elsewhere
+        options = replace(options, results_dir=split_dir / "results")
     _check_systems(suites, options.systems)
     _check_outputs(options)
     reporter = reporter or Reporter(quiet=True)
-    split_dir = Path(split_dir)
     split = read_split(split_dir)
     index_dir = Path(options.index_dir or split_dir / "index")
     if not (index_dir / "manifest.json").is_file() and options.index_dir is None:
-        raise GraftError(f"no index at {index_dir}; build it with "
-                         f"`graft build {split_dir / 'corpus.jsonl'} --out {index_dir}` or pass --index")
+        raise GraftError(f"no index at {index_dir}; build it with `graft build "
+                         f"{shlex.quote(str(split_dir / 'corpus.jsonl'))} --out {shlex.quote(str(index_dir))}` or pass --index")
     index = Index.open(index_dir)
     if index.manifest.get("corpus_hash") != split["corpus_hash"]:
         raise GraftError(f"index '{index_dir}' was built from another corpus (hash "
@@ -562,7 +572,7 @@ def _check_systems(suites: list[str], systems: list[str]) -> None:
 
 def _check_outputs(options: RunOptions) -> None:
     """Before any work: the tables' folder can be a folder and the table name is a file name."""
-    results = Path(options.results_dir)
+    results = Path(options.results_dir or ".")
     problem = folder_problem(results)
     if problem:
         raise GraftError(f"--results {results} {problem}; give a folder for the tables")
@@ -588,7 +598,12 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
             str(r.get("system", "")).startswith("graft") for r in body["rows"]):
         tiny = "pipeline check: GRAFT rows come from a tiny random model trained on the CPU, not a result"
         label = f"{label} · {tiny}" if label else tiny
-    notes = list(body["notes"]) + _DEFINITIONS.get(suite, [])
+    # an index without title + abstract vectors gives out-of-corpus rows no text coupling
+    half = ("text coupling with its nearest papers by title + abstract, then a second pass adding the citation "
+            "links of the papers the first ranks highest") if ctx.ooc_key.get("text_neighbours") else (
+            "none: the index has no title + abstract embeddings (built with --no-paper-embeddings), so the rows "
+            "hold facet similarity only")
+    notes = list(body["notes"]) + [n.replace("{citation_half}", half) for n in _DEFINITIONS.get(suite, [])]
     if stamps and any(str(r.get("system", "")).startswith("graft") for r in body["rows"]):
         notes += [f"model: {s['index']} (base {s['base_model']}, {s['sampling']} pairs, {s['steps']} steps)"
                   for s in stamps]

@@ -16,6 +16,7 @@ The split directory is `graft eval prepare`'s (`eval.splits.prepare_split`): `sp
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,8 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         if expected and idx.manifest.get("corpus_hash") != expected:
             raise InputValidationError(
                 f"index {index_dir} was not built from {split_dir / 'corpus.jsonl'} (corpus hash differs); "
-                f"build it with `graft build {split_dir / 'corpus.jsonl'} --out {split_dir / 'index'}`")
+                f"build it with `graft build {shlex.quote(str(split_dir / 'corpus.jsonl'))} --out "
+                f"{shlex.quote(str(split_dir / 'index'))}`")
     base = config or SurveyConfig()
     scorer = ExternalScorer(idx, encoder=encoder, text_neighbours=base.text_neighbours, feedback=base.feedback)
     tools = QueryTools.from_scorer(scorer)

@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +126,21 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     # runs from the cached rows are reused only for rows made the same way (text coupling included)
     meta = {s: json.loads(run_paths(split, "ooc", s)[2].read_text()) for s in ("bm25", "teacher")}
     assert meta["teacher"]["ooc_rows"]["key"]["text_neighbours"] == 10 and meta["bm25"]["ooc_rows"] is None
+    assert any("citation half: text coupling with its nearest papers" in n for n in ooc["notes"])
+    assert not any("{" in n for n in ooc["notes"])
+
+
+def test_tables_default_beside_the_split_and_systems_run_once(built, encoder) -> None:
+    """Without --results the tables go to SPLITDIR/results (a quick run never replaces the
+    repository's tables); a system named twice is one row."""
+    _, split = built
+    opts = RunOptions(systems=["bm25", "bm25"], limit=3)
+    assert opts.systems == ["bm25"]
+    table = run_suite(split, "incorpus", opts, encoder=encoder)
+    assert [r["system"] for r in table["rows"]] == ["bm25"]
+    assert [Path(f).parent for f in table["files"]] == [split / "results"] * 2
+    md = Path(table["files"][0]).read_text()
+    assert "Queries: 3 · gold pairs: " in md
 
 
 def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path) -> None:
@@ -133,6 +149,8 @@ def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path
                       encoder=encoder)
     rows = {(r["system"], r["setting"]): r for r in table["rows"]}
     assert set(rows) == {("teacher", "incorpus"), ("teacher", "ooc")}
+    head = Path(table["files"][0]).read_text()
+    assert f"Queries: incorpus {table['meta']['queries']['incorpus']}, ooc 10" in head  # not a Python dict
     for row in rows.values():
         assert row["credits"] == row["1-hop credits"] + row["2-hop credits"] > 0
         # a one-hop credit is a direct edge of the walked graph; a two-hop one has none by construction
