@@ -433,6 +433,11 @@ def info(
     settings = " · ".join(f"{key} {value}" for key, value in payload["build"].items())
     emb = payload["embedding"]
     console.print(f"build: {settings} · encoder {emb['model']} on {emb['backend']}", highlight=False)
+    fb = payload.get("extractor_fallback")
+    if fb:
+        console.print(f"extractor: {fb['fallback']} of {fb['papers']} papers have the heuristic extractor's items, "
+                      f"not the LLM's ({fb['failed']} requests failed, {fb['discarded']} answers discarded); "
+                      "a rebuild asks the LLM again for the failed ones", style="yellow", highlight=False)
     if "pairs" in payload:
         pr = payload["pairs"]
         console.print(f"training pairs: {pr['pairs']} ({pr['sampling']} sampling) · papers learnable "

@@ -43,6 +43,10 @@ def index_summary(index: Index) -> dict[str, Any]:
         "build": {k: config.get(k) for k in BUILD_SETTINGS if k in config},
         "stages": sorted(stages),
     }
+    llm = counts.get("extractor") if isinstance(counts.get("extractor"), dict) else {}
+    if llm.get("fallback"):  # the LLM extractor's papers that got the heuristic's items instead
+        out["extractor_fallback"] = {"papers": llm.get("papers", counts.get("papers")), "fallback": llm["fallback"],
+                                     "failed": llm.get("failed", 0), "discarded": llm.get("discarded", 0)}
     docids = stages.get("docids", {}).get("counts")
     if docids:
         out["docids"] = {f: (docids.get(f) or {}).get("docids") for f in FACETS}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.errors import IndexFormatError
-from graft.store import read_json, write_json
+from graft.store import lock_holder, read_json, write_json
 
 FORMAT_NAME = "graft-index"
 #: Bumped whenever an artefact's layout changes incompatibly.
@@ -23,6 +23,8 @@ MODEL_DONE = "training_config.json"
 STAGE_COMMANDS = {
     "build": "graft build CORPUS --out INDEX",
     "train": "graft train INDEX",
+    "docids": "graft train INDEX",  # `graft train` makes the DocIDs and pairs on its way
+    "pairs": "graft train INDEX",
 }
 
 _TRACKED_LIBRARIES = (
@@ -81,6 +83,9 @@ def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",
         what = "is a file, not an index directory" if index_dir.exists() else "the directory does not exist"
         raise IndexFormatError(f"no index at '{index_dir}': {what}; create one with `{STAGE_COMMANDS['build']}`")
     if not path.is_file():
+        busy = lock_holder(index_dir)
+        if busy:
+            raise IndexFormatError(f"'{index_dir}' is not an index yet: {busy} is building it; wait for it to finish")
         raise IndexFormatError(
             f"'{index_dir}' is not a GRAFT index (no manifest.json); create one with "
             f"`{STAGE_COMMANDS['build']}`"
@@ -109,6 +114,10 @@ def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",
     for stage in require:
         if stage not in stages:
             cmd = STAGE_COMMANDS.get(stage, f"graft {stage}")
+            busy = lock_holder(index_dir)
+            if busy:
+                raise IndexFormatError(f"index '{index_dir}' has no '{stage}' stage yet: {busy} is writing it; "
+                                       f"wait for it to finish")
             if manifest.get("in_progress") == "build":
                 raise IndexFormatError(f"index '{index_dir}' is being rebuilt, or its rebuild was stopped: run "
                                        f"`{STAGE_COMMANDS['build']}` again (it resumes)")

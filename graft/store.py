@@ -93,6 +93,41 @@ def folder_problem(path: str | os.PathLike[str]) -> str | None:
 LOCK_NAME = ".graft-lock"
 
 
+def _holder_text(holder: Any) -> str:
+    if not isinstance(holder, dict):
+        return "another command"
+    return (f"`{holder.get('command', 'another GRAFT command')}` (pid {holder.get('pid', '?')}, "
+            f"started {holder.get('started', '?')})")
+
+
+def lock_holder(folder: str | os.PathLike[str]) -> str | None:
+    """Who holds `folder`'s writer lock (`index_lock`), as "`graft build` (pid N, started T)", or
+    None when no one does (no lock file, or its lock free) or this process does. Only looks: never
+    waits, never takes it for longer than the look."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    try:
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.read(fd, 4096) or b"{}")
+            except ValueError:
+                holder = None
+            if isinstance(holder, dict) and holder.get("pid") == os.getpid():
+                return None  # this process writes the index: its own reads see it as it is
+            return _holder_text(holder)
+        return None
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def index_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
     """Hold `folder`'s writer lock while `command` (`graft build`, `graft train`) writes into it.
@@ -123,11 +158,9 @@ def index_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             try:
-                holder = json.loads(os.read(fd, 4096) or b"{}")
+                who = _holder_text(json.loads(os.read(fd, 4096) or b"{}"))
             except ValueError:
-                holder = {}
-            who = (f"`{holder.get('command', 'another GRAFT command')}` (pid {holder.get('pid', '?')}, "
-                   f"started {holder.get('started', '?')})") if isinstance(holder, dict) else "another command"
+                who = _holder_text(None)
             raise GraftError(f"index '{folder}' is being written by {who}; run {command} again when that "
                              f"has finished (or stop it)") from None
         stamp = {"command": command, "pid": os.getpid(),

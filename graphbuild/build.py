@@ -43,6 +43,9 @@ from graphbuild.extract import EXTRACTORS, FacetExtractor
 from graphbuild.graph import GraphParams, facet_graph
 from graphbuild.similarity import group_items
 
+#: Largest title weight a build takes: past it an item's vector is its title's (and float32 overflows far beyond).
+MAX_TITLE_WEIGHT = 100.0
+
 #: Papers per stored shard of the facets stage: a build killed there loses at most this many papers' work.
 CHECKPOINT_PAPERS = 1024
 
@@ -81,17 +84,19 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         if self.extractor not in EXTRACTORS:
-            raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {list(EXTRACTORS)}")
+            raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
         if self.embedding_dtype not in ("float16", "float32"):
             raise ValueError(f"embedding_dtype '{self.embedding_dtype}'; allowed: float16, float32")
-        if not self.title_weight >= 0:
-            raise ValueError(f"title_weight must be >= 0, got {self.title_weight}")
+        if not 0 <= self.title_weight <= MAX_TITLE_WEIGHT:  # NaN and infinity too: they empty every graph
+            raise ValueError(f"title_weight must lie in [0, {MAX_TITLE_WEIGHT:g}], got {self.title_weight} (beyond "
+                             f"that an item's own text no longer counts)")
         if self.citation_rescale not in RESCALE_MODES:
-            raise ValueError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {list(RESCALE_MODES)}")
+            raise ValueError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.embedding_backend not in BACKENDS:
-            raise ValueError(f"embedding_backend '{self.embedding_backend}' is unknown; allowed: {list(BACKENDS)}")
+            raise ValueError(f"embedding_backend (--encoder-backend) '{self.embedding_backend}' is unknown; "
+                             f"allowed: {', '.join(BACKENDS)}")
         if self.embedding_batch_size is not None and self.embedding_batch_size < 1:
             raise ValueError(f"embedding_batch_size must be >= 1, got {self.embedding_batch_size}")
         if not (self.alpha >= 0 and self.beta >= 0 and abs(self.alpha + self.beta - 1) < 1e-6):

@@ -245,8 +245,9 @@ def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp
     del old["title_weight"]  # an index built before the setting existed
     assert BuildConfig.from_dict(old).title_weight == 0.0
     assert BuildConfig().title_weight == 0.7
-    with pytest.raises(ValueError, match="title_weight must be >= 0"):
-        BuildConfig(title_weight=-0.5)
+    for bad in (-0.5, float("nan"), float("inf"), 1e20):  # the last three emptied every graph
+        with pytest.raises(ValueError, match=r"title_weight must lie in \[0, 100\]"):
+            BuildConfig(title_weight=bad)
 
 
 def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encoder, monkeypatch) -> None:

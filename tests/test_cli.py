@@ -52,6 +52,22 @@ def test_info_shows_the_index_and_one_papers_edges(built) -> None:
     assert got["build"]["top_k"] == 20 and got["stages"] == ["build"] and "model" not in got
     table = runner.invoke(app, ["info", str(out)], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "no trained model" in table.stdout and "method" in table.stdout
+    assert "extractor_fallback" not in got and "heuristic extractor's items" not in table.stdout
+    # an LLM build whose requests failed says so: its items are the heuristic extractor's
+    import shutil
+
+    llm = out.parent / "llm-fell-back"
+    shutil.copytree(out, llm, ignore=shutil.ignore_patterns("cache"))
+    manifest = json.loads((llm / "manifest.json").read_text())
+    manifest["stages"]["build"]["config"]["extractor"] = "llm"
+    manifest["stages"]["build"]["counts"]["extractor"] = {"papers": 80, "llm_ok": 70, "failed": 8, "discarded": 2,
+                                                          "fallback": 10}
+    (llm / "manifest.json").write_text(json.dumps(manifest))
+    fell = runner.invoke(app, ["info", str(llm), "--json"])
+    assert json.loads(fell.stdout)["extractor_fallback"] == {"papers": 80, "fallback": 10, "failed": 8,
+                                                             "discarded": 2}
+    fell = runner.invoke(app, ["info", str(llm)], env={"COLUMNS": "300"})
+    assert fell.exit_code == 0 and "10 of 80 papers have the heuristic extractor's items" in fell.stdout
 
     idx = Index.open(out)
     pid = idx.citations["cited"].value_counts().sort(["count", "cited"], descending=[True, False])["cited"][0]
@@ -608,7 +624,7 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     assert res.exit_code == 0, res.output
     assert read_manifest(tmp_path / "i")["embedding"]["backend"] == "onnx"
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "j"), "--encoder-backend", "tensorrt"])
-    assert res.exit_code == 2 and "embedding_backend 'tensorrt' is unknown" in res.output
+    assert res.exit_code == 2 and "(--encoder-backend) 'tensorrt' is unknown; allowed: auto, torch, onnx" in res.output
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "j"), "--batch-size", "0"])
     assert res.exit_code == 2 and "Invalid value for '--batch-size'" in res.output
     import torch

@@ -170,7 +170,7 @@ def test_backend_names_resolve_or_fail_clearly(monkeypatch) -> None:
         resolve_backend("tensorrt", "cpu")
     with pytest.raises(GraftError, match="CPU only, not on 'cuda:0'"):
         resolve_backend("onnx", "cuda:0")
-    with pytest.raises(ValueError, match="embedding_backend 'gpu'"):
+    with pytest.raises(ValueError, match=r"embedding_backend \(--encoder-backend\) 'gpu' is unknown; allowed: auto, torch, onnx"):
         BuildConfig(embedding_backend="gpu")
     assert BuildConfig().embedding_backend == "auto"
     monkeypatch.setattr(encoder_onnx, "available", lambda: False)  # an install without onnxruntime

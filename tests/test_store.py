@@ -95,6 +95,41 @@ def test_index_lock_refuses_a_second_writer_and_is_released_on_exit(tmp_path) ->
         pass
 
 
+def test_reading_an_index_that_another_process_writes_says_so(tmp_path) -> None:
+    """`graft info` (or a query) on a folder a build is writing names the build instead of
+    advising a build that the lock would refuse; this process's own lock is not reported."""
+    import subprocess
+    import sys
+
+    from graft.store import lock_holder
+
+    ready = tmp_path / "ready"
+    code = ("import sys, time, pathlib; from graft.store import index_lock\n"
+            "with index_lock(sys.argv[1], 'graft build'):\n"
+            "    pathlib.Path(sys.argv[2]).write_text('1'); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(ready)])
+    try:
+        for _ in range(200):
+            if ready.exists():
+                break
+            proc.wait(timeout=0.1) if proc.poll() is not None else __import__("time").sleep(0.05)
+        assert lock_holder(tmp_path) == lock_holder(tmp_path) and f"pid {proc.pid}" in lock_holder(tmp_path)
+        with pytest.raises(IndexFormatError, match=rf"not an index yet: `graft build` \(pid {proc.pid}.* is building "
+                                                   "it; wait for it to finish"):
+            read_manifest(tmp_path)
+        record_stage(tmp_path, new_manifest("abc"), "build", config={}, counts={"papers": 1}, timings={})
+        with pytest.raises(IndexFormatError, match=r"no 'docids' stage yet: `graft build` .* is writing it"):
+            read_manifest(tmp_path, require=("docids",))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert lock_holder(tmp_path) is None
+    with pytest.raises(IndexFormatError, match=r"no 'docids' stage yet; run `graft train"):
+        read_manifest(tmp_path, require=("docids",))
+    with index_lock(tmp_path, "graft train"):
+        assert lock_holder(tmp_path) is None  # its own
+
+
 def test_open_refuses_missing_and_incompatible_indexes(tmp_path) -> None:
     with pytest.raises(IndexFormatError, match="graft build"):
         Index.open(tmp_path / "nope")
