@@ -464,6 +464,12 @@ def export(
     try:
         idx = Index.open(index)
         target = out or index / f"graph.{format}"
+        from graft.store import folder_problem
+
+        problem = "is a folder" if target.is_dir() else folder_problem(target.parent)
+        if problem:
+            raise GraftError(f"--out {target}: {target if target.is_dir() else target.parent} {problem}; give the "
+                             "path of the file to write")
         try:
             path = export_graph(idx, target, format)
         except OSError as exc:

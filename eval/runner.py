@@ -644,14 +644,16 @@ def score_run(run_path: str | Path, qrels_path: str | Path, ks: tuple[int, ...] 
     Returns:
         {"queries": n, "answered": queries with at least one result, "R@k": value per k}.
     Raises:
-        GraftError: unreadable files, qrels without a relevant document, or a run none of whose
-            queries the qrels judge.
+        GraftError: unreadable files, an empty run, qrels without a relevant document, or a run
+            none of whose queries the qrels judge.
     """
     run, qrels = read_run(run_path), read_qrels(qrels_path)
+    if not run:
+        raise GraftError(f"{run_path} holds no results (an empty run); nothing to score")
     qids = sorted(q for q in qrels if qrels[q])
     if not qids:
         raise GraftError(f"{qrels_path}: no query has a relevant document; nothing to score against")
-    if run and not set(run) & set(qids):
+    if not set(run) & set(qids):
         raise GraftError(f"none of the {len(run)} queries of {run_path} is in {qrels_path}: the qrels of "
                          "another suite or split?")
     return {"queries": len(qids), "answered": sum(1 for q in qids if run.get(q)),

@@ -45,6 +45,8 @@ def _parsed_lines(path: str | Path, kind: str, form: str, n_fields: int,
             that `parse` rejects (ValueError), named by file and line number.
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputValidationError(f"{path} is a folder, not a {kind} file")
     if not path.is_file():
         raise InputValidationError(f"{kind} file not found: {path}")
     try:

@@ -548,9 +548,11 @@ def test_export_writes_readable_xml_from_any_title_and_says_why_it_cannot_write(
         assert res.exit_code == 0, res.output
         want = titles[0] if fmt == "json" else 'Parsing with form feeds & <angles>   "quotes" café'
         assert read(target).nodes[first]["title"] == want
-    for target in (tmp_path, tmp_path / "g.json" / "sub.gexf"):
-        res = runner.invoke(app, ["export", str(copy), "--format", "gexf", "--out", str(target)])
-        assert res.exit_code == 2 and f"--out {target}: cannot write it" in res.output, res.output
+    for target, message in ((tmp_path, f"{tmp_path} is a folder"),
+                            (tmp_path / "g.json" / "sub.gexf", "g.json is a file")):
+        res = runner.invoke(app, ["export", str(copy), "--format", "gexf", "--out", str(target)],
+                            env={"COLUMNS": "300"})
+        assert res.exit_code == 2 and f"--out {target}: " in res.output and message in res.output, res.output
         assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
 
 

@@ -105,6 +105,11 @@ def test_trec_round_trip_and_rescoring(tmp_path) -> None:
     other.write_text("z1 0 x 1\n")
     with pytest.raises(GraftError, match="none of the 2 queries .* the qrels of another suite"):
         score_run(path, other)
+    (tmp_path / "empty.trec").write_text("\n")
+    with pytest.raises(GraftError, match="empty.trec holds no results"):
+        score_run(tmp_path / "empty.trec", qrels)
+    with pytest.raises(GraftError, match=f"{tmp_path} is a folder, not a qrels file"):
+        score_run(path, tmp_path)
 
 
 def test_run_files_refuse_what_would_misread_and_read_a_byte_order_mark(tmp_path) -> None:
