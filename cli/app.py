@@ -494,6 +494,14 @@ def demo(
     from graphbuild.build import BuildConfig, build_index
 
     try:
+        if paper is not None:  # checked before the build, not after it
+            from graphbuild.corpus import load_corpus
+
+            ids = load_corpus(None, limit=limit).papers["paper_id"].to_list()
+            if paper not in set(ids):
+                close = [p for p in ids if p.startswith(paper[:8])][:5] if paper.strip() else []
+                raise GraftError(f"--paper {paper!r} is not among the {len(ids)} ACLSum papers of the demo"
+                                 + (f"; similar ids: {', '.join(close)}" if close else f", such as {ids[0]}"))
         summary = build_index(None, out, BuildConfig(limit=limit), reporter=Reporter(quiet=quiet))
         print_build_summary(summary)
         idx = Index.open(out)

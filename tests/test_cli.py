@@ -650,6 +650,14 @@ def test_demo_runs_on_aclsum(tmp_path) -> None:
     assert again.exit_code == 0, again.output
     hits = [h["paper_id"] for h in json.loads(again.stdout)]
     assert hits and all(h in res.stdout for h in hits)
+    # an unknown --paper is refused before the build, not after it
+    res = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo2"), "--limit", "20", "--paper",
+                              paper[:-1] + "x", "-q"], env={"COLUMNS": "300"})
+    assert res.exit_code == 2 and "is not among the 20 ACLSum papers of the demo; similar ids:" in res.output
+    assert not (tmp_path / "demo2").exists()
+    res = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--limit", "20", "--paper", paper, "-q"],
+                        env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and f"related to {paper}" in res.stdout
 
 
 def test_readme_commands_are_the_ci_commands() -> None:
