@@ -304,6 +304,7 @@ def _from_s2orc(stem: str, obj: dict) -> dict:
         "references": [],
         "full_text": full_text,
         "_ref_titles": ref_titles,
+        "_id_from_file_name": True,
     }
 
 
@@ -388,7 +389,8 @@ def _validate(raw: Any) -> dict:
     rec: dict[str, Any] = {"paper_id": _required_text(pid, "id", problems)}
     if rec["paper_id"] and not is_one_word(rec["paper_id"]):
         problems.append(f"'id' {rec['paper_id']!r:.60} must be one word, without spaces (it is a field of TREC run "
-                        "files and of --queries lines)")
+                        "files and of --queries lines)" + ("; an S2ORC document's id is its file name: rename the file"
+                                                           if raw.get("_id_from_file_name") else ""))
     rec["title"] = _required_text(raw.get("title"), "title", problems)
     rec["abstract"] = _required_text(raw.get("abstract"), "abstract", problems)
     required = bool(problems)

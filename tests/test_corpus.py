@@ -347,6 +347,10 @@ def test_s2orc_directory_resolves_bib_entries_by_normalised_title(tmp_path):
     assert single.papers["references"].to_list() == [[]]
     assert single.report.dropped_references == 3
 
+    (folder / "doc 0.json").write_text(json.dumps(s2orc_doc("Spaced")), encoding="utf-8")
+    with pytest.raises(InputValidationError, match="an S2ORC document's id is its file name: rename the file"):
+        load_corpus(folder)
+
 
 def test_integer_ids_and_references_are_read_as_strings(tmp_path):
     recs = [{**paper(str(i)), "id": i, "references": [j for j in (1, 2, 3) if j != i]} for i in (1, 2, 3)]
