@@ -64,7 +64,7 @@ def prepare(
                           "papers that keep enough references into the rest", style="yellow", highlight=False)
     console.print(f"next: graft build {shlex.quote(str(out / 'corpus.jsonl'))} --out {shlex.quote(str(out / 'index'))} "
                   "(with --cache-from INDEX, an index of the whole corpus lends its facets and vectors)",
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)  # one line, to copy whole
 
 
 @eval_app.command()
