@@ -12,7 +12,8 @@ Suites:
 - `survey`: delegated to `eval.survey_suite.survey_suite` (imported when asked for); `--part` picks
   the survey hold-outs too (dev for tuning the writer, test for reporting).
 
-Every system's answers are written as it finishes to `SPLITDIR/runs/{suite}.{system}.trec` (plus
+Every system's answers are written as it finishes to `SPLITDIR/runs/{suite}.{system}.trec` (the
+in-corpus dev part's to `incorpus-dev.{system}.trec`; plus
 `.credits.jsonl` with the facet credits and `.json` with what produced it), and reused by later
 runs over the same queries and index unless `force`. Metrics are computed from the run files and
 the split's qrels, so any run can be re-scored (`score_run`, `graft eval score`).
@@ -167,10 +168,13 @@ def load_queries(split_dir: Path, suite: str, part: str, limit: int | None) -> l
     return out[:limit] if limit else out
 
 
-def run_paths(split_dir: Path, suite: str, system: str) -> tuple[Path, Path, Path]:
-    """(TREC run, facet credits JSONL, run metadata JSON) of one suite and system."""
+def run_paths(split_dir: Path, suite: str, system: str, part: str = "test") -> tuple[Path, Path, Path]:
+    """(TREC run, facet credits JSONL, run metadata JSON) of one suite and system: the in-corpus
+    dev part's are `incorpus-dev.*`, beside the test part's `incorpus.*` (as the survey suite's
+    `survey-dev` beside `survey`), so that running one part keeps the other's runs."""
     runs = Path(split_dir) / "runs"
-    return runs / f"{suite}.{system}.trec", runs / f"{suite}.{system}.credits.jsonl", runs / f"{suite}.{system}.json"
+    stem = f"{suite}-dev" if suite == "incorpus" and part == "dev" else suite
+    return runs / f"{stem}.{system}.trec", runs / f"{stem}.{system}.credits.jsonl", runs / f"{stem}.{system}.json"
 
 
 def _write_credits(path: Path, credits: dict[str, list[tuple[str, dict[str, int]]]]) -> None:
@@ -230,7 +234,7 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
     Raises:
         NotApplicable: the system does not apply to these queries.
     """
-    trec, credits_path, meta_path = run_paths(split_dir, suite, system)
+    trec, credits_path, meta_path = run_paths(split_dir, suite, system, options.part)
     index = ctx.naive_index if system == "graft-naive" else ctx.index
     want = {"suite": suite, "system": system, "queries": len(queries), "qids_sha": _sha([q.qid for q in queries]),
             "corpus_hash": ctx.index.manifest.get("corpus_hash"), "build": _graph_stamp(index, system),
@@ -310,7 +314,7 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
         no = non_obvious_share(sub, qrels, {q: obvious[q] for q in qids}, k=ATTRIBUTION_K)
         rows.append({"system": system, **{f"R@{k}": mean_recall(sub, qrels, k, qids) for k in KS},
                      "non_obvious@20": no["share"], "correct@20": no["correct"], "seconds": meta.get("seconds")})
-        runs[system] = str(run_paths(split_dir, suite, system)[0])
+        runs[system] = str(run_paths(split_dir, suite, system, options.part)[0])
     fusions = [s for s in ("graft", "graft-rrf", "graft-walk", "graft-cite", "graft-text") if s in runs]
     if len(fusions) > 1:
         notes.append(f"{', '.join(fusions)} decode each query once (one model, {len(fusions)} fusions): the one "
@@ -355,7 +359,7 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
                 row[f"{h}-hop credits"] = len(by_hops[h])
             row["hits without a facet credit"] = bare / hits if hits else None
             rows.append(row)
-            runs[f"{suite}.{system}"] = str(run_paths(split_dir, suite, system)[0])
+            runs[f"{suite}.{system}"] = str(run_paths(split_dir, suite, system, options.part)[0])
     return {"rows": rows, "notes": notes, "runs": runs, "queries": n_queries}
 
 

@@ -141,6 +141,14 @@ def test_tables_default_beside_the_split_and_systems_run_once(built, encoder) ->
     assert [Path(f).parent for f in table["files"]] == [split / "results"] * 2
     md = Path(table["files"][0]).read_text()
     assert "Queries: 3 · gold pairs: " in md
+    # each in-corpus part keeps its own runs: running dev leaves test's to be reused
+    made = json.loads(run_paths(split, "incorpus", "bm25")[2].read_text())["created"]
+    dev = run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=3, part="dev"), encoder=encoder)
+    assert dev["runs"]["bm25"].endswith("runs/incorpus-dev.bm25.trec")
+    assert read_run(run_paths(split, "incorpus", "bm25", "dev")[0]).keys() != read_run(
+        run_paths(split, "incorpus", "bm25")[0]).keys()
+    run_suite(split, "incorpus", opts, encoder=encoder)
+    assert json.loads(run_paths(split, "incorpus", "bm25")[2].read_text())["created"] == made  # reused
 
 
 def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path) -> None:
