@@ -320,6 +320,24 @@ def test_hostile_topic_is_data(acl, tmp_path) -> None:
     assert "\x1b" not in bell.paths["markdown"].read_text()
 
 
+def test_tools_made_with_other_settings_than_the_config_are_refused(acl, tmp_path) -> None:
+    """The edge rows follow the config's text coupling and feedback, or the survey is refused: its
+    survey.json would record settings it was not made with."""
+    from graft.survey.pipeline import write_survey
+    from graft.survey.retrieve import QueryTools
+    from graphbuild.external import ExternalScorer
+
+    idx, tools = acl
+    other = QueryTools.from_scorer(ExternalScorer(idx, encoder=tools.encoder))  # its defaults: 10 and 3
+    assert idx.paper_embeddings is not None
+    with pytest.raises(SurveyError, match="text_neighbours=10, feedback=3 but the SurveyConfig says "
+                                          "text_neighbours=0, feedback=0"):
+        write_survey(idx, TOPIC, tmp_path / "x", SurveyConfig(sections=2), tools=other)
+    assert not (tmp_path / "x").exists()
+    config = SurveyConfig(sections=2, subsections=1, text_neighbours=10, feedback=3)
+    assert write_survey(idx, TOPIC, tmp_path / "y", config, tools=other).paths["json"].is_file()
+
+
 def test_graft_retriever_needs_a_model(acl, tmp_path) -> None:
     from graft.survey.pipeline import write_survey
 

@@ -167,14 +167,16 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
         out_dir: where survey.md, references.bib and survey.json go (created).
         config: survey settings (backend, retriever, outline sizes, verification rounds).
         reporter: per-stage progress and timings; quiet by default.
-        tools: the encoder, edge-row scorer and facet extractor for text queries
-            (`QueryTools.from_scorer(graphbuild.external.ExternalScorer(index))`).
+        tools: the encoder, edge-row scorer and facet extractor for text queries, made with the
+            config's text coupling and feedback (`QueryTools.from_scorer(graphbuild.external.ExternalScorer(
+            index, text_neighbours=config.text_neighbours, feedback=config.feedback))`).
         dense: title + abstract vectors for the dense retriever (reused across calls).
         device: where the generative retriever and a local LLM (`llm="local"`) run.
     Returns:
         the `SurveyResult` (paths, outline, cited ids, verification counts, timings).
     Raises:
-        SurveyError: empty or off-topic retrieval, bad settings, no trained model for --retriever graft.
+        SurveyError: empty or off-topic retrieval, bad settings, tools made with other settings
+            (`QueryTools.check`), no trained model for --retriever graft.
     """
     config = config or SurveyConfig()
     reporter = reporter or Reporter(quiet=True)
@@ -187,6 +189,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             years = [y for y in index.papers["year"].to_list() if y is not None]
             raise SurveyError(f"no paper of index '{index.path}' is dated {config.until_year} or earlier "
                               f"(earliest: {min(years)}); give a later --until-year")
+    tools.check(config)
     tools = QueryTools(encoder=tools.encoder, rows=tools.rows, facets_of=tools.facets_of)
     encode = _locked(tools.encoder.encode)
     tools.encoder = type("LockedEncoder", (), {"encode": staticmethod(encode)})()

@@ -109,11 +109,36 @@ class QueryTools:
     encoder: Any
     rows: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     facets_of: Callable[[dict[str, Any]], dict[str, list[str]]] | None = None
+    #: the scorer's text coupling and feedback (`SurveyConfig.text_neighbours` / `feedback` must
+    #: agree); None where the rows come from elsewhere
+    settings: dict[str, int] | None = None
 
     @classmethod
     def from_scorer(cls, scorer: Any) -> QueryTools:
         """From a `graphbuild.external.ExternalScorer` (its encoder, rows and facet extractor)."""
-        return cls(encoder=scorer.encoder, rows=lambda rec: scorer.rows(rec)[0], facets_of=scorer.facets_of)
+        # an index without title + abstract vectors has no text coupling, whatever was asked
+        text = None if scorer.index.paper_embeddings is None else scorer.text_neighbours
+        return cls(encoder=scorer.encoder, rows=lambda rec: scorer.rows(rec)[0], facets_of=scorer.facets_of,
+                   settings={"text_neighbours": text, "feedback": scorer.feedback})
+
+    def check(self, config: Any) -> None:
+        """Refuse tools whose edge rows are made otherwise than `config` says (the survey would not
+        be the one its recorded settings describe).
+
+        Raises:
+            SurveyError: naming both settings and how to make matching tools.
+        """
+        if not self.settings:
+            return
+        want = {"text_neighbours": config.text_neighbours, "feedback": config.feedback}
+        have = {k: v for k, v in self.settings.items() if v is not None}
+        wrong = {k: v for k, v in have.items() if v != want[k]}
+        if wrong:
+            raise SurveyError(
+                "the query tools make edge rows with " + ", ".join(f"{k}={v}" for k, v in wrong.items())
+                + " but the SurveyConfig says " + ", ".join(f"{k}={want[k]}" for k in wrong)
+                + "; make them with ExternalScorer(index, text_neighbours=config.text_neighbours, "
+                "feedback=config.feedback) (or cli.survey_cmd.survey_tools)")
 
 
 def topic_record(text: str, query_id: str = "topic") -> dict[str, Any]:
