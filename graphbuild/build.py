@@ -83,6 +83,23 @@ class BuildConfig:
     llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
 
     def __post_init__(self) -> None:
+        def whole(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def number(value: Any) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        wrong = [f"{name}={getattr(self, name)!r}" for name in ("top_k", "n_candidates")
+                 if not whole(getattr(self, name)) or getattr(self, name) < 1]
+        wrong += [f"{name}={getattr(self, name)!r}" for name in ("embedding_batch_size", "block_rows", "limit")
+                  if getattr(self, name) is not None and (not whole(getattr(self, name)) or getattr(self, name) < 1)]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: must be a whole number >= 1 (batch size, block rows and limit: "
+                             "or None)")
+        wrong = [f"{name}={getattr(self, name)!r}" for name in ("title_weight", "alpha", "beta")
+                 if not number(getattr(self, name))]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: must be a number")
         if self.extractor not in EXTRACTORS:
             raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
         if self.embedding_dtype not in ("float16", "float32"):
@@ -92,13 +109,9 @@ class BuildConfig:
                              f"that an item's own text no longer counts)")
         if self.citation_rescale not in RESCALE_MODES:
             raise ValueError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.embedding_backend not in BACKENDS:
             raise ValueError(f"embedding_backend (--encoder-backend) '{self.embedding_backend}' is unknown; "
                              f"allowed: {', '.join(BACKENDS)}")
-        if self.embedding_batch_size is not None and self.embedding_batch_size < 1:
-            raise ValueError(f"embedding_batch_size must be >= 1, got {self.embedding_batch_size}")
         if not (self.alpha >= 0 and self.beta >= 0 and abs(self.alpha + self.beta - 1) < 1e-6):
             raise ValueError(f"alpha and beta must be >= 0 and sum to 1, got {self.alpha} + {self.beta}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import polars as pl
@@ -248,6 +249,16 @@ def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp
     for bad in (-0.5, float("nan"), float("inf"), 1e20):  # the last three emptied every graph
         with pytest.raises(ValueError, match=r"title_weight must lie in \[0, 100\]"):
             BuildConfig(title_weight=bad)
+    # wrong types and sizes are refused when the config is made, not part-way through a build (or
+    # never: block_rows -1 built empty graphs, top_k 2.5 kept 3 edges)
+    for bad, message in (({"block_rows": -1}, "block_rows=-1"), ({"block_rows": 0}, "block_rows=0"),
+                         ({"n_candidates": 0}, "n_candidates=0"), ({"top_k": 2.5}, "top_k=2.5"),
+                         ({"top_k": "5"}, "top_k='5'"), ({"top_k": True}, "top_k=True"),
+                         ({"embedding_batch_size": 2.5}, "embedding_batch_size=2.5"), ({"limit": 0}, "limit=0")):
+        with pytest.raises(ValueError, match=f"{re.escape(message)}: must be a whole number >= 1"):
+            BuildConfig(**bad)
+    with pytest.raises(ValueError, match="title_weight='0.5': must be a number"):
+        BuildConfig(title_weight="0.5")
 
 
 def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encoder, monkeypatch) -> None:
