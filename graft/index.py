@@ -30,6 +30,27 @@ def has_model(index_dir: str | Path) -> bool:
     return (folder / "config.json").is_file() and (folder / MODEL_DONE).is_file()
 
 
+def _check_items(facets: Any) -> None:
+    """Refuse `facets=` that is not {facet name: list of item strings} (a string would be read one
+    character at a time).
+
+    Raises:
+        GraftError: naming the facet and what it holds.
+    """
+    if facets is None:
+        return
+    if not isinstance(facets, dict):
+        raise GraftError(f"facets= must map facet names to lists of item strings, got {type(facets).__name__}")
+    unknown = sorted(set(facets) - set(FACETS))
+    if unknown:
+        raise GraftError(f"facets=: unknown facet(s) {unknown}; use {', '.join(FACETS)}")
+    for facet, items in facets.items():
+        if isinstance(items, str) or not isinstance(items, (list, tuple)) or not all(
+                isinstance(t, str) for t in items):
+            raise GraftError(f"facets[{facet!r}] must be a list of item strings, got {items!r:.80}"
+                             + (f" (write [{items!r:.60}])" if isinstance(items, str) else ""))
+
+
 def teacher_fusion_error(index_dir: str | Path, fusion: str, *, cli: bool = False) -> GraftError:
     """The error for the teacher asked to fuse with `fusion` (it fuses with plain rrf only): the way
     out it names is the graft retriever where the index has a trained one, else `graft train`."""
@@ -194,6 +215,8 @@ class Index:
         Raises:
             GraftError: the id is not in the index (the message shows a few similar ids).
         """
+        if not isinstance(paper_id, str):
+            raise GraftError(f"a paper id is a string, got {type(paper_id).__name__} {paper_id!r:.40}")
         if not paper_id.strip():
             raise GraftError(f"the paper id is empty; give an id of index '{self.path}' (such as "
                              f"{self.paper_ids[0] if self.n else 'none: the index is empty'})")
@@ -205,7 +228,12 @@ class Index:
             raise GraftError(f"paper '{paper_id}' is not in index '{self.path}' ({self.n} papers){hint}") from None
 
     def paper_facets(self, paper_id: str) -> dict[str, list[str]]:
-        """The facet items of one corpus paper."""
+        """The facet items of one corpus paper.
+
+        Raises:
+            GraftError: the id is not in the index (`row`).
+        """
+        self.row(paper_id)  # an unknown id is an error, not a paper without items
         rows = self.facets.filter(pl.col("paper_id") == paper_id).sort(["facet", "item_idx"])
         out: dict[str, list[str]] = {f: [] for f in FACETS}
         for facet, text in zip(rows["facet"].to_list(), rows["text"].to_list()):
@@ -289,6 +317,7 @@ class Index:
                 default graft when the index holds a trained model, else teacher.
             fusion: "graph-rrf", "rrf" or "graph-walk" for graft (default graph-rrf); the teacher uses "rrf".
             k: results returned; beams: beams per facet item (graft).
+            query_id: with `facets`, the result's query id (TREC lines); a corpus paper's is its id.
             citation_weight: W of the citation channel (`graft.fusion.cited_with`; 0 = off); off
                 for an index without citation links.
             neighbours: with `facets` (graft): the paper's nearest corpus papers by title +
@@ -300,18 +329,29 @@ class Index:
             GraftError: bad combination of arguments, k or beams < 1, an unknown facet, unknown paper,
                 or no trained model for graft.
         """
+        from graft.devices import resolve_device
         from graft.fusion import FUSIONS
 
         if (paper is None) == (facets is None):
             raise GraftError("give exactly one of paper= (a corpus paper id) or facets= (a paper outside the corpus)")
+        if isinstance(paper, int) and not isinstance(paper, bool):
+            paper = str(paper)  # as a corpus's integer ids are read
+        if paper is not None and not isinstance(paper, str):
+            raise GraftError(f"paper= must be a paper id (a string), got {type(paper).__name__}")
+        _check_items(facets)
+        for name, value in (("k", k), ("beams", beams)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise GraftError(f"{name} = {value!r} must be a whole number")
+        if not isinstance(citation_weight, (int, float)) or isinstance(citation_weight, bool):
+            raise GraftError(f"citation_weight = {citation_weight!r} must be a number")
+        if isinstance(exclude, str):
+            raise GraftError(f"exclude= takes a set of paper ids, not one string ({exclude!r}): exclude={{{exclude!r}}}")
+        device = resolve_device(device)  # whatever the retriever: the teacher would ignore a bad name
         if (neighbours or exclude) and paper is not None:
             raise GraftError("neighbours= (the text channel) and exclude= go with facets= (a paper outside the "
                              "corpus)")
         if k < 1 or beams < 1:
             raise GraftError(f"k = {k}, beams = {beams}: ask for at least 1 result with at least 1 beam")
-        unknown = sorted(set(facets or ()) - set(FACETS))
-        if unknown:
-            raise GraftError(f"facets=: unknown facet(s) {unknown}; use {', '.join(FACETS)}")
         retriever = retriever or ("graft" if has_model(self.path) else "teacher")
         if retriever not in RETRIEVERS:
             raise GraftError(f"unknown retriever {retriever!r}; use one of {', '.join(RETRIEVERS)}")

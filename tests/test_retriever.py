@@ -277,6 +277,27 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
                 {"paper": pid, "beams": 0}, {"facets": {"Method": ["x"]}}, {"paper": pid, "device": "gpu0"}):
         with pytest.raises(GraftError):
             idx.query(**bad)
+    # wrong types are named, never read the wrong way (a string as a list of characters) or left
+    # to fail inside with a TypeError
+    items = idx.paper_facets(pid)["method"]
+    for bad, message in (({"facets": {"method": items[0]}}, r"facets\['method'\] must be a list of item strings.*write \["),
+                         ({"facets": {"method": [1, 2]}}, "must be a list of item strings"),
+                         ({"facets": {"method": None}}, "must be a list of item strings"),
+                         ({"facets": ["method"]}, "must map facet names"),
+                         ({"paper": pid, "k": 2.5}, "k = 2.5 must be a whole number"),
+                         ({"paper": pid, "k": "5"}, "k = '5' must be a whole number"),
+                         ({"paper": pid, "beams": 2.5}, "beams = 2.5 must be a whole number"),
+                         ({"paper": pid, "citation_weight": "3"}, "citation_weight = '3' must be a number"),
+                         ({"paper": b"x"}, "paper= must be a paper id"),
+                         ({"paper": 123}, "paper '123' is not in index"),
+                         ({"facets": {"method": items}, "exclude": pid}, "exclude= takes a set of paper ids"),
+                         ({"paper": pid, "retriever": "teacher", "device": "gpu0"}, "device 'gpu0' is unknown")):
+        with pytest.raises(GraftError, match=message):
+            idx.query(**bad)
+    with pytest.raises(GraftError, match="paper 'nope' is not in index"):
+        idx.paper_facets("nope")
+    with pytest.raises(GraftError, match="a paper id is a string, got int"):
+        idx.row(123)
     import torch
 
     if not torch.cuda.is_available():  # named by GRAFT with the fix, not by torch mid-load
