@@ -463,18 +463,8 @@ def export(
 
     try:
         idx = Index.open(index)
-        target = out or index / f"graph.{format}"
-        from graft.store import folder_problem
-
-        problem = "is a folder" if target.is_dir() else folder_problem(target.parent)
-        if problem:
-            raise GraftError(f"--out {target}: {target if target.is_dir() else target.parent} {problem}; give the "
-                             "path of the file to write")
-        try:
-            path = export_graph(idx, target, format)
-        except OSError as exc:
-            raise GraftError(f"--out {target}: cannot write it ({exc.strerror or exc})") from None
-    except (GraftError, ValueError) as exc:
+        path = export_graph(idx, out or index / f"graph.{format}", format)
+    except GraftError as exc:
         _fail(exc)
     console.print(f"wrote {path}")
 

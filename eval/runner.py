@@ -49,6 +49,7 @@ from eval.systems import (
     run_system,
 )
 from eval.trec import read_qrels, read_run, write_run
+from graft.config import type_problems
 from graft.errors import GraftError
 from graft.facets import FACETS
 from graft.index import Index
@@ -84,11 +85,21 @@ class RunOptions:
     judge: Any = None  # survey suite: an LLMConfig for the claim judge (None = the offline proxy checker)
 
     def __post_init__(self) -> None:
+        if isinstance(self.systems, str):  # would be read one letter at a time
+            raise GraftError(f"systems= takes a list of system names, not one string: systems={[self.systems]!r}")
+        problems = type_problems(self)
+        if problems:
+            raise GraftError("invalid run options: " + "; ".join(problems))
+        for name in ("index_dir", "naive_index", "results_dir"):  # a str path works as a Path does
+            if getattr(self, name) is not None:
+                setattr(self, name, Path(getattr(self, name)))
         self.systems = list(dict.fromkeys(self.systems))  # a system named twice runs (and shows) once
         if self.part not in ("dev", "test"):
             raise GraftError(f"unknown part {self.part!r}; allowed: dev, test")
         if self.limit is not None and self.limit < 1:
             raise GraftError(f"--limit {self.limit} must be >= 1")
+        if self.time_budget_s is not None and self.time_budget_s < 0:
+            raise GraftError(f"time_budget_s={self.time_budget_s} must be >= 0 seconds (or None: no budget)")
         if self.decode_batch < 1:
             raise GraftError(f"decode_batch {self.decode_batch} must be >= 1")
         if self.beams < 1:
@@ -510,6 +521,8 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
         GraftError: not a split, no index, an index of another corpus, unknown suite or system.
     """
     started = time.monotonic()
+    if isinstance(suites, str):  # would be read one letter at a time
+        raise GraftError(f"suites takes a list of suite names, not one string: [{suites!r}]")
     bad = [s for s in suites if s not in SUITES]
     if bad or not suites:
         raise GraftError(f"unknown suite {', '.join(bad) or '(none)'}; allowed: {', '.join(SUITES)}")

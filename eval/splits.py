@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from graft.config import type_problems
 from graft.errors import GraftError, InputValidationError
 from graft.manifest import library_versions, now_iso
 from graft.store import folder_problem, read_json, write_json, write_lines
@@ -62,7 +63,10 @@ class SplitConfig:
     dev_share: float = 0.5  # share of in-corpus queries in dev; the rest is test
 
     def __post_init__(self) -> None:
-        if not isinstance(self.seed, int) or self.seed < 0:
+        problems = type_problems(self)
+        if problems:
+            raise InputValidationError("invalid split settings: " + "; ".join(problems))
+        if self.seed < 0:
             raise InputValidationError(f"seed {self.seed} must be an integer >= 0")
         if not 0.0 <= self.dev_share <= 1.0:
             raise InputValidationError(f"dev share {self.dev_share} must lie in [0, 1]")

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import networkx as nx
 
+from graft.errors import GraftError
 from graft.facets import FACETS
 from graft.index import Index
-from graft.store import atomic_path
+from graft.store import atomic_path, folder_problem
 
 EXPORT_FORMATS = ("graphml", "gexf", "json")
 
@@ -31,7 +32,16 @@ def xml_safe(text: str) -> str:
 
 def to_networkx(index: Index, facets: tuple[str, ...] = FACETS, clean: bool = False) -> nx.MultiDiGraph:
     """The facet graph as a MultiDiGraph: papers (title, n_citations, year, venue) and one edge per
-    (facet, i -> j) with `facet` and `weight`; `clean`: texts made `xml_safe` (GraphML, GEXF)."""
+    (facet, i -> j) with `facet` and `weight`; `clean`: texts made `xml_safe` (GraphML, GEXF).
+
+    Raises:
+        GraftError: `facets` is one string, or names a facet that is not one of `FACETS`.
+    """
+    if isinstance(facets, str):  # would be read one letter at a time
+        raise GraftError(f"facets= takes a tuple of facet names, not one string: facets=({facets!r},)")
+    unknown = [f for f in facets if f not in FACETS]
+    if unknown:
+        raise GraftError(f"unknown facet(s) {', '.join(map(repr, unknown))}; use {', '.join(FACETS)}")
     text = xml_safe if clean else str
     g = nx.MultiDiGraph(name=f"graft:{text(index.path.name)}")
     papers = index.papers
@@ -54,16 +64,28 @@ def to_networkx(index: Index, facets: tuple[str, ...] = FACETS, clean: bool = Fa
 
 def export_graph(index: Index, out: str | Path, fmt: str) -> Path:
     """Write the facet graph as GraphML, GEXF or node-link JSON (atomically); in the XML formats,
-    characters XML does not allow become spaces (JSON keeps every text as it is)."""
+    characters XML does not allow become spaces (JSON keeps every text as it is).
+
+    Raises:
+        GraftError: an unknown format, `out` a folder or under a path that is not a writable
+            folder, or the file cannot be written.
+    """
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"export format '{fmt}' is unknown; allowed: {', '.join(EXPORT_FORMATS)}")
-    g = to_networkx(index, clean=fmt != "json")
+        raise GraftError(f"export format '{fmt}' is unknown; allowed: {', '.join(EXPORT_FORMATS)}")
     out = Path(out)
-    with atomic_path(out) as tmp:
-        if fmt == "graphml":
-            nx.write_graphml(g, tmp)
-        elif fmt == "gexf":
-            nx.write_gexf(g, tmp)
-        else:
-            tmp.write_text(json.dumps(nx.node_link_data(g, edges="edges"), indent=1), encoding="utf-8")
+    problem = "is a folder" if out.is_dir() else folder_problem(out.parent)
+    if problem:
+        raise GraftError(f"cannot export to {out}: {out if out.is_dir() else out.parent} {problem}; give the "
+                         "path of the file to write")
+    g = to_networkx(index, clean=fmt != "json")
+    try:
+        with atomic_path(out) as tmp:
+            if fmt == "graphml":
+                nx.write_graphml(g, tmp)
+            elif fmt == "gexf":
+                nx.write_gexf(g, tmp)
+            else:
+                tmp.write_text(json.dumps(nx.node_link_data(g, edges="edges"), indent=1), encoding="utf-8")
+    except OSError as exc:
+        raise GraftError(f"cannot export to {out} ({exc.strerror or exc})") from None
     return out

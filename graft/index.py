@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from graft.config import is_number, is_whole
 from graft.errors import GraftError, IndexFormatError
 from graft.facets import FACETS
 from graft.fusion import CITATION, CITATION_WEIGHT
@@ -340,10 +341,10 @@ class Index:
             raise GraftError(f"paper= must be a paper id (a string), got {type(paper).__name__}")
         _check_items(facets)
         for name, value in (("k", k), ("beams", beams)):
-            if not isinstance(value, int) or isinstance(value, bool):
+            if not is_whole(value):
                 raise GraftError(f"{name} = {value!r} must be a whole number")
-        if not isinstance(citation_weight, (int, float)) or isinstance(citation_weight, bool):
-            raise GraftError(f"citation_weight = {citation_weight!r} must be a number")
+        if not is_number(citation_weight) or citation_weight < 0:
+            raise GraftError(f"citation_weight = {citation_weight!r} must be a finite number >= 0")
         if isinstance(exclude, str):
             raise GraftError(f"exclude= takes a set of paper ids, not one string ({exclude!r}): exclude={{{exclude!r}}}")
         device = resolve_device(device)  # whatever the retriever: the teacher would ignore a bad name

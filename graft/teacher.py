@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from graft.config import config_from_dict
+from graft.config import config_from_dict, type_problems
 from graft.facets import FACETS
 from graft.fusion import CITATION, CITATION_FIRST, RRF_K, cited_with, linked_first, rrf
 
@@ -42,6 +42,11 @@ class TeacherConfig:
     rrf_k: int = RRF_K  # RRF constant (Cormack et al. 2009)
     citation_weight: float = 0.0  # W of the citation channel (0 = off; `graft.fusion.CITATION_WEIGHT`)
     citation_first: int = CITATION_FIRST  # R: first results whose citation links make the channel
+
+    def __post_init__(self) -> None:
+        problems = type_problems(self)
+        if problems:
+            raise ValueError("TeacherConfig: " + "; ".join(problems))
 
     @classmethod
     def from_dict(cls, data: dict) -> TeacherConfig:

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from graft.config import config_from_dict, config_to_dict
+from graft.config import config_from_dict, config_to_dict, type_problems
 from graft.errors import GraftError
 from graft.facets import FACETS, FacetItems
 from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
@@ -83,23 +83,14 @@ class BuildConfig:
     llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
 
     def __post_init__(self) -> None:
-        def whole(value: Any) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        def number(value: Any) -> bool:
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-        wrong = [f"{name}={getattr(self, name)!r}" for name in ("top_k", "n_candidates")
-                 if not whole(getattr(self, name)) or getattr(self, name) < 1]
-        wrong += [f"{name}={getattr(self, name)!r}" for name in ("embedding_batch_size", "block_rows", "limit")
-                  if getattr(self, name) is not None and (not whole(getattr(self, name)) or getattr(self, name) < 1)]
+        problems = type_problems(self)  # top_k 2.5 kept 3 edges; a string weight failed deep in the build
+        if problems:
+            raise ValueError("invalid build settings: " + "; ".join(problems))
+        wrong = [f"{name}={getattr(self, name)!r}" for name in ("top_k", "n_candidates", "embedding_batch_size",
+                                                               "block_rows", "limit")
+                 if getattr(self, name) is not None and getattr(self, name) < 1]
         if wrong:
-            raise ValueError(f"{', '.join(wrong)}: must be a whole number >= 1 (batch size, block rows and limit: "
-                             "or None)")
-        wrong = [f"{name}={getattr(self, name)!r}" for name in ("title_weight", "alpha", "beta")
-                 if not number(getattr(self, name))]
-        if wrong:
-            raise ValueError(f"{', '.join(wrong)}: must be a number")
+            raise ValueError(f"{', '.join(wrong)}: must be >= 1 (batch size, block rows and limit: or None)")
         if self.extractor not in EXTRACTORS:
             raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
         if self.embedding_dtype not in ("float16", "float32"):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from graft.config import type_problems
 from graft.facets import FACETS, FacetItems, check_facet_items
 from graft.text import split_sentences
 from graphbuild.embeddings import Encoder
@@ -63,6 +64,9 @@ class HeuristicConfig:
     chunk_papers: int = 1024  # papers embedded per encoder call (~6k abstract sentences), one progress step
 
     def __post_init__(self) -> None:
+        problems = type_problems(self)
+        if problems:
+            raise ValueError("HeuristicConfig: " + "; ".join(problems))
         if self.max_items < 1 or self.max_item_words < 5 or self.min_sentence_words < 1:
             raise ValueError(
                 f"HeuristicConfig: max_items={self.max_items} (>= 1), max_item_words="

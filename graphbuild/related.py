@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from graft.config import is_number, is_whole
 from graft.errors import GraftError
 from graft.fusion import CITATION_WEIGHT, FUSIONS
 from graft.index import RETRIEVERS, Index, has_model, teacher_fusion_error
@@ -69,13 +70,12 @@ class RelatedPapers:
             raise GraftError(f"unknown retriever {self.retriever!r}; use one of {', '.join(RETRIEVERS)}")
         if fusion is not None and fusion not in FUSIONS:
             raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
-        for name, value in (("citation_weight", citation_weight), ("feedback", feedback or 0),
-                            ("text_neighbours", text_neighbours)):
-            if value < 0:
-                raise GraftError(f"{name} must be >= 0, got {value}")
-        for name, value in (("k", k), ("beams", beams)):
-            if value < 1:
-                raise GraftError(f"{name} must be >= 1, got {value}")
+        for name, value, low in (("k", k, 1), ("beams", beams, 1), ("text_neighbours", text_neighbours, 0),
+                                 ("feedback", 0 if feedback is None else feedback, 0)):
+            if not is_whole(value) or value < low:
+                raise GraftError(f"{name} must be a whole number >= {low}, got {value!r}")
+        if not is_number(citation_weight) or citation_weight < 0:
+            raise GraftError(f"citation_weight must be a finite number >= 0, got {citation_weight!r}")
         if self.retriever == "graft":
             from graft.devices import resolve_device
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import networkx as nx
 import numpy as np
@@ -277,8 +278,12 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
 
     with pytest.raises(GraftError, match="query 1: give the 'id' of a corpus paper"):
         RelatedPapers(idx, retriever="teacher").check([{"foo": 1}])
-    with pytest.raises(GraftError, match="k must be >= 1"):
-        RelatedPapers(idx, retriever="teacher", k=0)
+    for bad, message in (({"k": 0}, "k must be a whole number >= 1, got 0"),
+                         ({"k": 2.5}, "k must be a whole number >= 1, got 2.5"),
+                         ({"feedback": True}, "feedback must be a whole number >= 0, got True"),
+                         ({"citation_weight": float("nan")}, "citation_weight must be a finite number >= 0, got nan")):
+        with pytest.raises(GraftError, match=re.escape(message)):
+            RelatedPapers(idx, retriever="teacher", **bad)
     with pytest.raises(GraftError, match=f"query 2: id '{pid}' is also query 1's"):
         RelatedPapers(idx, retriever="teacher").query_many([{"id": pid}, {"id": pid}])
     with pytest.raises(GraftError, match="k = 0, beams = 20: ask for at least 1 result"):
@@ -385,7 +390,7 @@ def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
     assert not fresh._made  # refused before any scorer was loaded or any record taken apart
     with pytest.raises(GraftError, match="plain rrf"):
         RelatedPapers(idx, retriever="teacher", fusion="graph-rrf").query(other)
-    with pytest.raises(GraftError, match="text_neighbours must be >= 0"):
+    with pytest.raises(GraftError, match="text_neighbours must be a whole number >= 0"):
         RelatedPapers(idx, text_neighbours=-1)
     with pytest.raises(GraftError, match="unknown retriever 'bm25'"):
         RelatedPapers(idx, retriever="bm25")
@@ -526,6 +531,18 @@ def test_export_formats_parse(built, tmp_path, fmt) -> None:
     assert facets == {"problem", "method", "result", "contribution"}
     res = runner.invoke(app, ["export", str(out), "--format", "dot"])
     assert res.exit_code == 2 and "graphml, gexf, json" in res.output
+    # the Python API names what it cannot do, the same way
+    from graft.export import export_graph, to_networkx
+    from graft.index import Index
+
+    idx = Index.open(out)
+    assert {d["facet"] for _, _, d in to_networkx(idx, facets=("method",)).edges(data=True)} == {"method"}
+    for call, message in ((lambda: to_networkx(idx, facets="method"), "not one string: facets=('method',)"),
+                          (lambda: to_networkx(idx, facets=("bogus",)), "unknown facet(s) 'bogus'"),
+                          (lambda: export_graph(idx, tmp_path, "json"), f"cannot export to {tmp_path}: "),
+                          (lambda: export_graph(idx, target, "dot"), "export format 'dot' is unknown")):
+        with pytest.raises(GraftError, match=re.escape(message)):
+            call()
 
 
 def test_export_writes_readable_xml_from_any_title_and_says_why_it_cannot_write(built, tmp_path) -> None:
@@ -552,7 +569,7 @@ def test_export_writes_readable_xml_from_any_title_and_says_why_it_cannot_write(
                             (tmp_path / "g.json" / "sub.gexf", "g.json is a file")):
         res = runner.invoke(app, ["export", str(copy), "--format", "gexf", "--out", str(target)],
                             env={"COLUMNS": "300"})
-        assert res.exit_code == 2 and f"--out {target}: " in res.output and message in res.output, res.output
+        assert res.exit_code == 2 and f"cannot export to {target}: " in res.output and message in res.output, res.output
         assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
 
 

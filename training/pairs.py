@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from graft.config import config_from_dict, config_to_dict
+from graft.config import config_from_dict, config_to_dict, type_problems
 from graft.docids import MAX_TOKENS, DocidTable, load_or_build_docids, tokenizer_info
 from graft.facets import FACETS
 from graft.manifest import read_manifest, record_stage
@@ -51,6 +51,11 @@ class DistillConfig:
     max_tokens: int = MAX_TOKENS  # tokens per DocID (GRAFT paper: 12)
 
     def __post_init__(self) -> None:
+        problems = type_problems(self)
+        if problems:
+            raise ValueError("DistillConfig: " + "; ".join(problems))
+        if self.seed < 0:  # numpy's Generator takes no negative seed
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"sampling '{self.sampling}' is unknown; allowed: {list(SAMPLINGS)}")
         if self.max_edges_per_source < 1 or self.k_min < 1 or self.max_tokens < 1:

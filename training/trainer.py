@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graft.config import config_from_dict
+from graft.config import config_from_dict, type_problems
 from graft.errors import GraftError
 from training import checkpoints as ckpts
 from training.data import BatchPlan, Collator, EncodedPairs
@@ -64,6 +64,11 @@ class TrainConfig:
     logging_steps: int = 10  # read the loss off the device (a sync) every N steps
 
     def __post_init__(self) -> None:
+        problems = type_problems(self)  # 2.5 steps or a string seed: named before the ranges below
+        if problems:
+            raise ValueError("TrainConfig: " + "; ".join(problems))
+        if self.seed < 0 or (self.data_seed is not None and self.data_seed < 0):
+            raise ValueError(f"seed and data_seed must be >= 0, got {self.seed}, {self.data_seed}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 (or None to use epochs), got {self.max_steps}")
         if self.max_steps is None and not 0 < self.epochs < math.inf:

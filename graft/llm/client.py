@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, cast
 
+from graft.config import type_problems
 from graft.errors import GraftError, InputValidationError
 from graft.llm.cache import LLMCache, canonical_request, request_key
 
@@ -92,21 +93,23 @@ class LLMConfig:
     max_tokens: int | None = 1024  # tokens per completion; None = leave it to the server
 
     def __post_init__(self) -> None:
-        problems = []
-        if not isinstance(self.model, str) or not self.model.strip():
+        problems = type_problems(self)
+        if problems:
+            raise InputValidationError("invalid LLM config: " + "; ".join(problems))
+        if not self.model.strip():
             problems.append(f"model={self.model!r} (a non-empty model name is required)")
         parsed = urllib.parse.urlparse(str(self.base_url))
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             problems.append(f"base_url={self.base_url!r} (expected http(s)://host:port/v1)")
-        if not isinstance(self.max_concurrency, int) or self.max_concurrency < 1:
+        if self.max_concurrency < 1:
             problems.append(f"max_concurrency={self.max_concurrency!r} (an integer >= 1)")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+        if self.max_retries < 0:
             problems.append(f"max_retries={self.max_retries!r} (an integer >= 0)")
         for name in ("timeout_s", "backoff_base_s", "max_backoff_s", "temperature"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0 or (name == "timeout_s" and value == 0):
+            if value < 0 or (name == "timeout_s" and value == 0):
                 problems.append(f"{name}={value!r} (a number {'> 0' if name == 'timeout_s' else '>= 0'})")
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+        if self.max_tokens is not None and self.max_tokens < 1:
             problems.append(f"max_tokens={self.max_tokens!r} (an integer >= 1, or None)")
         if problems:
             raise InputValidationError("invalid LLM config: " + "; ".join(problems))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from graft.config import config_from_dict
+from graft.config import config_from_dict, type_problems
 from graft.errors import GraftError
 
 BACKENDS = ("offline", "local", "openai")
@@ -55,38 +54,32 @@ class SurveyConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes recorded with the run
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = type_problems(self)  # 2.5 papers, a string seed, a NaN threshold: named, not misread
+        if problems:
+            raise SurveyError("invalid survey settings: " + "; ".join(problems))
         if self.llm not in BACKENDS:
             problems.append(f"llm={self.llm!r} (allowed: {', '.join(BACKENDS)})")
         if self.retriever not in SURVEY_RETRIEVERS:
             problems.append(f"retriever={self.retriever!r} (allowed: {', '.join(SURVEY_RETRIEVERS)})")
         for name in ("descriptions", "per_description", "pool", "sections", "subsections", "section_pool",
                      "papers_per_subsection", "max_concurrency", "evidence_k", "max_new_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                problems.append(f"{name}={value!r} (an integer >= 1)")
-        if not isinstance(self.text_neighbours, int) or self.text_neighbours < 0:
-            problems.append(f"text_neighbours={self.text_neighbours!r} (an integer >= 0; 0 turns text coupling off)")
-        if not isinstance(self.citation_weight, (int, float)) or self.citation_weight < 0:
-            problems.append(f"citation_weight={self.citation_weight!r} (a number >= 0; 0 turns the channel off)")
-        if not isinstance(self.feedback, int) or self.feedback < 0:
-            problems.append(f"feedback={self.feedback!r} (an integer >= 0; 0 turns the second pass off)")
-        if not isinstance(self.graph_seeds, int) or self.graph_seeds < 0:
-            problems.append(f"graph_seeds={self.graph_seeds!r} (an integer >= 0; 0 turns the expansion off)")
-        if self.until_year is not None and not isinstance(self.until_year, int):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}={getattr(self, name)!r} (an integer >= 1)")
+        for name, off in (("text_neighbours", "turns text coupling off"), ("feedback", "turns the second pass off"),
+                          ("graph_seeds", "turns the expansion off"), ("citation_weight", "turns the channel off"),
+                          ("recency_weight", "leaves recency out"),
+                          ("retrieval_weight", "leaves the retrieval order out"), ("tie_support", "turns it off")):
+            if getattr(self, name) < 0:
+                problems.append(f"{name}={getattr(self, name)!r} (>= 0; 0 {off})")
+        if self.seed < 0:
+            problems.append(f"seed={self.seed!r} (an integer >= 0)")
+        if self.until_year is not None and not 1 <= self.until_year <= 9999:
             problems.append(f"until_year={self.until_year!r} (a year such as 2021, or None)")
-        if not isinstance(self.verify_rounds, int) or not 1 <= self.verify_rounds <= 10:
+        if not 1 <= self.verify_rounds <= 10:
             problems.append(f"verify_rounds={self.verify_rounds!r} (an integer in 1..10; 3 in the reference method)")
-        if not 0 <= self.relative_relevance <= 1:
-            problems.append(f"relative_relevance={self.relative_relevance!r} (a share in [0, 1])")
-        if (not isinstance(self.recency_weight, (int, float)) or isinstance(self.recency_weight, bool)
-                or not math.isfinite(self.recency_weight) or self.recency_weight < 0):
-            problems.append(f"recency_weight={self.recency_weight!r} (a number >= 0; 0 leaves recency out)")
-        for name, off in (("retrieval_weight", "leaves the retrieval order out"), ("tie_support", "turns it off")):
-            value = getattr(self, name)
-            if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
-                    or value < 0):
-                problems.append(f"{name}={value!r} (a number >= 0; 0 {off})")
+        for name in ("relative_relevance", "support_threshold", "min_relevance"):
+            if not 0 <= getattr(self, name) <= 1:
+                problems.append(f"{name}={getattr(self, name)!r} (in [0, 1])")
         if not 0 < self.llm_rerank_keep <= 1:
             problems.append(f"llm_rerank_keep={self.llm_rerank_keep!r} (a share in (0, 1])")
         if self.llm == "openai" and not (self.model and self.base_url):
