@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.options import finite
 from graft.errors import GraftError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -94,10 +95,10 @@ def build(
                                         "CPU: the same vectors, the cs768 build in 0.63x the time; torch on a GPU), "
                                         "torch, or onnx."),
     top_k: int = typer.Option(20, min=1, help="Out-edges kept per paper and facet."),
-    alpha: float = typer.Option(0.75, min=0.0, max=1.0,
-                                help="Share of facet similarity in an edge's weight; the citation score "
+    alpha: float = typer.Option(0.75, parser=finite(0, 1), metavar="FLOAT",
+                                help="In [0, 1]: share of facet similarity in an edge's weight; the citation score "
                                      "(coupling + co-citation) gets 1 - alpha."),
-    title_weight: float = typer.Option(0.7, min=0.0, help="Weight of the paper's title vector added to each "
+    title_weight: float = typer.Option(0.7, parser=finite(0, 100), metavar="FLOAT", help="In [0, 100]: weight of the paper's title vector added to each "
                                        "facet item's vector (0: items embedded alone)."),
     paper_embeddings: bool = typer.Option(True, "--paper-embeddings/--no-paper-embeddings",
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
@@ -270,7 +271,7 @@ def query(
                                              "highest (never the query's references) join the query's citation "
                                              "half (default 3 for a paper outside the corpus, 0 for a corpus "
                                              "paper, whose stored rows are walked; 0 = off)."),
-    citation_weight: float = typer.Option(3.0, "--citation-weight", min=0.0,
+    citation_weight: float = typer.Option(3.0, "--citation-weight", parser=finite(0), metavar="FLOAT",
                                           help="The citation channel: the papers that cite or are cited by the "
                                                "first 3 results join the fusion as a fifth list of this weight "
                                                "(each facet's weighs 1), labelled 'cited with' (0 = off)."),

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from cli.options import finite
+
 eval_app = typer.Typer(add_completion=False, no_args_is_help=True,
                        help="Evaluation: prepare splits, run suites (TREC runs + tables), re-score runs.")
 
@@ -27,7 +29,8 @@ def prepare(
                                help="Review-like hold-outs for the survey suite's test part."),
     survey_dev: int = typer.Option(30, "--survey-dev", min=0,
                                    help="Further review-like hold-outs, the survey dev part."),
-    dev_share: float = typer.Option(0.5, "--dev-share", min=0.0, max=1.0, help="Share of in-corpus queries in dev."),
+    dev_share: float = typer.Option(0.5, "--dev-share", parser=finite(0, 1), metavar="FLOAT",
+                                    help="Share of in-corpus queries in dev, in [0, 1]."),
     min_neighbours: int = typer.Option(5, "--min-neighbours", min=1,
                                        help="Citation neighbours of an in-corpus query."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip invalid corpus records (counted) instead of "

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from cli.options import finite
 from graft.survey.config import SurveyConfig
 
 #: The CLI's defaults for the rerank's settings are the library's.
@@ -131,15 +132,15 @@ def survey(
                                              "stand in for its citations (0 = off, the default: on cs768's dev "
                                              "hold-outs 10 lowered reference recall)."),
     recency_weight: float = typer.Option(
-        _DEFAULTS.recency_weight, "--recency-weight", min=0.0,
+        _DEFAULTS.recency_weight, "--recency-weight", parser=finite(0), metavar="FLOAT",
         help="Weight of the recency ranking in the rerank's first stage, beside citation count and similarity "
              "(1 each; 0 leaves recency out)."),
     retrieval_weight: float = typer.Option(
-        _DEFAULTS.retrieval_weight, "--retrieval-weight", min=0.0,
+        _DEFAULTS.retrieval_weight, "--retrieval-weight", parser=finite(0), metavar="FLOAT",
         help="Weight of the retrieval order in the rerank's first stage, beside recency, citation count and "
              "similarity (0 leaves it out, as the reference method does)."),
     tie_support: float = typer.Option(
-        _DEFAULTS.tie_support, "--tie-support", min=0.0,
+        _DEFAULTS.tie_support, "--tie-support", parser=finite(0), metavar="FLOAT",
         help="Keep a paper below the topic-relevance floor when the graph expansion tied it to seed papers "
              "with at least this citation support (0 = off)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),

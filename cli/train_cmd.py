@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from cli.options import finite
+
 
 def print_train_summary(summary, console) -> None:  # noqa: ANN001 (TrainSummary, rich Console)
     """The end-of-run table: pairs, steps, tokens, loss, time, throughput, where the model is."""
@@ -46,13 +48,13 @@ def train(
     sampling: str = typer.Option("coverage", help="Distillation pairs: coverage (GRAFT) or naive."),
     max_edges: int = typer.Option(10, "--max-edges", min=1, help="Coverage-aware pairs: out-edges sampled per "
                                   "source paper and facet (N; GRAFT: 10; K = 20 takes every edge)."),
-    epochs: float = typer.Option(2.0, help="Passes over the pairs."),
+    epochs: float = typer.Option(2.0, parser=finite(0), metavar="FLOAT", help="Passes over the pairs (> 0)."),
     max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Optimizer steps (overrides --epochs)."),
     batch_size: int = typer.Option(16, "--batch-size", min=1,
                                    help="Effective batch (per device x accumulation x GPUs)."),
     per_device_batch_size: int | None = typer.Option(
         None, "--per-device-batch-size", min=1, help="Micro-batch per device; the rest is gradient accumulation."),
-    lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate (AdamW, linear warm-up and decay)."),
+    lr: float = typer.Option(5e-5, "--lr", parser=finite(0), metavar="FLOAT", help="Peak learning rate (AdamW, linear warm-up and decay)."),
     save_every_steps: int = typer.Option(500, "--save-every-steps", min=0, help="Checkpoint interval; 0 = none."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the last checkpoint."),
     dry_run: bool = typer.Option(False, "--dry-run",

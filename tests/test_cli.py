@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 
 import networkx as nx
 import numpy as np
@@ -729,16 +730,20 @@ def _commands(cmd, path=()):
 RANGED = {"--k", "--beams", "--limit", "--batch-size", "--top-k", "--alpha", "--title-weight", "--llm-concurrency",
           "--text-neighbours", "--feedback", "--citation-weight", "--ooc", "--survey", "--survey-dev", "--dev-share",
           "--min-neighbours", "--sections", "--subsections", "--verify-rounds", "--graph-seeds", "--concurrency",
-          "--max-edges", "--max-steps", "--per-device-batch-size", "--save-every-steps"}
+          "--max-edges", "--max-steps", "--per-device-batch-size", "--save-every-steps", "--recency-weight",
+          "--retrieval-weight", "--tie-support", "--epochs", "--lr"}
 
 
 def _declared_range(param) -> tuple:
     """(min, max) of an option's declared range: on the parameter in Typer's own core, on its click
-    IntRange / FloatRange type where Typer builds on click."""
+    IntRange / FloatRange type where Typer builds on click, or on its `cli.options.finite` parser."""
     kind = getattr(param, "type", None)
     low, high = getattr(kind, "min", None), getattr(kind, "max", None)
     if low is None and high is None:
         low, high = getattr(param, "min", None), getattr(param, "max", None)
+    if low is None and high is None:
+        parser = getattr(getattr(getattr(param, "type_descriptor", None), "parameter_info", None), "parser", None)
+        low, high = getattr(parser, "min", None), getattr(parser, "max", None)
     return low, high
 
 
@@ -758,8 +763,12 @@ def test_numeric_options_refuse_values_outside_their_range_before_any_work(tmp_p
                 continue
             flag = param.opts[0]
             seen.add(flag)
-            step = 1 if isinstance(low if low is not None else high, int) else 0.5  # float options: float bounds
+            annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+            whole = (float not in (annotation, *typing.get_args(annotation)) if annotation is not None
+                     else isinstance(low if low is not None else high, int))
+            step = 1 if whole else 0.5
             values = ([low - step] if low is not None else []) + ([high + step] if high is not None else [])
+            values += [] if whole else ["nan", "inf"]  # pass every range test the wrong way unless refused
             for value in values:
                 res = runner.invoke(app, [*path, *dummies, flag, str(value)])
                 assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.output, (path, flag, res.output)
