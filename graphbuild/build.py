@@ -338,6 +338,9 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
                           code=source_digest(*EXTRACTOR_SOURCES[config.extractor]))
     facets_store = RowStore(cache / "facets", facets_key, reuse=not fresh)
     seeded: dict[str, int] = {}
+    # each store's rows of papers gone from the corpus are dropped only once the index is written: a
+    # build stopped before (the wrong corpus, Ctrl-C) leaves every cached paper for the next one
+    compactions: list[Callable[[], object]] = []
     with reporter.stage("facets", total=n, unit="papers") as adv:
         if seed_root is not None:  # the other index's facets of this corpus's papers, copied first
             seeded["facets"] = facets_store.seed(RowStore(seed_root / "facets", facets_key),
@@ -345,7 +348,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         # facet items, and the items' own vectors (mostly the encoder's memo of the sentences the
         # extractor embedded), looked up per paper; the missing ones stored CHECKPOINT_PAPERS at a time
         table, alone, extractor_stats = _facets(corpus.papers, extractor, encoder, facets_store, adv, origin,
-                                                reused)
+                                                reused, compactions)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
@@ -358,7 +361,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
             reused += _reuse_label("titles", stored.found, stored.total)
             if seed_root is not None:
                 seeded["titles"] = stored.seeded
-            stored.compact()
+            compactions.append(stored.compact)
             vectors = with_title(alone, titles[owner], config.title_weight)
         else:
             vectors = alone
@@ -374,7 +377,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
             reused += _reuse_label("papers", stored.found, stored.total)
             if seed_root is not None:
                 seeded["papers"] = stored.seeded
-            stored.compact()
+            compactions.append(stored.compact)
 
     cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
@@ -431,18 +434,21 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
                         "reused_checkpoints": reused,
                         **({"cache_from": {"index": str(cache_from), "copied": seeded}} if seed_root else {})})
     read_manifest(out)  # the index must open after a build
+    for compact in compactions:
+        compact()
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
                         reused, getattr(encoder, "stored", None), removed,
                         Path(cache_from) if seed_root is not None else None, seeded)
 
 
 def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store: RowStore,
-            advance: Callable[[int], None], origin: VectorOrigin,
-            reused: list[str]) -> tuple[pl.DataFrame, np.ndarray, dict[str, int]]:
+            advance: Callable[[int], None], origin: VectorOrigin, reused: list[str],
+            compactions: list[Callable[[], object]]) -> tuple[pl.DataFrame, np.ndarray, dict[str, int]]:
     """Facet items of every paper, the items' own vectors and the extractor's counters. A paper the
     store holds (same title, abstract and full text, same setting) is served from it; the others
     are taken apart CHECKPOINT_PAPERS at a time, each batch stored as it is done (but a paper whose
-    LLM request failed: a later build asks again)."""
+    LLM request failed: a later build asks again). The store's compaction to this corpus's papers
+    is appended to `compactions`, run once the index is written."""
     n = papers.height
     keys = paper_digests(papers)
     stored = store.load()
@@ -490,7 +496,7 @@ def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store
     for meta in stored.metas_of(int(r) for r in rows if r < n_stored):
         origin.reused(meta)
     reused.extend(_reuse_label("facets", sum(p[0] < n_stored for p in positions), n, "papers"))
-    store.compact(keys)
+    compactions.append(lambda: store.compact(keys))
     return table, every.vectors[rows], stats
 
 

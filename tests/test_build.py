@@ -686,6 +686,31 @@ def test_a_failed_rebuild_leaves_the_old_index_and_its_model_whole(tmp_path, enc
     assert Index.open(out).n == 20
     assert {p.name: p.read_bytes() for p in (out / "graph").iterdir()} == before
 
+    # the wrong corpus, stopped before the write: its 4 papers do not make the cache drop the index's 20
+    import graphbuild.build as build_module
+
+    other = tmp_path / "other"
+    build_index(corpus, other, BuildConfig(), encoder=encoder)
+
+    wrong = tmp_path / "wrong.jsonl"
+    lines = gzip.open(cs768_path(), "rt").read().splitlines()
+    wrong.write_text("\n".join(lines[100:104]) + "\n")
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    original_graphs = build_module.facet_graphs
+    build_module.facet_graphs = stopped
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            build_index(wrong, other, BuildConfig(), encoder=encoder)
+    finally:
+        build_module.facet_graphs = original_graphs
+    assert Index.open(other).n == 20
+    counting = CountingEncoder(encoder)
+    assert build_index(corpus, other, BuildConfig(), encoder=counting).reused == ["facets", "titles", "papers"]
+    assert counting.texts == 0  # every paper served from the cache
+
     from graft.store import index_lock
 
     with index_lock(out, "graft train"):  # an index being trained is not rebuilt under the trainer
