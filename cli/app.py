@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Container
@@ -524,8 +526,39 @@ app.command("survey")(survey)
 app.add_typer(eval_app, name="eval")
 
 
+#: Errors of the machine rather than of GRAFT (a read-only or full disk, no permission): one line, not a traceback.
+_ENVIRONMENT_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGINT and SIGTERM (what `kill` and job schedulers send) stop a command the same way, as an
+    exception: its cleanups run (temporary files go, a survey keeps its old files, a build its old
+    index) and a training run saves nothing half-made."""
+    _stopped.append(signal.Signals(signum))
+    raise KeyboardInterrupt
+
+
+_stopped: list[signal.Signals] = []
+
+
 def main() -> None:
-    app(prog_name="graft")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
+    try:
+        app(prog_name="graft")
+    except (SystemExit, KeyboardInterrupt) as exc:
+        if _stopped and (isinstance(exc, KeyboardInterrupt) or exc.code == 130):  # 130: Typer's exit for one
+            err.print(f"stopped ({_stopped[0].name}): what was finished is kept; run the same command again to "
+                      "go on (a build resumes from INDEX/cache, training from its last checkpoint, an eval run "
+                      "reuses its finished run files)", highlight=False, soft_wrap=True)
+            sys.exit(128 + _stopped[0].value)
+        raise
+    except OSError as exc:
+        if exc.errno not in _ENVIRONMENT_ERRNOS:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print(f"[bold red]error:[/] {where}{exc.strerror}", highlight=False, markup=True, soft_wrap=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -840,3 +840,39 @@ def test_eval_run_help_names_every_system() -> None:
     listed = help_text.split("Comma-separated:", 1)[1].split(".", 1)[0]
     names = [n.strip() for part in listed.split(";") for n in part.split(":")[-1].split(",")]
     assert names == [*SYSTEMS, *SURVEY_SYSTEMS]
+
+
+def test_main_stops_on_sigterm_as_on_ctrl_c_and_names_a_disk_error_in_one_line(tmp_path) -> None:
+    """SIGTERM (kill, job schedulers) stops `graft` as Ctrl-C does, so cleanups run: the temporary
+    file of a write in progress goes (it was left behind); both print one line saying how to go on.
+    A read-only or full disk is an error line, not a traceback."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, signal, time
+import cli.app as cli_app
+from graft.store import atomic_path
+
+def command(**kwargs):
+    with atomic_path({str(tmp_path / "graph.graphml")!r}) as tmp:
+        tmp.write_text("half")
+        os.kill(os.getpid(), signal.SIG{{}})
+        time.sleep(30)
+
+def read_only(**kwargs):
+    raise OSError(30, "Read-only file system", {str(tmp_path / "idx" / "papers.parquet")!r})
+
+cli_app.app = {{}}
+cli_app.main()
+"""
+    for sig, code in (("TERM", 143), ("INT", 130)):
+        res = subprocess.run([sys.executable, "-c", script.format(sig, "command")], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == code, res.stderr
+        assert f"stopped (SIG{sig}): what was finished is kept; run the same command again" in res.stderr
+        assert "Traceback" not in res.stderr and list(tmp_path.iterdir()) == []
+    res = subprocess.run([sys.executable, "-c", script.format("TERM", "read_only")], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert f"error: {tmp_path / 'idx' / 'papers.parquet'}: Read-only file system" in res.stderr
