@@ -117,7 +117,7 @@ def build(
                                                 "and embeddings of this corpus's papers are copied into "
                                                 "OUT/cache/build first: a slice or variant of a corpus already "
                                                 "built costs only its new papers and the graph. Only read."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Build the typed facet graph of a corpus into an index directory.
@@ -477,7 +477,7 @@ def demo(
     out: Path = typer.Option(Path("demo-index"), "--out", help="Where to build the demo index."),
     paper: str | None = typer.Option(None, "--paper", help="Query paper (default: the best-connected one)."),
     limit: int | None = typer.Option(None, min=1, help="Use only the first N ACLSum papers (a quick look)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Build the ACLSum demo graph, show a facet-labelled query and write a short survey."""
     import numpy as np

@@ -123,7 +123,7 @@ def survey(
     subsections: int = typer.Option(2, "--subsections", min=1, help="Level-2 subsections per section (at most)."),
     verify_rounds: int = typer.Option(3, "--verify-rounds", min=1, max=10,
                                       help="Evidence-and-rewrite rounds per failed citation."),
-    retriever: str = typer.Option("teacher", "--retriever", help="teacher (graph walks) or graft (trained model)."),
+    retriever: str = typer.Option("teacher", "--retriever", help="teacher (graph walks), graft (trained model) or dense (MiniLM over title + abstract, no graph: the baseline)."),
     graph_seeds: int = typer.Option(20, "--graph-seeds", min=0,
                                     help="Widen graph retrievals through the citation ties of their best N papers "
                                          "(0 = off)."),
@@ -147,7 +147,7 @@ def survey(
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Subsections written / LLM requests at once."),
     device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "
                                "cuda:N, mps or auto."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a survey of TOPIC from the index's papers, every citation verified against the cited paper."""

@@ -59,7 +59,7 @@ def train(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the last checkpoint."),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="Only print the coverage of naive vs coverage-aware pairs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Train the generative retriever: DocIDs, distillation pairs, fine-tuning into INDEX/model."""
