@@ -334,6 +334,13 @@ def query(
         if references is not None and (paper is not None or queries is not None):
             raise GraftError("--references goes with --text or --record (a paper outside the corpus)")
         related.check(recs)
+        unknown_refs = [(i, r) for i, rec in enumerate(recs, start=1) if is_outside(rec)
+                        for r in rec.get("references") or [] if str(r) not in idx.row_of]
+        if unknown_refs and not as_json:  # a reference outside the corpus cannot couple: said, not hidden
+            i, ref = unknown_refs[0]
+            err.print(f"note: {len(unknown_refs)} reference(s) of {len({q for q, _ in unknown_refs})} query paper(s) "
+                      f"are not in the index and count for nothing (e.g. query {i}: {ref!r})",
+                      highlight=False, soft_wrap=True)
         if queries is not None and trec_out is None and not as_json:
             raise GraftError(f"--queries {queries}: {len(recs)} queries would run and show nothing; write their "
                              "results with --trec-out FILE or print them with --json")

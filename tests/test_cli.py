@@ -377,6 +377,13 @@ def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
     res = runner.invoke(app, ["query", str(out), "--record", str(path), "--retriever", "teacher", "--k", "3"],
                         env={"COLUMNS": "300"})
     assert res.exit_code == 0 and f"its method: {' | '.join(read['method'])}" in res.stdout
+    assert "not in the index" not in res.output
+    # a reference outside the corpus counts for nothing: said on stderr (--references refuses one)
+    path.write_text(json.dumps({**record, "references": [*cited[2:4], "no-such-paper"]}))
+    res = runner.invoke(app, ["query", str(out), "--record", str(path), "--retriever", "teacher", "--k", "3"],
+                        env={"COLUMNS": "300"})
+    assert res.exit_code == 0 and "note: 1 reference(s) of 1 query paper(s) are not in the index and count for " \
+        "nothing (e.g. query 1: 'no-such-paper')" in res.stderr
 
     other = {"title": row["title"], "abstract": row["abstract"]}
     batch = [record, {"id": cited[0]}, other]
