@@ -34,6 +34,7 @@ import torch
 from transformers import LogitsProcessor
 from transformers.generation import utils as _generation_utils
 
+from graft.devices import attention_kernels
 from graft.docids import DocidTrie
 from graft.prompts import encode_prompt
 
@@ -164,34 +165,35 @@ def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], ite
     device = next(model.parameters()).device
     prompts = [encode_prompt(tokenizer, f, t, max_tokens=MAX_PROMPT_TOKENS) for f, t in items]
     out: list[list[Beam]] = []
-    for start in range(0, len(items), batch_size):
-        chunk = list(range(start, min(start + batch_size, len(items))))
-        ids, att = _left_pad([prompts[i] for i in chunk], pad)
-        ids, att = ids.to(device), att.to(device)
-        proc = TrieLogitsProcessor([tries[items[i][0]] for i in chunk], ids.shape[1], eos, num_beams)
-        extra = {_CACHE_KWARG: _shared_prefix_cache(model, ids, att, num_beams)} if share_prompt else {}
-        gen = model.generate(
-            input_ids=ids, attention_mask=att, logits_processor=[proc],
-            num_beams=num_beams, num_return_sequences=num_beams, max_new_tokens=max_new_tokens,
-            do_sample=False, length_penalty=0.0, early_stopping=True, eos_token_id=eos, pad_token_id=pad,
-            output_scores=True, return_dict_in_generate=True, **extra,
-        )
-        seqs = gen.sequences[:, ids.shape[1]:].tolist()
-        scores = (gen.sequences_scores.float().cpu().numpy() if num_beams > 1
-                  else _greedy_scores(gen.scores, seqs, eos))  # one beam: greedy search, no beam scores
-        for j, i in enumerate(chunk):
-            trie = tries[items[i][0]]
-            beams: dict[tuple[int, ...], Beam] = {}
-            for b in range(j * num_beams, (j + 1) * num_beams):
-                # transformers marks filler hypotheses (fewer DocIDs than beams) with scores near -1e9
-                if not np.isfinite(scores[b]) or scores[b] < _FILLER_SCORE:
-                    continue
-                toks = seqs[b]
-                toks = toks[: toks.index(eos)] if eos in toks else toks
-                prob = float(np.exp(scores[b]))
-                if tuple(toks) not in beams or beams[tuple(toks)].prob < prob:
-                    beams[tuple(toks)] = Beam(trie.lookup(toks), prob, toks)
-            out.append(sorted(beams.values(), key=lambda x: (-x.prob, x.token_ids)))
+    with attention_kernels():  # never cuDNN's attention: see graft.devices.SDPA_BACKENDS
+        for start in range(0, len(items), batch_size):
+            chunk = list(range(start, min(start + batch_size, len(items))))
+            ids, att = _left_pad([prompts[i] for i in chunk], pad)
+            ids, att = ids.to(device), att.to(device)
+            proc = TrieLogitsProcessor([tries[items[i][0]] for i in chunk], ids.shape[1], eos, num_beams)
+            extra = {_CACHE_KWARG: _shared_prefix_cache(model, ids, att, num_beams)} if share_prompt else {}
+            gen = model.generate(
+                input_ids=ids, attention_mask=att, logits_processor=[proc],
+                num_beams=num_beams, num_return_sequences=num_beams, max_new_tokens=max_new_tokens,
+                do_sample=False, length_penalty=0.0, early_stopping=True, eos_token_id=eos, pad_token_id=pad,
+                output_scores=True, return_dict_in_generate=True, **extra,
+            )
+            seqs = gen.sequences[:, ids.shape[1]:].tolist()
+            scores = (gen.sequences_scores.float().cpu().numpy() if num_beams > 1
+                      else _greedy_scores(gen.scores, seqs, eos))  # one beam: greedy search, no beam scores
+            for j, i in enumerate(chunk):
+                trie = tries[items[i][0]]
+                beams: dict[tuple[int, ...], Beam] = {}
+                for b in range(j * num_beams, (j + 1) * num_beams):
+                    # transformers marks filler hypotheses (fewer DocIDs than beams) with scores near -1e9
+                    if not np.isfinite(scores[b]) or scores[b] < _FILLER_SCORE:
+                        continue
+                    toks = seqs[b]
+                    toks = toks[: toks.index(eos)] if eos in toks else toks
+                    prob = float(np.exp(scores[b]))
+                    if tuple(toks) not in beams or beams[tuple(toks)].prob < prob:
+                        beams[tuple(toks)] = Beam(trie.lookup(toks), prob, toks)
+                out.append(sorted(beams.values(), key=lambda x: (-x.prob, x.token_ids)))
     return out
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 from graft.errors import GraftError
 
 
@@ -30,3 +33,21 @@ def resolve_device(device: str) -> str:
             raise GraftError("device 'mps': Apple's Metal backend is not available here; use --device cpu")
         return device
     raise GraftError(f"device '{device}' is unknown; allowed: cpu, cuda, cuda:N, mps, auto")
+
+
+# Attention kernels that training and decoding may use. cuDNN's is left out: since torch 2.11 its
+# backward returns NaN gradients on H100/H200 when an explicit mask meets a fully masked query row
+# (a left-padded batch's padding) at sequence lengths of 64 mod 128 (pytorch/pytorch#196678): a
+# fine-tune of SmolLM2 on an H200 under torch 2.11 had a NaN loss within its first ten steps. Flash and memory-efficient
+# attention handle such rows; MATH is the fallback everywhere.
+SDPA_BACKENDS: tuple[str, ...] = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+def attention_kernels() -> Any:
+    """A context in which `scaled_dot_product_attention` picks only among `SDPA_BACKENDS` (forward
+    and the backward of what it ran); a no-op where torch lacks `torch.nn.attention`."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # pragma: no cover - torch < 2.3
+        return contextlib.nullcontext()
+    return sdpa_kernel([getattr(SDPBackend, name) for name in SDPA_BACKENDS])

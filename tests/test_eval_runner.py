@@ -946,3 +946,40 @@ def test_citation_channel_benchmark_rows(built, tmp_path) -> None:
         assert by[("in corpus, teacher, stored rows", w)]["R@20"] == pytest.approx(float(np.mean(recalls)), abs=1e-9)
     with pytest.raises(SystemExit):
         main(["--split", str(split), "--weights", "-1"])
+
+
+def test_gpu_eval_retries_a_diverged_training_with_math_attention_then_float32(tmp_path, monkeypatch) -> None:
+    """A training whose loss went NaN on the device is retried with the MATH attention kernel, then
+    also in float32; each retry is recorded, and a third divergence ends the run with the error."""
+    import argparse
+
+    import eval.benchmarks.gpu_eval as gpu_eval
+    from graft import devices
+    from training.trainer import TrainingDiverged
+
+    monkeypatch.setattr(devices, "SDPA_BACKENDS", devices.SDPA_BACKENDS)
+    args = argparse.Namespace(bf16=None)
+    run = gpu_eval.Run(tmp_path, args)
+    calls: list[tuple[tuple[str, ...], bool | None]] = []
+
+    def train(fails: int):
+        def fn():
+            calls.append((devices.SDPA_BACKENDS, args.bf16))
+            if len(calls) <= fails:
+                raise TrainingDiverged(f"training diverged: the loss was nan at step 10 of 11; try {len(calls)}")
+            return "trained"
+        return fn
+
+    assert gpu_eval._retrying("training calibration", train(1), args, run) == "trained"
+    assert calls == [(("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"), None), (("MATH",), None)]
+    assert run.report["departures"] == ["training calibration: training diverged: the loss was nan at step 10 of 11; "
+                                        "retried, and everything after it run, with attention kernels MATH"]
+    assert "attention kernels MATH" in (tmp_path / "gpu_eval.md").read_text()
+    calls.clear()
+    assert gpu_eval._retrying("coverage training", train(1), args, run) == "trained"  # the next level
+    assert calls == [(("MATH",), None), (("MATH",), False)] and args.bf16 is False
+    assert run.report["departures"][-1].endswith("MATH and float32 (no bf16 autocast)")
+    calls.clear()
+    with pytest.raises(TrainingDiverged, match="try 1"):
+        gpu_eval._retrying("naive training", train(5), args, run)
+    assert len(calls) == 1 and run.report["fallback_level"] == 2

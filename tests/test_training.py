@@ -171,6 +171,24 @@ def test_training_that_diverges_saves_no_model(tokenizer, tmp_path) -> None:
     assert not (tmp_path / "model" / "checkpoints").exists()
 
 
+def test_training_never_runs_cudnn_attention(tokenizer) -> None:
+    """The trainer's forward and backward run with cuDNN's attention kernel switched off (its backward
+    gives NaN gradients on padded batches under torch 2.11 on Hopper GPUs), and the switch is undone
+    afterwards."""
+    from graft.devices import attention_kernels
+
+    seen: list[tuple[bool, bool]] = []
+    model = _tiny()
+    model.register_forward_pre_hook(lambda *_: seen.append(
+        (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())))
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    fit(model, tokenizer, _hand_pairs(tokenizer, 8), None, TrainConfig(max_steps=2, batch_size=4), quiet=True)
+    assert seen == [(False, True)] * 2
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    with attention_kernels():
+        assert not torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+
+
 # ---- prompts, labels, batches -------------------------------------------------------------------
 def test_labels_mask_the_prompt_and_targets_end_in_eos(real_pairs, index80, tokenizer) -> None:
     table = read_pairs(index80 / "train" / "pairs.parquet").to_pydict()

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from graft.config import config_from_dict, type_problems
+from graft.devices import attention_kernels
 from graft.errors import GraftError
 from training import checkpoints as ckpts
 from training.data import BatchPlan, Collator, EncodedPairs
@@ -366,45 +367,46 @@ def fit(
     since_log, t0, tokens0 = 0, time.perf_counter(), tokens
     model.train()
     try:
-        for step in range(start, total):
-            for ids in plan.step(step, accelerator.process_index):
-                batch = collate([data.example(i) for i in ids])
-                # pinned + non_blocking: the copy overlaps the previous step's kernels
-                batch = {k: (v.pin_memory().to(accelerator.device, non_blocking=True)
-                             if on_gpu and isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-                with accelerator.accumulate(model):
-                    loss = model(**batch).loss
-                    accelerator.backward(loss)
-                    if accelerator.sync_gradients and config.max_grad_norm:
-                        accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                running += loss.detach().float()
-            scheduler.step()
-            tokens += plan.step_tokens(step)
-            target_tokens += plan.step_tokens(step, target_len)
-            done, since_log = step + 1, since_log + 1
-            if done % config.logging_steps == 0 or done == total:
-                log.push(done, accelerator.reduce(running, reduction="mean") / (since_log * acc))
-                running, since_log = torch.zeros_like(running), 0
-            log.poll()
-            elapsed = time.perf_counter() - t0
-            progress.update(done, log.last, (tokens - tokens0) / elapsed if elapsed > 0 else 0.0)
-            if ckpt_dir is not None and config.save_every_steps and done % config.save_every_steps == 0 \
-                    and done < total:
-                accelerator.wait_for_everyone()
-                log.poll(wait=True)
-                if accelerator.is_main_process:
-                    ckpts.save_checkpoint(
-                        ckpt_dir, done, accelerator.unwrap_model(model), optimizer, scheduler,
-                        {"step": done, "tokens": tokens, "target_tokens": target_tokens, "losses": losses,
-                         "seconds": float(state["seconds"]) + elapsed, "fingerprint": fingerprint,
-                         "config": config.to_dict(), "data_seed": config.order_seed, "layout": layout,
-                         "record": record},
-                        config.save_total_limit)
-                accelerator.wait_for_everyone()
-            if on_step is not None:
-                on_step(done, {"loss": log.last, "tokens": tokens, "elapsed": elapsed})
+        with attention_kernels():  # never cuDNN's attention: see graft.devices.SDPA_BACKENDS
+            for step in range(start, total):
+                for ids in plan.step(step, accelerator.process_index):
+                    batch = collate([data.example(i) for i in ids])
+                    # pinned + non_blocking: the copy overlaps the previous step's kernels
+                    batch = {k: (v.pin_memory().to(accelerator.device, non_blocking=True)
+                                 if on_gpu and isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+                    with accelerator.accumulate(model):
+                        loss = model(**batch).loss
+                        accelerator.backward(loss)
+                        if accelerator.sync_gradients and config.max_grad_norm:
+                            accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                    running += loss.detach().float()
+                scheduler.step()
+                tokens += plan.step_tokens(step)
+                target_tokens += plan.step_tokens(step, target_len)
+                done, since_log = step + 1, since_log + 1
+                if done % config.logging_steps == 0 or done == total:
+                    log.push(done, accelerator.reduce(running, reduction="mean") / (since_log * acc))
+                    running, since_log = torch.zeros_like(running), 0
+                log.poll()
+                elapsed = time.perf_counter() - t0
+                progress.update(done, log.last, (tokens - tokens0) / elapsed if elapsed > 0 else 0.0)
+                if ckpt_dir is not None and config.save_every_steps and done % config.save_every_steps == 0 \
+                        and done < total:
+                    accelerator.wait_for_everyone()
+                    log.poll(wait=True)
+                    if accelerator.is_main_process:
+                        ckpts.save_checkpoint(
+                            ckpt_dir, done, accelerator.unwrap_model(model), optimizer, scheduler,
+                            {"step": done, "tokens": tokens, "target_tokens": target_tokens, "losses": losses,
+                             "seconds": float(state["seconds"]) + elapsed, "fingerprint": fingerprint,
+                             "config": config.to_dict(), "data_seed": config.order_seed, "layout": layout,
+                             "record": record},
+                            config.save_total_limit)
+                    accelerator.wait_for_everyone()
+                if on_step is not None:
+                    on_step(done, {"loss": log.last, "tokens": tokens, "elapsed": elapsed})
     finally:
         progress.close()
     if on_gpu:

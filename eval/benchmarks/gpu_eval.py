@@ -346,7 +346,7 @@ def _install_wheels(wheels: list[Path], site: Path) -> str:
 
 
 def _calibrate_training(cov: Path, tokenizer: Any, base: str, batch: int, warmup: int, steps: int,
-                        device: str) -> dict[str, Any]:
+                        device: str, bf16: bool | None = None) -> dict[str, Any]:
     """Tokens/s of the trainer (`gpu_train.trainer_loop`) on a sample of the coverage-aware pairs."""
     import numpy as np
 
@@ -360,12 +360,39 @@ def _calibrate_training(cov: Path, tokenizer: Any, base: str, batch: int, warmup
     data = encode_pairs_table(table.take(pick), tokenizer,
                               docid_tokens=read_docid_tokens(cov / "docids" / "docids.parquet"))
     model = resolve_base_model(base, seed=0)[0].to(device)
-    tokens_per_s = trainer_loop(model, tokenizer, data, batch, warmup, steps, quiet=True)
+    tokens_per_s = trainer_loop(model, tokenizer, data, batch, warmup, steps, quiet=True, bf16=bf16)
     del model
     free()
     mean_len = data.n_tokens / len(data)
     return {"tokens_per_s": tokens_per_s, "mean_example_tokens": mean_len,
             "seconds_per_step": batch * mean_len / tokens_per_s, "batch": batch, "steps_timed": steps}
+
+
+# What a training whose loss went NaN is retried with, in turn (each retry is recorded as a departure):
+# attention by the reference MATH kernel only, then also float32 instead of bf16 autocast.
+FALLBACKS: tuple[dict[str, Any], ...] = ({"sdpa": ("MATH",), "bf16": None}, {"sdpa": ("MATH",), "bf16": False})
+
+
+def _retrying(what: str, fn: Any, args: argparse.Namespace, run: Run) -> Any:
+    """fn(), retried under the next of `FALLBACKS` while it raises `TrainingDiverged`."""
+    from graft import devices
+    from training.trainer import TrainingDiverged
+
+    while True:
+        try:
+            return fn()
+        except TrainingDiverged as e:
+            level = int(run.report.get("fallback_level") or 0)
+            if level >= len(FALLBACKS):
+                raise
+            fb = FALLBACKS[level]
+            devices.SDPA_BACKENDS, args.bf16 = fb["sdpa"], fb["bf16"]
+            run.report["fallback_level"] = level + 1
+            run.report["departures"].append(
+                f"{what}: {e.args[0].split(';')[0]}; retried, and everything after it run, with attention "
+                f"kernels {'/'.join(fb['sdpa'])}" + (" and float32 (no bf16 autocast)" if fb["bf16"] is False else ""))
+            run.save()
+            print(f"[{run.elapsed():6.1f} s] {what} diverged; retrying with {fb}", flush=True)
 
 
 def _train(index: Path, sampling: str, base: str, steps: int, args: argparse.Namespace, run: Run,
@@ -378,7 +405,7 @@ def _train(index: Path, sampling: str, base: str, steps: int, args: argparse.Nam
     from training.trainer import TrainConfig
 
     config = TrainConfig(max_steps=steps, batch_size=args.batch_size, lr=args.lr, save_every_steps=0,
-                         logging_steps=max(1, min(25, steps // 4)))
+                         logging_steps=max(1, min(25, steps // 4)), bf16=args.bf16)
     summary = train_index(index, config, base_model=base, sampling=sampling, resume=False,
                           reporter=Reporter(quiet=args.quiet),
                           distill=DistillConfig.from_dict({**distill, "sampling": sampling}))
@@ -553,8 +580,9 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
         steps = args.train_steps
     else:
         t = time.monotonic()
-        cal = _calibrate_training(cov, tokenizer, base, args.batch_size, args.calibration_warmup,
-                                  args.calibration_steps, device)
+        cal = _retrying("training calibration", lambda: _calibrate_training(
+            cov, tokenizer, base, args.batch_size, args.calibration_warmup, args.calibration_steps, device,
+            args.bf16), args, run)
         run.report["calibration"]["training"] = cal
         steps = max(1, int(0.5 * args.train_budget_s / cal["seconds_per_step"]))
         run.step("training calibration", t)
@@ -567,7 +595,8 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
         f"effective batch {args.batch_size} with lr {args.lr:g} (reference: 16 and 5e-5)"
         + ("" if args.smoke else ", so that SmolLM2's small kernels fill the GPU and the run fits its budget"))
     t = time.monotonic()
-    cov_train = _train(cov, "coverage", base, steps, args, run, distill)
+    cov_train = _retrying("coverage training", lambda: _train(cov, "coverage", base, steps, args, run, distill),
+                          args, run)
     run.step("train coverage", t)
     # the naive model gets the same steps unless that would eat the evaluation's minimum share
     fit_s = float(cov_train["result"]["seconds"]) or 1e-9
@@ -581,7 +610,8 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
             f"naive pairs trained {naive_steps} steps instead of {steps}: the coverage-aware training took "
             f"{fit_s:.0f} s and {available:.0f} s were left before the evaluation's minimum share")
     t = time.monotonic()
-    naive_train = _train(naive, "naive", base, naive_steps, args, run, distill)
+    naive_train = _retrying("naive training", lambda: _train(naive, "naive", base, naive_steps, args, run, distill),
+                            args, run)
     run.step("train naive", t)
     same = "the same steps for both samplings (equal compute), " if naive_steps == steps else ""
     run.report["departures"].append(
@@ -672,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-epochs", type=float, default=2.0, help="cap on steps, in epochs of the coverage pairs")
     r.add_argument("--batch-size", type=int, default=256)
     r.add_argument("--lr", type=float, default=2e-4, help="5e-5 x sqrt(256/16)")
+    r.add_argument("--fp32", dest="bf16", action="store_const", const=False, default=None,
+                   help="train in float32 (default: bf16 autocast where the GPU has it)")
     r.add_argument("--calibration-warmup", type=int, default=3)
     r.add_argument("--calibration-steps", type=int, default=8)
     r.add_argument("--calibration-queries", type=int, default=32)

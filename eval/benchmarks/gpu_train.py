@@ -67,6 +67,7 @@ def bare_loop(model: Any, data: Any, batch: int, warmup: int, steps: int, pad_id
     fused AdamW, nothing else. `target_logits_only` as the trainer's collator (same loss)."""
     import torch
 
+    from graft.devices import attention_kernels
     from training.data import Collator
 
     cuda = torch.cuda.is_available()
@@ -83,9 +84,9 @@ def bare_loop(model: Any, data: Any, batch: int, warmup: int, steps: int, pad_id
         if s == warmup:
             sync()
             t0 = time.perf_counter()
-        with autocast:
+        with autocast, attention_kernels():  # the trainer's kernels
             loss = model(**b).loss
-        loss.backward()
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     sync()
@@ -96,7 +97,7 @@ def bare_loop(model: Any, data: Any, batch: int, warmup: int, steps: int, pad_id
 
 
 def trainer_loop(model: Any, tokenizer: Any, data: Any, batch: int, warmup: int, steps: int, quiet: bool,
-                 max_grad_norm: float = 1.0) -> float:
+                 max_grad_norm: float = 1.0, bf16: bool | None = None) -> float:
     """tokens/s of `training.trainer.fit` over the same steps (timed from step `warmup`)."""
     from training.trainer import TrainConfig, fit
 
@@ -108,7 +109,7 @@ def trainer_loop(model: Any, tokenizer: Any, data: Any, batch: int, warmup: int,
             marks[f"t{step}"], marks[f"n{step}"] = time.perf_counter(), info["tokens"]
 
     config = TrainConfig(batch_size=batch, per_device_batch_size=batch, max_steps=warmup + steps,
-                         warmup_ratio=0.0, save_every_steps=0, max_grad_norm=max_grad_norm)
+                         warmup_ratio=0.0, save_every_steps=0, max_grad_norm=max_grad_norm, bf16=bf16)
     fit(model, tokenizer, data, None, config, quiet=quiet, on_step=on_step, save_final=False)
     a, b = warmup, warmup + steps
     return (marks[f"n{b}"] - marks[f"n{a}"]) / (marks[f"t{b}"] - marks[f"t{a}"])
