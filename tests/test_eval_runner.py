@@ -492,6 +492,9 @@ def test_gpu_eval_script_stages_a_split_and_rehearses_the_run_on_the_cpu(built, 
     assert report["error"] is None and "wheels step reached" in report["notes"]
     steps = {s: t["result"]["steps"] for s, t in report["train"].items()}
     assert set(steps) == {"coverage", "naive"} and steps["coverage"] == steps["naive"] > 0
+    mem = report["train"]["coverage"]["memorisation"]
+    assert mem["pairs"] == 16 and 0 <= mem["target_is_top_beam"] <= mem["target_in_beams"] <= 1
+    assert 1 <= mem["distinct_top_beams"] <= 16 and "of 16 training pairs" in (out / "gpu_eval.md").read_text()
     assert report["calibration"]["decoding"]["seconds_per_query"] > 0 and report["limit"]["per_suite"] == 3
     for suite in ("incorpus", "ooc", "attribution"):
         assert "pipeline check" in (out / f"eval_{suite}_cs768_graft.md").read_text()
@@ -983,3 +986,22 @@ def test_gpu_eval_retries_a_diverged_training_with_math_attention_then_float32(t
     with pytest.raises(TrainingDiverged, match="try 1"):
         gpu_eval._retrying("naive training", train(5), args, run)
     assert len(calls) == 1 and run.report["fallback_level"] == 2
+
+
+def test_gpu_eval_samplings_and_query_limit() -> None:
+    """--samplings takes coverage alone or with naive (in that order); the query limit is sized to
+    the number of models that decode."""
+    import argparse
+
+    import eval.benchmarks.gpu_eval as gpu_eval
+
+    assert gpu_eval._samplings("naive, coverage") == ("coverage", "naive")
+    assert gpu_eval._samplings("coverage") == ("coverage",)
+    for bad in ("naive", "coverage,random", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="coverage, or coverage,naive"):
+            gpu_eval._samplings(bad)
+    # 0.05 s a query and model, 25% for fusion and scoring: 100 s fit 400 queries a suite with two models
+    # ((400 + 400) x 0.05 x 2 x 1.25 = 100) and, with one, 1,100 (the out-of-corpus suite has 500)
+    assert gpu_eval._choose_limit(0.05, 1602, 500, 100.0) == 400
+    assert gpu_eval._choose_limit(0.05, 1602, 500, 100.0, models=1) == 1100
+    assert gpu_eval._choose_limit(0.05, 1602, 500, 1000.0, models=1) == 1602

@@ -73,7 +73,9 @@ SPLIT_FILES = ("split.json", "incorpus/queries.jsonl", "incorpus/qrels.txt", "oo
 WHEELS = ("polars", "polars-runtime-32", "marisa-trie", "gguf")
 #: The modules those wheels provide: nothing the run imports before installing them may need one.
 CARRIED_MODULES = ("polars", "marisa_trie", "gguf")
-GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-walk", "graft-naive", "graft-cite", "graft-text")
+# the coverage model's fusions (one decoding per query) first, so a budget that runs out takes the naive model's
+GRAFT_SYSTEMS = ("graft", "graft-rrf", "graft-walk", "graft-cite", "graft-text", "graft-naive")
+SAMPLINGS = ("coverage", "naive")
 #: Largest file the device machine returns is 16 MiB; the results bundle stays under this.
 BUNDLE_LIMIT = 15 * 2**20
 SUITES = ("incorpus", "ooc", "attribution")
@@ -281,6 +283,13 @@ def render(report: dict[str, Any]) -> str:
                          f"{t['batch_size']} | {t['lr']:g} | {r.get('tokens', 0):,} | {first} | {final} | "
                          f"{r.get('seconds', 0):.0f} | {r.get('tokens_per_s', 0):,.0f} |")
         lines.append("")
+        for sampling, t in report["train"].items():
+            m = t.get("memorisation")
+            if m:
+                lines += [f"Memorisation ({sampling}): of {m['pairs']} training pairs, the target DocID is the top "
+                          f"beam for {m['target_is_top_beam']:.1%} and among the {m['beams']} beams for "
+                          f"{m['target_in_beams']:.1%}; the top beams are {m['distinct_top_beams']} distinct DocIDs "
+                          f"(the targets {m['distinct_targets']})", ""]
     cal = report.get("calibration") or {}
     if cal:
         lines += ["## Calibration", "", "```", json.dumps(cal, indent=1, default=str), "```", ""]
@@ -415,6 +424,34 @@ def _train(index: Path, sampling: str, base: str, steps: int, args: argparse.Nam
     return out
 
 
+def _memorisation(index_dir: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """How far the trained model has learned its own pairs: for a seeded sample of its training pairs,
+    the share whose target DocID is the top beam (at most 1 / the source item's number of targets)
+    or among the beams of its source item, and how many distinct DocIDs the top beams are — a model
+    that has not yet learned to read its prompt decodes the same few for every source."""
+    import numpy as np
+
+    from graft.decoding import decode_items
+    from graft.index import Index
+    from training.data import read_pairs
+
+    table = read_pairs(index_dir / "train" / "pairs.parquet")
+    n = min(args.memorisation_pairs, table.num_rows)
+    rows = table.take(np.sort(np.random.default_rng(1).choice(table.num_rows, size=n, replace=False))).to_pydict()
+    gen = Index.open(index_dir).generative(device=device)
+    beams = decode_items(gen.model, gen.tokenizer, gen.tries, list(zip(rows["facet"], rows["source_text"])),
+                         args.beams, batch_size=args.decode_batch)
+    del gen
+    free()
+    targets = [(f, int(d)) for f, d in zip(rows["facet"], rows["target_docid_id"])]
+    top = [(f, b[0].docid_id) for (f, _), b in zip(targets, beams) if b]
+    hit_top = sum(bool(b) and b[0].docid_id == d for (_, d), b in zip(targets, beams))
+    hit_any = sum(t[1] in {x.docid_id for x in b} for t, b in zip(targets, beams))
+    return {"pairs": n, "beams": args.beams, "target_is_top_beam": hit_top / max(1, n),
+            "target_in_beams": hit_any / max(1, n), "distinct_top_beams": len(set(top)),
+            "distinct_targets": len(set(targets))}
+
+
 def _decode_seconds_per_query(index_dir: Path, split: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
     """Seconds per in-corpus query of the coverage model's batched decoding (after a warm-up)."""
     from eval.runner import load_queries
@@ -467,11 +504,20 @@ def _check_precomputed(split: Path, index_dir: Path) -> tuple[int, int]:
     return len(queries["incorpus"]), len(queries["ooc"])
 
 
-def _choose_limit(per_query: float, n_incorpus: int, n_ooc: int, seconds: float) -> int:
-    """The most queries per suite (first N by qid) whose decoding by two models fits `seconds`,
+def _samplings(value: str) -> tuple[str, ...]:
+    """--samplings: "coverage" or "coverage,naive" (the decoding calibration and every system but
+    graft-naive use the coverage-aware model)."""
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if "coverage" not in names or not set(names) <= set(SAMPLINGS):
+        raise argparse.ArgumentTypeError(f"{value!r}: coverage, or coverage,naive")
+    return tuple(n for n in SAMPLINGS if n in names)
+
+
+def _choose_limit(per_query: float, n_incorpus: int, n_ooc: int, seconds: float, models: int = 2) -> int:
+    """The most queries per suite (first N by qid) whose decoding by `models` models fits `seconds`,
     with 25% for fusion, scoring and the attribution checks."""
     def cost(n: int) -> float:
-        return 1.25 * per_query * 2 * (min(n, n_incorpus) + min(n, n_ooc))
+        return 1.25 * per_query * models * (min(n, n_incorpus) + min(n, n_ooc))
 
     top = max(n_incorpus, n_ooc)
     if cost(top) <= seconds:
@@ -584,7 +630,7 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
             cov, tokenizer, base, args.batch_size, args.calibration_warmup, args.calibration_steps, device,
             args.bf16), args, run)
         run.report["calibration"]["training"] = cal
-        steps = max(1, int(0.5 * args.train_budget_s / cal["seconds_per_step"]))
+        steps = max(1, int(args.train_budget_s / len(args.samplings) / cal["seconds_per_step"]))
         run.step("training calibration", t)
     pairs_cov = meta["pairs"]["coverage"]
     cap = max(1, int(args.max_epochs * pairs_cov / args.batch_size))
@@ -598,26 +644,35 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
     cov_train = _retrying("coverage training", lambda: _train(cov, "coverage", base, steps, args, run, distill),
                           args, run)
     run.step("train coverage", t)
-    # the naive model gets the same steps unless that would eat the evaluation's minimum share
-    fit_s = float(cov_train["result"]["seconds"]) or 1e-9
-    # tokenising, model load and save; the naive pairs take ~1.7x as long to tokenise
-    overhead = 1.5 * max(0.0, run.report["timings"]["train coverage"] - fit_s)
-    available = deadline - time.monotonic() - args.reserve_s - args.min_eval_s
-    naive_steps = steps
-    if not args.train_steps and overhead + fit_s > available:
-        naive_steps = max(1, int(steps * max(0.0, available - overhead) / fit_s))
-        run.report["departures"].append(
-            f"naive pairs trained {naive_steps} steps instead of {steps}: the coverage-aware training took "
-            f"{fit_s:.0f} s and {available:.0f} s were left before the evaluation's minimum share")
     t = time.monotonic()
-    naive_train = _retrying("naive training", lambda: _train(naive, "naive", base, naive_steps, args, run, distill),
-                            args, run)
-    run.step("train naive", t)
+    mem = _memorisation(cov, args, device)
+    run.report["train"]["coverage"]["memorisation"] = mem
+    run.step("memorisation check", t)
+    naive_steps, naive_train = 0, None
+    if "naive" in args.samplings:
+        # the naive model gets the same steps unless that would eat the evaluation's minimum share
+        fit_s = float(cov_train["result"]["seconds"]) or 1e-9
+        # tokenising, model load and save; the naive pairs take ~1.7x as long to tokenise
+        overhead = 1.5 * max(0.0, run.report["timings"]["train coverage"] - fit_s)
+        available = deadline - time.monotonic() - args.reserve_s - args.min_eval_s
+        naive_steps = steps
+        if not args.train_steps and overhead + fit_s > available:
+            naive_steps = max(1, int(steps * max(0.0, available - overhead) / fit_s))
+            run.report["departures"].append(
+                f"naive pairs trained {naive_steps} steps instead of {steps}: the coverage-aware training took "
+                f"{fit_s:.0f} s and {available:.0f} s were left before the evaluation's minimum share")
+        t = time.monotonic()
+        naive_train = _retrying("naive training",
+                                lambda: _train(naive, "naive", base, naive_steps, args, run, distill), args, run)
+        run.step("train naive", t)
     same = "the same steps for both samplings (equal compute), " if naive_steps == steps else ""
+    naive_part = (f" and {naive_steps} on the naive pairs ({naive_train['epochs']:.2f} epochs of "
+                  f"{naive_train['pairs']:,})" if naive_train else "")
     run.report["departures"].append(
         f"{steps} steps of {args.batch_size} examples on the coverage-aware pairs ({cov_train['epochs']:.2f} epochs "
-        f"of {cov_train['pairs']:,}) and {naive_steps} on the naive pairs ({naive_train['epochs']:.2f} epochs of "
-        f"{naive_train['pairs']:,}); reference: 2 epochs each; {same}sized to the time budget")
+        f"of {cov_train['pairs']:,}){naive_part}; reference: 2 epochs each; {same if naive_train else ''}sized to "
+        "the time budget" + ("" if naive_train else "; no naive model in this run (--samplings coverage): "
+                             "graft-naive is not measured"))
 
     # ---- evaluation: a query limit calibrated on the GPU ----
     n_in, n_ooc = _check_precomputed(split, cov)
@@ -629,7 +684,7 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
         run.report["calibration"]["decoding"] = dec
         run.step("decoding calibration", t)
         left = deadline - time.monotonic() - args.reserve_s
-        limit = _choose_limit(dec["seconds_per_query"], n_in, n_ooc, left)
+        limit = _choose_limit(dec["seconds_per_query"], n_in, n_ooc, left, models=len(args.samplings))
         run.report["calibration"]["eval_seconds_available"] = round(left, 1)
         run.report["calibration"]["limit_fitted"] = limit
         if args.max_queries:
@@ -639,7 +694,7 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
                            "of": {"incorpus_test": n_in, "ooc": n_ooc}}
     # on fewer queries than the CPU tables, the teachers (teacher-cite: the comparison for graft-cite) are
     # measured again on the same ones
-    systems = list(GRAFT_SYSTEMS) + ([] if full else ["teacher", "teacher-cite"])
+    systems = [s for s in GRAFT_SYSTEMS if s != "graft-naive" or naive_train] + ([] if full else ["teacher", "teacher-cite"])
     if not full:
         run.report["departures"].append(
             f"the first {limit} queries of each suite by qid ({min(limit, n_in)} of {n_in} in-corpus test, "
@@ -647,10 +702,11 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
             f"measured on the same queries for comparison")
     gpu = run.report["env"].get("gpu") or "CPU"
     label = (f"{gpu}: {'tiny model' if args.smoke else 'SmolLM2-135M'} trained {steps} steps x batch "
-             f"{args.batch_size} on coverage-aware pairs ({cov_train['epochs']:.2f} epochs) and {naive_steps} on "
-             f"naive pairs ({naive_train['epochs']:.2f} epochs); {args.beams} beams; "
+             f"{args.batch_size} on coverage-aware pairs ({cov_train['epochs']:.2f} epochs)"
+             + (f" and {naive_steps} on naive pairs ({naive_train['epochs']:.2f} epochs)" if naive_train else "")
+             + f"; {args.beams} beams; "
              + (f"first {limit} queries per suite by qid" if not full else "all test queries"))
-    options = RunOptions(systems=systems, index_dir=cov, naive_index=naive, part="test",
+    options = RunOptions(systems=systems, index_dir=cov, naive_index=naive if naive_train else None, part="test",
                          limit=None if full else limit, beams=args.beams, device=device,
                          results_dir=work / "results", name=args.name, label=label,
                          decode_batch=args.decode_batch,
@@ -694,7 +750,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--site", default="/tmp/site", help="where the carried wheels are installed")
     r.add_argument("--smoke", action="store_true", help="CPU rehearsal: tiny model, a few steps and queries")
     r.add_argument("--budget-s", type=float, default=450.0, help="the whole run, from the script's start")
-    r.add_argument("--train-budget-s", type=float, default=200.0, help="both trainings together (calibrated steps)")
+    r.add_argument("--train-budget-s", type=float, default=200.0, help="the trainings together (calibrated steps)")
+    r.add_argument("--samplings", type=_samplings, default=SAMPLINGS,
+                   help="models to train: coverage,naive (default; equal steps) or coverage (all of the training "
+                        "budget to the coverage-aware model; graft-naive is not measured)")
     r.add_argument("--reserve-s", type=float, default=25.0, help="kept for writing after the last suite")
     r.add_argument("--min-eval-s", type=float, default=100.0,
                    help="the naive model's steps are cut if its training would leave the evaluation less")
@@ -710,6 +769,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--limit", type=int, default=None, help="queries per suite (skips the calibration)")
     r.add_argument("--max-queries", type=int, default=None, help="cap on the calibrated queries per suite")
     r.add_argument("--beams", type=int, default=20)
+    r.add_argument("--memorisation-pairs", type=int, default=256,
+                   help="training pairs decoded after the coverage-aware training (is the target among the beams?)")
     r.add_argument("--decode-batch", type=int, default=128, help="facet items per generate call")
     r.add_argument("--name", default="cs768_graft", help="table names: eval_{suite}_{name}.md")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; smoke: 1)")
@@ -725,6 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         args.beams = 2 if args.beams == 20 else args.beams
         args.decode_batch = 8 if args.decode_batch == 128 else args.decode_batch
         args.max_queries = args.max_queries or 3
+        args.memorisation_pairs = min(args.memorisation_pairs, 16)
         args.threads = args.threads or 1
         args.budget_s = max(args.budget_s, 600.0)
     return run_eval(args)
