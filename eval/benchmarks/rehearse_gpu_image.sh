@@ -5,7 +5,10 @@
 # that the run installs those from the staged wheels as it must on the device. The staged folders are
 # laid out as the device calls leave them: a and b copied into one folder, c beside it.
 #
-#   eval/benchmarks/rehearse_gpu_image.sh [STAGE]      # STAGE: gpu_eval.py prepare's --stage (.gpu/eval)
+#   eval/benchmarks/rehearse_gpu_image.sh [STAGE [RUN OPTIONS...]]
+#
+# STAGE: gpu_eval.py prepare's --stage (.gpu/eval); RUN OPTIONS are passed to `gpu_eval.py run --smoke`
+# (e.g. the next device run's `--samplings coverage --train-budget-s 400 --budget-s 540`).
 #
 # Environment: PY312 (a Python 3.12 interpreter; default pyenv's 3.12.1), VENV (default
 # /tmp/graft-image-py312; made once, ~5 GB with torch's CUDA build from PyPI), REHEARSAL (the
@@ -13,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage=${1:-.gpu/eval}
+shift $(( $# > 0 ? 1 : 0 ))
 py312=${PY312:-"$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")/versions/3.12.1/bin/python"}
 venv=${VENV:-/tmp/graft-image-py312}
 work=${REHEARSAL:-/tmp/graft-image-rehearsal}
@@ -36,7 +40,7 @@ done
 rm -rf "$work" && mkdir -p "$work/g"
 cp "$stage"/a/* "$stage"/b/* "$work/g/"
 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 "$venv/bin/python" eval/benchmarks/gpu_eval.py run --smoke --quiet \
-    --stage "$work/g,$stage/c" --site "$work/site" --work "$work/work" --out "$work/out"
+    --stage "$work/g,$stage/c" --site "$work/site" --work "$work/work" --out "$work/out" "$@"
 "$venv/bin/python" - "$work/out/gpu_eval.json" <<'EOF'
 import json, sys
 error = json.load(open(sys.argv[1]))["error"]
