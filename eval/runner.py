@@ -15,10 +15,11 @@ Suites:
 Every system's answers are written as it finishes to `SPLITDIR/runs/{suite}.{system}.trec` (the
 in-corpus dev part's to `incorpus-dev.{system}.trec`; plus
 `.credits.jsonl` with the facet credits and `.json` with what produced it), and reused by later
-runs over the same queries and index unless `force`. Metrics are computed from the run files and
-the split's qrels, so any run can be re-scored (`score_run`, `graft eval score`).
-Tables go to `RESULTS/eval_{suite}_{name}.md` and `.json`, with the command, hashes, seed, date,
-versions and query counts.
+runs over the same queries and index unless `force` (a `limit` run reads a stored run of more
+queries instead of replacing it). Metrics are computed from the run files and the split's qrels, so
+any run can be re-scored (`score_run`, `graft eval score`). Tables go to
+`RESULTS/eval_{suite}_{name}.md` and `.json` (the dev part's to `eval_{suite}-dev_{name}.*`), with
+the command, hashes, seed, date, versions and query counts.
 """
 
 from __future__ import annotations
@@ -256,21 +257,44 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
             "text": _text_stamp() if system == "graft-text" else None}
     if not options.force and meta_path.is_file() and trec.is_file():
         old = read_json(meta_path)
-        if all(old.get(k) == v for k, v in want.items()):
+        subset = _served_subset(old, want, trec, queries)
+        if subset is not None:
             run = SystemRun(read_run(trec))
             if credits_path.is_file():
                 run.credits = read_credits(credits_path)
-            return run, old
+            return run, subset
     t0 = time.perf_counter()
     run = run_system(system, ctx, queries, reporter)
     seconds = time.perf_counter() - t0
     write_run(trec, run.run, tag=system)
     if run.credits is not None:
         _write_credits(credits_path, run.credits)
-    meta = {**want, "seconds": round(seconds, 2), "created": now_iso()}
+    meta = {**want, "seconds": round(seconds, 2), "created": now_iso(), "qids": [q.qid for q in queries]}
     write_json(meta_path, meta)
     # scored as read back from the file (its score precision and tie order), as a reused run is
     return SystemRun(read_run(trec), credits=run.credits), meta
+
+
+def _served_subset(old: dict[str, Any], want: dict[str, Any], trec: Path,
+                   queries: list[EvalQuery]) -> dict[str, Any] | None:
+    """The stored run's metadata if it serves these queries: made for exactly them, or for more of
+    them with everything else the same (a `--limit` run reads the full run instead of replacing it;
+    its seconds prorated, `subset_of` its query count). None: the run must be computed."""
+    if any(old.get(k) != v for k, v in want.items() if k not in ("queries", "qids_sha")):
+        return None
+    if old.get("qids_sha") == want["qids_sha"]:
+        return old
+    n_old = int(old.get("queries") or 0)
+    if n_old <= len(queries):
+        return None
+    # runs written before `qids` was stored: the qids the run file answers (a query without hits
+    # is absent there, so such a run serves fewer subsets than it could)
+    stored = set(old["qids"]) if "qids" in old else set(read_run(trec))
+    if not all(q.qid in stored for q in queries):
+        return None
+    seconds = old.get("seconds")
+    return {**old, "seconds": round(seconds * len(queries) / n_old, 2) if seconds is not None else None,
+            "subset_of": n_old}
 
 
 def obvious_sets(split_dir: Path, suite: str, ctx: EvalContext, queries: list[EvalQuery],
@@ -321,6 +345,8 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
                          "correct@20": None, "seconds": None})
             notes.append(f"{system}: {exc}")
             continue
+        if meta.get("subset_of"):
+            notes.append(f"{system}: read from its stored run of {meta['subset_of']} queries (seconds prorated)")
         sub = {q: run.run.get(q, []) for q in qids}
         no = non_obvious_share(sub, qrels, {q: obvious[q] for q in qids}, k=ATTRIBUTION_K)
         rows.append({"system": system, **{f"R@{k}": mean_recall(sub, qrels, k, qids) for k in KS},
@@ -432,11 +458,13 @@ def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]) -> tuple[Path, Path]:
-    """Write `eval_{suite}_{name}.md` and `.json` (atomically) and return their paths."""
+    """Write `eval_{suite}_{name}.md` and `.json` (atomically) and return their paths; a run of the
+    dev part writes `eval_{suite}-dev_{name}.*`, beside the test part's tables (as its runs are)."""
     results_dir = Path(results_dir)
-    stem = f"eval_{suite}_{name}"
     m = table["meta"]
-    lines = [f"# GRAFT evaluation — {suite} — {name}", ""]
+    part = "-dev" if m.get("part") == "dev" and suite in ("incorpus", "attribution", "survey") else ""
+    stem = f"eval_{suite}{part}_{name}"
+    lines = [f"# GRAFT evaluation — {suite}{part} — {name}", ""]
     if m.get("label"):
         lines += [f"**{m['label']}**", ""]
     lines += [

@@ -149,6 +149,38 @@ def test_tables_default_beside_the_split_and_systems_run_once(built, encoder) ->
         run_paths(split, "incorpus", "bm25")[0]).keys()
     run_suite(split, "incorpus", opts, encoder=encoder)
     assert json.loads(run_paths(split, "incorpus", "bm25")[2].read_text())["created"] == made  # reused
+    # ... and its own tables beside the test part's
+    assert Path(dev["files"][0]).name == "eval_incorpus-dev_" + Path(table["files"][0]).name.split("_", 2)[2]
+    assert "part: dev" in Path(dev["files"][0]).read_text() and "part: test" in md
+
+
+def test_a_limit_run_reads_a_stored_run_of_more_queries_instead_of_replacing_it(built, encoder, tmp_path) -> None:
+    _, split = built
+    for path in run_paths(split, "incorpus", "bm25"):
+        path.unlink(missing_ok=True)
+    full = run_suite(split, "incorpus", RunOptions(systems=["bm25"], results_dir=tmp_path), encoder=encoder)
+    trec, _, meta_path = run_paths(split, "incorpus", "bm25")
+    stored, meta = trec.read_bytes(), json.loads(meta_path.read_text())
+    n = full["meta"]["queries"]
+    assert n > 4 and meta["queries"] == len(meta["qids"]) == n
+    short = run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=4, results_dir=tmp_path), encoder=encoder)
+    assert trec.read_bytes() == stored and json.loads(meta_path.read_text()) == meta  # not replaced
+    first4 = {q.qid for q in load_queries(split, "incorpus", "test", 4)}
+    qrels = read_qrels(split / "incorpus" / "qrels.txt")
+    run = read_run(trec)
+    expected = sum(len(set(d for d, _ in run.get(q, [])[:20]) & set(qrels[q])) / len(qrels[q]) for q in first4) / 4
+    row = short["rows"][0]
+    assert short["meta"]["queries"] == 4 and row["R@20"] == pytest.approx(expected)
+    assert row["seconds"] == pytest.approx(meta["seconds"] * 4 / n, abs=0.01)
+    assert f"bm25: read from its stored run of {n} queries (seconds prorated)" in short["notes"]
+    # a run written without its qids serves a subset of the queries its file answers
+    meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "qids"}))
+    again = run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=4, results_dir=tmp_path), encoder=encoder)
+    assert again["rows"][0]["R@20"] == row["R@20"] and trec.read_bytes() == stored
+    # another index's run is not read for a subset: it is computed and replaces the stored one
+    meta_path.write_text(json.dumps({**meta, "corpus_hash": "another"}))
+    run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=4, results_dir=tmp_path), encoder=encoder)
+    assert json.loads(meta_path.read_text())["queries"] == 4
 
 
 def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path) -> None:
