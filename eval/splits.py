@@ -176,6 +176,11 @@ def _record(row: dict[str, Any], kept: set[str]) -> dict[str, Any]:
     return record
 
 
+#: In a split directory while `prepare_split` writes it (split.json is written last): a stopped
+#: split is neither read as a split nor refused as a foreign folder by the next prepare.
+IN_PROGRESS = ".split-in-progress"
+
+
 def _check_out(corpus: str | Path, out: Path) -> None:
     """Refuse, before any work, a split directory the split must not write into: one `folder_problem`
     names, a folder with other content and no split.json (the split would put its files among
@@ -193,7 +198,7 @@ def _check_out(corpus: str | Path, out: Path) -> None:
     if source is not None and source.is_relative_to(out.resolve()):
         raise InputValidationError(f"--out {out} holds the corpus {corpus}, which the split's files would "
                                    f"replace; write the split into another folder")
-    if not (out / "split.json").is_file() and any(out.iterdir()):
+    if not (out / "split.json").is_file() and not (out / IN_PROGRESS).is_file() and any(out.iterdir()):
         raise InputValidationError(f"--out {out} holds files but no split (no split.json); write the split into "
                                    f"a new or empty folder")
 
@@ -232,6 +237,10 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
     by_id = {row["paper_id"]: row for row in loaded.papers.iter_rows(named=True)}
     reduced = [_record(by_id[p], kept) for p in split.kept]
     out.mkdir(parents=True, exist_ok=True)
+    (out / IN_PROGRESS).write_text("a split being written; stopped before its split.json if this file stays: run "
+                                   "`graft eval prepare` again\n", encoding="utf-8")
+    # an earlier split's split.json would otherwise vouch for a half-replaced set of files
+    (out / "split.json").unlink(missing_ok=True)
     write_lines(out / "corpus.jsonl", [json.dumps(r, ensure_ascii=False) for r in reduced])
     corpus_hash = load_corpus(out / "corpus.jsonl").content_hash()
 
@@ -279,6 +288,7 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
         "versions": library_versions(),
     }
     write_json(out / "split.json", meta)
+    (out / IN_PROGRESS).unlink()
     return meta
 
 
@@ -290,6 +300,9 @@ def read_split(split_dir: str | Path) -> dict[str, Any]:
         GraftError: not a split directory (names the command that makes one).
     """
     path = Path(split_dir) / "split.json"
+    if not path.is_file() and (Path(split_dir) / IN_PROGRESS).is_file():
+        raise GraftError(f"'{split_dir}': `graft eval prepare` was stopped while writing this split; run it again "
+                         f"(`graft eval prepare CORPUS --out {split_dir}`)")
     if not path.is_file():
         raise GraftError(f"'{split_dir}' is not an evaluation split (no split.json); make one with "
                          f"`graft eval prepare CORPUS --out {split_dir}`")

@@ -41,6 +41,32 @@ def test_split_is_deterministic_from_the_seed(split, tmp_path) -> None:
     assert other["source_hash"] == meta["source_hash"]
 
 
+def test_a_stopped_prepare_is_finished_by_running_it_again(split, tmp_path, monkeypatch) -> None:
+    """A split stopped while being written (here: over an earlier split) is not read as a split, and
+    the same command run again finishes it."""
+    import eval.splits as splits
+
+    out, _ = split
+    config = SplitConfig(seed=0, n_ooc=200, n_survey=10, n_survey_dev=5)
+    target = tmp_path / "s"
+    prepare_split(cs768_path(), target, SplitConfig(seed=1, n_ooc=200, n_survey=10, n_survey_dev=5))
+
+    def stop(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(splits, "write_qrels", stop)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_split(cs768_path(), target, config)
+    monkeypatch.undo()
+    assert (target / "corpus.jsonl").read_bytes() == (out / "corpus.jsonl").read_bytes()  # seed 0's, half written
+    with pytest.raises(GraftError, match="was stopped while writing this split; run it again"):
+        read_split(target)
+    prepare_split(cs768_path(), target, config)
+    assert read_split(target)["params"]["seed"] == 0 and not (target / splits.IN_PROGRESS).exists()
+    for rel in ("incorpus/queries.jsonl", "incorpus/qrels.txt", "ooc/qrels.txt", "survey/qrels.txt"):
+        assert (target / rel).read_bytes() == (out / rel).read_bytes(), rel
+
+
 def test_holdouts_never_reach_the_reduced_corpus(split) -> None:
     out, meta = split
     corpus = _jsonl(out / "corpus.jsonl")
