@@ -14,6 +14,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from graft.config import config_from_dict, config_to_dict, type_problems
+from graft.devices import resolve_device
 from graft.errors import GraftError
 from graft.facets import FACETS, FacetItems
 from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
@@ -292,6 +293,8 @@ def build_index(
     reporter = reporter or Reporter(quiet=True)
     out = Path(out)
     _check_out(out)
+    if encoder is None:  # the build makes its encoder: an unknown device or an absent GPU before any work
+        resolve_device(config.embedding_device)
     seed_root = _seed_root(cache_from, out, fresh)
     # The old index stays whole (graph, trained model) until the write stage: a bad corpus, a bad
     # setting or a build stopped before then leaves it as it was (the stores under cache/build keep

@@ -623,6 +623,10 @@ def test_build_writes_only_into_a_new_empty_or_index_folder(tmp_path, encoder) -
         build_index(corpus, corpus / "index", BuildConfig(), encoder=encoder)
     with pytest.raises(GraftError):
         build_index(tmp_path / "no-such-corpus.jsonl", tmp_path / "new", BuildConfig(), encoder=encoder)
+    # the encoder's device is checked before the corpus loads or the folder is made
+    with pytest.raises(GraftError, match="device 'gpu' is unknown"):
+        build_index(corpus, tmp_path / "on-gpu", BuildConfig(embedding_device="gpu"))
+    assert not (tmp_path / "on-gpu").exists()
     assert not (tmp_path / "new").exists()
     (tmp_path / "locked").mkdir()
     (tmp_path / "locked" / ".graft-lock").write_text("")  # left by a build stopped before it wrote anything
