@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -457,6 +458,16 @@ def info(
         md = payload["model"]
         console.print(f"trained model: {md['base_model']} · {md['sampling']} sampling · {md['steps']} steps · final "
                       f"loss {md['final_loss']:.3f} · {md['trained_at']}", highlight=False)
+    elif "unfinished_model" in payload:
+        u = payload["unfinished_model"]
+        of = f" of {u['total_steps']:,}" if u.get("total_steps") else ""
+        flags = "".join(f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in (
+            ("base_model", u.get("base_model")), ("sampling", u.get("sampling")), ("max_edges", u.get("max_edges")),
+            *((k, u["config"].get(k)) for k in ("epochs", "max_steps", "batch_size", "lr")))
+            if v is not None)
+        console.print(f"unfinished model: its training stopped at step {u['step']:,}{of} (last checkpoint); queries "
+                      f"use the graph teacher until `graft train {shlex.quote(str(payload['index']))}{flags}` "
+                      "resumes and finishes it", highlight=False, soft_wrap=True)
     else:
         console.print("no trained model: queries use the graph teacher (`graft train INDEX` on a GPU)", highlight=False)
 

@@ -9,6 +9,8 @@ and the generative retriever learns.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,7 +63,32 @@ def index_summary(index: Index) -> dict[str, Any]:
         out["model"] = {"base_model": (tc.get("base_model") or {}).get("name"), "sampling": tc.get("sampling"),
                         "steps": (train.get("counts") or {}).get("steps"), "final_loss": train.get("final_loss"),
                         "trained_at": train.get("finished_at")}
+    elif (unfinished := unfinished_training(index.path)) is not None:
+        out["unfinished_model"] = unfinished
     return out
+
+
+def unfinished_training(index_dir: str | Path) -> dict[str, Any] | None:
+    """A training of `INDEX/model` stopped before its final save, as its newest checkpoint records it:
+    the step reached, the run's steps, and the settings that resume it (the same ones); None when
+    there is no checkpoint."""
+    folder = Path(index_dir) / "model" / "checkpoints"
+    states = sorted((int(p.parent.name[5:]), p) for p in folder.glob("step-*/trainer_state.json")
+                    if p.parent.name[5:].isdigit()) if folder.is_dir() else []
+    if not states:
+        return None
+    step, path = states[-1]
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return {"step": step, "total_steps": None, "base_model": None, "sampling": None, "max_edges": None,
+                "config": {}}
+    record, config = state.get("record") or {}, state.get("config") or {}
+    return {"step": int(state.get("step", step)), "total_steps": (state.get("layout") or {}).get("total_steps"),
+            "base_model": (record.get("base_model") or {}).get("name"), "sampling": record.get("sampling"),
+            "max_edges": (record.get("distill") or {}).get("max_edges_per_source")
+            if record.get("sampling") == "coverage" else None,
+            "config": {k: config.get(k) for k in ("epochs", "max_steps", "batch_size", "lr") if k in config}}
 
 
 def paper_card(index: Index, paper_id: str, k: int = 5) -> dict[str, Any]:

@@ -70,6 +70,20 @@ def test_info_shows_the_index_and_one_papers_edges(built) -> None:
                                                              "discarded": 2}
     fell = runner.invoke(app, ["info", str(llm)], env={"COLUMNS": "300"})
     assert fell.exit_code == 0 and "10 of 80 papers have the heuristic extractor's items" in fell.stdout
+    # a training stopped before its final save: where it stopped, and the command that resumes it
+    ckpt = llm / "model" / "checkpoints" / "step-500"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(json.dumps({
+        "step": 500, "layout": {"total_steps": 1204}, "record": {"base_model": {"name": "/models/Llama 1B"},
+                                                                  "sampling": "coverage",
+                                                                  "distill": {"max_edges_per_source": 20}},
+        "config": {"epochs": 2.0, "max_steps": None, "batch_size": 16, "lr": 5e-5, "seed": 0}}))
+    got = json.loads(runner.invoke(app, ["info", str(llm), "--json"]).stdout)
+    assert got["unfinished_model"]["step"] == 500 and "model" not in got
+    cut = runner.invoke(app, ["info", str(llm)], env={"COLUMNS": "400"})
+    assert f"unfinished model: its training stopped at step 500 of 1,204 (last checkpoint); queries use the graph " \
+        f"teacher until `graft train {llm} --base-model '/models/Llama 1B' --sampling coverage --max-edges 20 --epochs 2.0 " \
+        "--batch-size 16 --lr 5e-05` resumes and finishes it" in cut.stdout
 
     idx = Index.open(out)
     pid = idx.citations["cited"].value_counts().sort(["count", "cited"], descending=[True, False])["cited"][0]

@@ -347,9 +347,14 @@ def test_kill_and_resume_reaches_the_same_step_and_weights(tokenizer, tmp_path) 
         if step == 10:
             raise _Killed
 
-    run = tmp_path / "run"
+    run = tmp_path / "index" / "model"
     with pytest.raises(_Killed):
-        fit(_tiny(), tokenizer, data, run, config, quiet=True, on_step=kill_at_10)
+        fit(_tiny(), tokenizer, data, run, config, quiet=True, on_step=kill_at_10, record={
+            "base_model": {"name": "tiny"}, "sampling": "naive"})
+    from graft.describe import unfinished_training
+
+    assert unfinished_training(run.parent) == {"step": 8, "total_steps": 12, "base_model": "tiny", "sampling": "naive",
+                                               "max_edges": None, "config": {"epochs": 2.0, "max_steps": 12, "batch_size": 4, "lr": 1e-3}}
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert ckpts == ["step-4", "step-8"]  # save_total_limit=2 keeps the newest two
     assert not (run / "training_config.json").exists()
@@ -362,7 +367,8 @@ def test_kill_and_resume_reaches_the_same_step_and_weights(tokenizer, tmp_path) 
     with pytest.raises(ValueError, match="another run"):
         fit(_tiny(), tokenizer, data, run, TrainConfig(**{**config.to_dict(), "lr": 2e-3}), quiet=True)
 
-    resumed = fit(_tiny(), tokenizer, data, run, config, quiet=True)  # the same command again
+    resumed = fit(_tiny(), tokenizer, data, run, config, quiet=True, record={  # the same command again
+        "base_model": {"name": "tiny"}, "sampling": "naive"})
     assert resumed.resumed_from == 8 and resumed.steps == whole.steps == 12
     assert resumed.tokens == whole.tokens and resumed.losses == whole.losses
     # the run's time counts the interrupted part up to step 8; this call's time only its own part
