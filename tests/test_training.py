@@ -473,6 +473,21 @@ def test_gpu_benchmark_script_smoke(index80, tmp_path) -> None:
     assert report["train"]["steps"] > 0 and "| model |" in (out / "gpu_train.md").read_text()
 
 
+def test_learn_pairs_benchmark_smoke(index80, tmp_path) -> None:
+    """eval/benchmarks/learn_pairs.py with the tiny model: its sampled pairs are learned and decoded
+    back under the tries (every target the top beam), and the table is written."""
+    from eval.benchmarks.learn_pairs import main, sample_pairs
+
+    table = sample_pairs(read_pairs(index80 / "train" / "pairs.parquet"), 10, seed=0)
+    assert len(set(zip(table.column("facet").to_pylist(), table.column("source_text").to_pylist()))) == 10
+    assert main(["--index", str(index80), "--base-model", "tiny", "--pairs", "10", "--steps", "60", "--batch-size",
+                 "10", "--lr", "1e-2", "--beams", "3", "--results", str(tmp_path), "--name", "slice"]) == 0
+    row = json.loads((tmp_path / "learn_pairs_slice.json").read_text())["rows"][0]
+    assert row["pairs"] == 10 and row["epochs"] == 60 and row["losses"][-1][1] < row["losses"][0][1]
+    assert row["target_is_top_beam"] == row["target_in_beams"] == 1.0 and row["distinct_top_beams"] == 10
+    assert "| 10 | 60 | 10 | 0.01 | 60.0 |" in (tmp_path / "learn_pairs_slice.md").read_text()
+
+
 def test_prompt_text_is_plain_and_names_the_facet() -> None:
     assert prompt_for("method", "  We  use\ngraphs ") == "Facet: method\nQuery: We use graphs\nDocID:\n"
 
