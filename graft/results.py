@@ -68,11 +68,16 @@ class Hit:
 
     def facet_label(self) -> str:
         """Human-readable attribution, strongest facet first, then the channels:
-        'method 0.71 · problem 0.42 (2-hop) · cited with 2 of the first 3 · reads like it 0.64'."""
+        'method 0.71 · problem 0.42 (2-hop) · cited with 2 of the first 3 · reads like it 0.64'; a
+        facet that surfaced the result without a graph edge to the query (plain RRF of decoded lists)
+        reads 'result (no edge)'."""
         order = sorted(self.facets, key=lambda f: -self.evidence[f].weight if f in self.evidence else 0.0)
         parts = []
         for f in order:
             w = self.evidence[f].weight if f in self.evidence else self.facets[f]
+            if f in self.evidence and w == 0.0:
+                parts.append(f"{f} (no edge)")
+                continue
             hop = "" if f not in self.evidence or self.evidence[f].hops == 1 else " (2-hop)"
             parts.append(f"{f} {w:.2f}{hop}")
         if self.citation is not None:

@@ -64,6 +64,13 @@ def test_in_corpus_query_returns_supported_corpus_papers(retriever) -> None:
     plain = retriever.query_paper(pid, k=10, beams=4, fusion="rrf", citation_weight=0)
     assert plain.fusion == "rrf" and "dropped" not in plain.info and plain.hits
     assert all(h.paper_id in corpus and h.paper_id != pid for h in plain.hits)
+    # plain RRF keeps decoded papers without an edge to the query: their facets say so, not "0.00"
+    for h in plain.hits:
+        label = h.facet_label()
+        assert "0.00" not in label
+        for f, e in h.evidence.items():
+            assert (f"{f} (no edge)" in label) == (e.weight == 0.0)
+    assert any(e.weight == 0.0 for h in plain.hits for e in h.evidence.values())
 
 
 @pytest.mark.parametrize("fusion", ["graph-rrf", "rrf"])
