@@ -63,8 +63,13 @@ def print_build_summary(summary, out: Console = console) -> None:
                   "and texts taken apart and embedded by an earlier build with this model and extractor; "
                   "--fresh makes them again", highlight=False)
     if summary.removed:
-        out.print(f"removed {', '.join(summary.removed)} of the graph this build replaced: `graft train "
-                  f"{summary.index_dir}` trains the generative retriever on the new one", highlight=False)
+        redo = []
+        if any(not r.startswith("graph.") for r in summary.removed):
+            redo.append(f"`graft train {summary.index_dir}` trains the generative retriever on the new one")
+        if any(r.startswith("graph.") for r in summary.removed):
+            redo.append(f"`graft export {summary.index_dir}` exports it")
+        out.print(f"removed {', '.join(summary.removed)} of the graph this build replaced: {'; '.join(redo)}",
+                  highlight=False)
     if summary.encoder_export is not None:
         size = summary.encoder_export.stat().st_size if summary.encoder_export.is_file() else 0
         out.print(f"stored the encoder's ONNX export for queries, which then start without torch: "

@@ -236,9 +236,9 @@ def _check_out(out: Path) -> None:
 
 def _invalidate(out: Path) -> list[str]:
     """Mark an existing index as being rebuilt, so that a build killed while it writes is never
-    mistaken for a finished one (a damaged manifest is replaced), and remove the artefacts of later
-    stages (DocIDs, pairs, model), which belong to the graph being replaced. Returns the names of
-    those removed."""
+    mistaken for a finished one (a damaged manifest is replaced), and remove what belongs to the
+    graph being replaced: the later stages' artefacts (DocIDs, pairs, model) and `graft export`'s
+    files at their default paths (INDEX/graph.FORMAT). Returns the names of those removed."""
     path = manifest_path(out)
     if path.is_file():
         try:
@@ -254,6 +254,12 @@ def _invalidate(out: Path) -> list[str]:
         if (out / stale).exists():
             shutil.rmtree(out / stale)
             removed.append(stale)
+    from graft.export import EXPORT_FORMATS
+
+    for fmt in EXPORT_FORMATS:  # `graft export`'s default files: the old graph's
+        if (out / f"graph.{fmt}").is_file():
+            (out / f"graph.{fmt}").unlink()
+            removed.append(f"graph.{fmt}")
     return removed
 
 

@@ -593,11 +593,15 @@ def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path,
     for stage in ("docids", "model"):  # what `graft train` left for the old graph
         (out / stage).mkdir()
         (out / stage / "file").write_text("x")
+    (out / "graph.graphml").write_text("<graphml/>")  # `graft export`'s default file, of the old graph
+    (out / "graph.txt").write_text("the user's")
     summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
-    assert summary.removed == ["docids", "model"] and not (out / "model").exists()
-    console = Console(record=True, width=200)
+    assert summary.removed == ["docids", "model", "graph.graphml"] and not (out / "model").exists()
+    assert not (out / "graph.graphml").exists() and (out / "graph.txt").read_text() == "the user's"
+    console = Console(record=True, width=300)
     print_build_summary(summary, console)
-    assert f"removed docids, model of the graph this build replaced: `graft train {out}`" in console.export_text()
+    assert f"removed docids, model, graph.graphml of the graph this build replaced: `graft train {out}` trains the " \
+        f"generative retriever on the new one; `graft export {out}` exports it" in console.export_text()
 
 
 def test_build_writes_only_into_a_new_empty_or_index_folder(tmp_path, encoder) -> None:
