@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -49,6 +50,28 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+#: `atomic_path`'s temporary files: ".{name}.{8 random characters}.tmp{suffix}" (`tempfile.mkstemp`)
+_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp[^/]*$")
+
+
+def sweep_temporary_files(folder: str | os.PathLike[str], older_than_s: float = 900.0) -> int:
+    """Delete `atomic_path` temporary files under `folder` left by a writer killed outright
+    (SIGKILL, power loss: no cleanup ran), returning how many. Called by the holder of the folder's
+    writer lock, so no other writer's file is in progress; files younger than `older_than_s` are
+    kept all the same (a command writing without the lock, such as an export, may be at work)."""
+    import time
+
+    cutoff, removed = time.time() - older_than_s, 0
+    for path in Path(folder).rglob(".*.tmp*"):
+        try:
+            if _TEMPORARY.match(path.name) and path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+        except OSError:  # gone meanwhile, or not ours to remove: left as it is
+            continue
+    return removed
 
 
 def folder_problem(path: str | os.PathLike[str]) -> str | None:
@@ -167,6 +190,7 @@ def index_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(stamp).encode(), 0)
+        sweep_temporary_files(folder)
         yield
     finally:
         os.close(fd)  # releases the lock

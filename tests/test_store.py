@@ -95,6 +95,36 @@ def test_index_lock_refuses_a_second_writer_and_is_released_on_exit(tmp_path) ->
         pass
 
 
+def test_the_lock_holder_sweeps_temporary_files_a_killed_writer_left(tmp_path) -> None:
+    """atomic_path's temporary files older than 15 minutes are leftovers of a writer killed outright:
+    whoever takes the index's writer lock deletes them; younger ones and other files stay."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from graft.store import atomic_path
+
+    code = ("import os, sys; from graft.store import atomic_path\n"
+            "with atomic_path(sys.argv[1]) as tmp:\n    tmp.write_bytes(b'half a shard'); os._exit(9)")
+    shard = tmp_path / "cache" / "build" / "facets" / "shard-0001.parquet"
+    shard.parent.mkdir(parents=True)
+    assert subprocess.run([sys.executable, "-c", code, str(shard)]).returncode == 9
+    (left,) = shard.parent.iterdir()  # SIGKILL: no cleanup ran
+    assert left.name.startswith(".shard-0001.parquet.") and ".tmp" in left.name
+    young = tmp_path / ".papers.parquet.abcd1234.tmp"
+    young.write_text("an export in progress")
+    (tmp_path / ".hidden.tmp").write_text("not atomic_path's")
+    hour_ago = time.time() - 3600
+    for p in (left, tmp_path / ".hidden.tmp"):
+        os.utime(p, (hour_ago, hour_ago))
+    with atomic_path(tmp_path / "manifest.json") as tmp:
+        tmp.write_text("{}")
+    with index_lock(tmp_path, "graft build"):
+        assert not left.exists() and young.exists() and (tmp_path / ".hidden.tmp").exists()
+    assert (tmp_path / "manifest.json").read_text() == "{}"
+
+
 def test_reading_an_index_that_another_process_writes_says_so(tmp_path) -> None:
     """`graft info` (or a query) on a folder a build is writing names the build instead of
     advising a build that the lock would refuse; this process's own lock is not reported."""
