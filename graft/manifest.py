@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import importlib.metadata
 import platform
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +120,11 @@ def read_manifest(index_dir: str | Path, *, require: tuple[str, ...] = ("build",
                 raise IndexFormatError(f"index '{index_dir}' has no '{stage}' stage yet: {busy} is writing it; "
                                        f"wait for it to finish")
             if manifest.get("in_progress") == "build":
+                source = (manifest.get("corpus") or {}).get("source")
+                again = (f"graft build {shlex.quote(str(source))} --out {shlex.quote(str(index_dir))}" if source
+                         else STAGE_COMMANDS["build"])
                 raise IndexFormatError(f"index '{index_dir}' is being rebuilt, or its rebuild was stopped: run "
-                                       f"`{STAGE_COMMANDS['build']}` again (it resumes)")
+                                       f"`{again}` again (it resumes)")
             raise IndexFormatError(f"index '{index_dir}' has no '{stage}' stage yet; run `{cmd}`")
     return manifest
 

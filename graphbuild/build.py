@@ -234,7 +234,7 @@ def _check_out(out: Path) -> None:
         raise GraftError(f"--out {out} holds files but no GRAFT index; build into a new or empty folder")
 
 
-def _invalidate(out: Path) -> list[str]:
+def _invalidate(out: Path, source: str) -> list[str]:
     """Mark an existing index as being rebuilt, so that a build killed while it writes is never
     mistaken for a finished one (a damaged manifest is replaced), and remove what belongs to the
     graph being replaced: the later stages' artefacts (DocIDs, pairs, model) and `graft export`'s
@@ -248,6 +248,7 @@ def _invalidate(out: Path) -> list[str]:
         old = old if isinstance(old, dict) else new_manifest("")
         old["stages"] = {}
         old["in_progress"] = "build"
+        old["corpus"] = {"source": source}  # the corpus being built, for the command that resumes it
         write_json(path, old)
     removed = []
     for stale in ("docids", "train", "model"):
@@ -401,7 +402,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
                               progress=adv)
 
     with reporter.stage("write", unit="files") as adv:
-        removed = _invalidate(out)
+        removed = _invalidate(out, str(corpus_path) if corpus_path is not None else "aclsum")
         write_parquet(out / "papers.parquet", papers_table(corpus, a))
         write_parquet(out / "citations.parquet", cites)
         write_parquet(out / "facets.parquet", table)

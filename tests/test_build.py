@@ -298,7 +298,8 @@ def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encode
     monkeypatch.setattr(b, "write_npz", write_then_die)
     with pytest.raises(KeyboardInterrupt):
         build_index(corpus, out, BuildConfig(), encoder=encoder)
-    with pytest.raises(IndexFormatError, match="its rebuild was stopped: run `graft build .*` again"):
+    with pytest.raises(IndexFormatError, match=re.escape(f"its rebuild was stopped: run `graft build {corpus} --out "
+                                                         f"{out}` again (it resumes)")):
         Index.open(out)
 
 
