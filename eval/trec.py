@@ -61,15 +61,21 @@ def _parsed_lines(path: str | Path, kind: str, form: str, n_fields: int,
             if len(parts) != n_fields:
                 raise ValueError
             yield lineno, parse(parts)
+        except _BadField as exc:
+            raise InputValidationError(f"{path.name} line {lineno}: {exc}: {line!r}") from None
         except ValueError:
             raise InputValidationError(f"{path.name} line {lineno}: not a TREC {kind} line ({form!r}): {line!r}") from None
+
+
+class _BadField(ValueError):
+    """A field of the right form whose value a TREC file must not hold; the message says why."""
 
 
 def _finite(text: str) -> float:
     """A run score: a finite number (nan would leave the ranking undefined), else ValueError."""
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(text)
+        raise _BadField(f"score {text!r} is not a finite number (the ranking would be undefined)")
     return value
 
 

@@ -94,8 +94,11 @@ def test_trec_round_trip_and_rescoring(tmp_path) -> None:
         format_run(run, "two words")
     nan = tmp_path / "nan.trec"
     nan.write_text("q1 Q0 x 1 0.5 t\nq1 Q0 y 2 nan t\n")
-    with pytest.raises(InputValidationError, match="line 2"):
+    with pytest.raises(InputValidationError, match="nan.trec line 2: score 'nan' is not a finite number"):
         read_run(nan)  # a nan score leaves the ranking undefined
+    nan.write_text("q1 Q0 x 1 inf t\n")
+    with pytest.raises(InputValidationError, match="line 1: score 'inf' is not a finite number"):
+        read_run(nan)
     # qrels that judge nothing, or none of the run's queries, are refused instead of scoring 0
     empty = tmp_path / "empty.txt"
     empty.write_text("")
