@@ -255,24 +255,44 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
             "feedback": _feedback_stamp() if system == "teacher-fb" else None,
             "citation": _citation_stamp() if system in ("teacher-cite", "graft-cite", "graft-text") else None,
             "text": _text_stamp() if system == "graft-text" else None}
-    if not options.force and meta_path.is_file() and trec.is_file():
-        old = read_json(meta_path)
-        subset = _served_subset(old, want, trec, queries)
-        if subset is not None:
+    old = _cached_json(meta_path) if not options.force and trec.is_file() else None
+    try:
+        subset = _served_subset(old, want, trec, queries) if old is not None else None
+    except (TypeError, ValueError):  # a damaged record: the run is computed again
+        subset = None
+    if subset is not None:
+        try:
             run = SystemRun(read_run(trec))
             if credits_path.is_file():
                 run.credits = read_credits(credits_path)
             return run, subset
+        except (GraftError, ValueError, KeyError, TypeError):  # a damaged stored run is computed again
+            pass
     t0 = time.perf_counter()
     run = run_system(system, ctx, queries, reporter)
     seconds = time.perf_counter() - t0
     write_run(trec, run.run, tag=system)
     if run.credits is not None:
         _write_credits(credits_path, run.credits)
-    meta = {**want, "seconds": round(seconds, 2), "created": now_iso(), "qids": [q.qid for q in queries]}
+    meta = {**want, "seconds": round(seconds, 2), "created": now_iso(), "qids": [q.qid for q in queries],
+            "trec_sha": _file_sha(trec)}
     write_json(meta_path, meta)
     # scored as read back from the file (its score precision and tie order), as a reused run is
     return SystemRun(read_run(trec), credits=run.credits), meta
+
+
+def _cached_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object stored under `SPLITDIR/runs` (a cache), or None when it is absent or damaged:
+    what it describes is then computed again."""
+    try:
+        value = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _file_sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 def _served_subset(old: dict[str, Any], want: dict[str, Any], trec: Path,
@@ -282,6 +302,8 @@ def _served_subset(old: dict[str, Any], want: dict[str, Any], trec: Path,
     its seconds prorated, `subset_of` its query count). None: the run must be computed."""
     if any(old.get(k) != v for k, v in want.items() if k not in ("queries", "qids_sha")):
         return None
+    if "trec_sha" in old and old["trec_sha"] != _file_sha(trec):
+        return None  # the run file changed since it was written (cut, edited): computed again
     if old.get("qids_sha") == want["qids_sha"]:
         return old
     n_old = int(old.get("queries") or 0)
@@ -304,13 +326,12 @@ def obvious_sets(split_dir: Path, suite: str, ctx: EvalContext, queries: list[Ev
     path = Path(split_dir) / "runs" / f"{suite}.obvious.json"
     key = {"qids_sha": _sha([q.qid for q in queries]), "corpus_hash": ctx.index.manifest.get("corpus_hash"),
            "m": OBVIOUS_M, "build": _graph_stamp(ctx.index, "obvious")}
-    if path.is_file():
-        cached = read_json(path)
-        old = cached.get("key") or {}
-        near_cached = cached.get("near") or {}
-        if all(old.get(k) == key[k] for k in ("corpus_hash", "m", "build")) and \
-                all(q.qid in near_cached for q in queries):
-            return {q.qid: set(near_cached[q.qid]) for q in queries}
+    cached = _cached_json(path) or {}
+    old = cached.get("key") if isinstance(cached.get("key"), dict) else {}
+    near_cached = cached.get("near") if isinstance(cached.get("near"), dict) else {}
+    if all(old.get(k) == key[k] for k in ("corpus_hash", "m", "build")) and \
+            all(isinstance(near_cached.get(q.qid), list) for q in queries):
+        return {q.qid: set(near_cached[q.qid]) for q in queries}
     near = {}
     with reporter.stage("obvious", total=len(queries), unit="queries") as advance:
         for q in queries:

@@ -1037,3 +1037,25 @@ def test_gpu_eval_samplings_and_query_limit() -> None:
     assert gpu_eval._choose_limit(0.05, 1602, 500, 100.0) == 400
     assert gpu_eval._choose_limit(0.05, 1602, 500, 100.0, models=1) == 1100
     assert gpu_eval._choose_limit(0.05, 1602, 500, 1000.0, models=1) == 1602
+
+
+def test_damaged_or_changed_stored_runs_are_computed_again(built, encoder, tmp_path) -> None:
+    """SPLITDIR/runs is a cache: a damaged sidecar or obvious-set file, or a run file cut or edited
+    after it was written, is computed again instead of ending in a traceback or a wrong table."""
+    _, split = built
+    opts = RunOptions(systems=["bm25"], limit=6, results_dir=tmp_path)
+    first = run_suite(split, "incorpus", opts, encoder=encoder)["rows"][0]
+    trec, _, meta_path = run_paths(split, "incorpus", "bm25")
+    obvious = split / "runs" / "incorpus.obvious.json"
+    for damage in ("{x", "[1]", json.dumps({"queries": "many", "qids": 3})):
+        meta_path.write_text(damage)
+        obvious.write_text(damage)
+        again = run_suite(split, "incorpus", opts, encoder=encoder)["rows"][0]
+        assert again["R@20"] == first["R@20"] and again["non_obvious@20"] == first["non_obvious@20"]
+        assert json.loads(meta_path.read_text())["queries"] == 6 and "near" in json.loads(obvious.read_text())
+    lines = trec.read_text().splitlines()
+    trec.write_text("\n".join(lines[: len(lines) // 3]) + "\n")  # cut behind its sidecar's back
+    again = run_suite(split, "incorpus", opts, encoder=encoder)["rows"][0]
+    assert again["R@20"] == first["R@20"] and len(trec.read_text().splitlines()) == len(lines)
+    trec.write_text("not a run\n")
+    assert run_suite(split, "incorpus", opts, encoder=encoder)["rows"][0]["R@20"] == first["R@20"]
