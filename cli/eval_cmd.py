@@ -139,15 +139,18 @@ def run(
 def score(
     run_file: Path = typer.Argument(..., help="TREC run file."),
     qrels: Path = typer.Argument(..., help="TREC qrels file (e.g. SPLITDIR/incorpus/qrels.test.txt: an in-corpus run is of one part)."),
+    limit: int | None = typer.Option(None, "--limit", min=1,
+                                     help="The first N queries by qid, as `graft eval run --limit N` takes them."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Re-score a TREC run: Recall@20 and @50 over the qrels' queries."""
+    """Re-score a TREC run: Recall@20 and @50 over the qrels' queries (every query the qrels judge: a
+    query the run does not answer counts 0)."""
     from cli.app import _fail
     from eval.runner import score_run
     from graft.errors import GraftError
 
     try:
-        out = score_run(run_file, qrels)
+        out = score_run(run_file, qrels, limit=limit)
     except GraftError as exc:
         _fail(exc)
     if as_json:

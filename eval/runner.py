@@ -478,6 +478,19 @@ def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _check_run_corpus(run_path: Path, qrels_path: Path) -> None:
+    """Refuse a run made by `graft eval run` on another corpus than the split the qrels belong to
+    (its record `X.json` beside `X.trec` and the split's `split.json` two levels above the qrels);
+    nothing is checked where either is missing."""
+    record = _cached_json(run_path.with_suffix(".json"))
+    split = _cached_json(qrels_path.parent.parent / "split.json")
+    made, wanted = (record or {}).get("corpus_hash"), (split or {}).get("corpus_hash")
+    if made and wanted and made != wanted:
+        raise GraftError(f"{run_path} was made on another corpus (hash {str(made)[:12]}) than the split of "
+                         f"{qrels_path} (hash {str(wanted)[:12]}): a run of another split, or of this folder "
+                         "before it was prepared again; run `graft eval run` on this split")
+
+
 def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]) -> tuple[Path, Path]:
     """Write `eval_{suite}_{name}.md` and `.json` (atomically) and return their paths; a run of the
     dev part writes `eval_{suite}-dev_{name}.*`, beside the test part's tables (as its runs are)."""
@@ -704,19 +717,25 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
     return table
 
 
-def score_run(run_path: str | Path, qrels_path: str | Path, ks: tuple[int, ...] = KS) -> dict[str, Any]:
-    """Re-score a TREC run against qrels: Recall@k over the qrels' queries.
+def score_run(run_path: str | Path, qrels_path: str | Path, ks: tuple[int, ...] = KS, *,
+              limit: int | None = None) -> dict[str, Any]:
+    """Re-score a TREC run against qrels: Recall@k over the qrels' queries (the first `limit` by
+    qid, as `graft eval run --limit` takes them).
 
     Returns:
         {"queries": n, "answered": queries with at least one result, "R@k": value per k}.
     Raises:
-        GraftError: unreadable files, an empty run, qrels without a relevant document, or a run
-            none of whose queries the qrels judge.
+        GraftError: unreadable files, an empty run, qrels without a relevant document, a run
+            none of whose queries the qrels judge, or a run whose record (`X.json` beside `X.trec`)
+            names another corpus than the split the qrels belong to.
     """
+    if limit is not None and limit < 1:
+        raise GraftError(f"--limit {limit} must be >= 1")
+    _check_run_corpus(Path(run_path), Path(qrels_path))
     run, qrels = read_run(run_path), read_qrels(qrels_path)
     if not run:
         raise GraftError(f"{run_path} holds no results (an empty run); nothing to score")
-    qids = sorted(q for q in qrels if qrels[q])
+    qids = sorted(q for q in qrels if qrels[q])[:limit]
     if not qids:
         raise GraftError(f"{qrels_path}: no query has a relevant document; nothing to score against")
     if not set(run) & set(qids):

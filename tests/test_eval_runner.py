@@ -173,6 +173,18 @@ def test_a_limit_run_reads_a_stored_run_of_more_queries_instead_of_replacing_it(
     assert short["meta"]["queries"] == 4 and row["R@20"] == pytest.approx(expected)
     assert row["seconds"] == pytest.approx(meta["seconds"] * 4 / n, abs=0.01)
     assert f"bm25: read from its stored run of {n} queries (seconds prorated)" in short["notes"]
+    # `graft eval score --limit 4` of the stored run gives the short table's figures
+    qrels_test = split / "incorpus" / "qrels.test.txt"
+    assert score_run(trec, qrels_test, limit=4)["R@20"] == pytest.approx(row["R@20"])
+    assert score_run(trec, qrels_test)["R@20"] == pytest.approx(full["rows"][0]["R@20"])
+    # a run whose record names another corpus than the qrels' split is refused
+    other = tmp_path / "other.trec"
+    other.write_bytes(stored)
+    other.with_suffix(".json").write_text(json.dumps({**meta, "corpus_hash": "0123456789abcdef"}))
+    with pytest.raises(GraftError, match="was made on another corpus .*0123456789ab.* than the split of"):
+        score_run(other, qrels_test)
+    with pytest.raises(GraftError, match="--limit 0 must be >= 1"):
+        score_run(trec, qrels_test, limit=0)
     # a run written without its qids serves a subset of the queries its file answers
     meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "qids"}))
     again = run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=4, results_dir=tmp_path), encoder=encoder)
@@ -569,6 +581,9 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
     scored = json.loads(res.output)
     table = json.loads(next((tmp_path / "res").glob("eval_ooc_*.json")).read_text())
     assert scored["R@20"] == pytest.approx(table["rows"][0]["R@20"]) and scored["queries"] == 10
+    res = runner.invoke(app, ["eval", "score", str(out / "runs" / "ooc.bm25.trec"), str(out / "ooc" / "qrels.txt"),
+                              "--limit", "3", "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["queries"] == 3, res.output
     res = runner.invoke(app, ["eval", "run", str(out), "--systems", "bm25,nope", "--index", str(split / "index")])
     assert res.exit_code == 2 and "nope" in res.output
     res = runner.invoke(app, ["eval", "run", str(tmp_path), "--systems", "bm25"])
