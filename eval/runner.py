@@ -491,14 +491,72 @@ def _check_run_corpus(run_path: Path, qrels_path: Path) -> None:
                          "before it was prepared again; run `graft eval run` on this split")
 
 
+#: Suites whose queries come in a dev and a test part.
+PARTED = ("incorpus", "attribution", "survey")
+
+
+def table_stem(suite: str, name: str, meta: dict[str, Any]) -> str:
+    """`eval_{suite}_{name}`; the dev part's tables are `eval_{suite}-dev_{name}` and a `--limit N`
+    run that left queries out writes `eval_{suite}-firstN_{name}` (`-dev-firstN` both), so neither
+    replaces the full test table."""
+    tags = ("-dev" if meta.get("part") == "dev" and suite in PARTED else "") + \
+        (f"-first{meta['limit']}" if meta.get("limited") else "")
+    return f"eval_{suite}{tags}_{name}"
+
+
+def _limited(split_dir: Path, suite: str, options: RunOptions, queries: Any) -> bool:
+    """Whether `options.limit` left out queries of the suite (of the in-corpus part, out of corpus)."""
+    if options.limit is None or suite not in ("incorpus", "ooc", "attribution"):
+        return False
+    if suite == "attribution":  # the suites it drew queries from
+        return any(options.limit < len(load_queries(split_dir, s, options.part, None))
+                   for s in ("incorpus", "ooc") if isinstance(queries, dict) and queries.get(s))
+    return options.limit < len(load_queries(split_dir, suite, options.part, None))
+
+
+def _row_key(row: dict[str, Any]) -> tuple[str, str]:
+    return str(row.get("system")), str(row.get("setting", ""))
+
+
+#: What must agree for a table's earlier rows to stand beside a new run's: the same split, index,
+#: graph, queries and out-of-corpus rows.
+_SAME_TABLE = ("corpus_hash", "index", "build", "part", "limit", "queries", "qrels", "text_neighbours", "feedback")
+
+
+def _keep_earlier_rows(path: Path, table: dict[str, Any]) -> None:
+    """Keep the rows of systems this run did not compute from the table already at `path` (the
+    same suite and name), when it was made on the same split, index and queries: `--systems
+    graft,...` after `--systems bm25,...` fills one table instead of replacing the first. Their
+    notes and run paths come along, and a note says which rows are earlier."""
+    old = _cached_json(path)
+    if not old or not isinstance(old.get("rows"), list) or not isinstance(old.get("meta"), dict):
+        return
+    meta = table["meta"]
+    if any(old["meta"].get(k) != meta.get(k) for k in _SAME_TABLE):
+        return
+    mine = {_row_key(r) for r in table["rows"]}
+    kept = [r for r in old["rows"] if isinstance(r, dict) and _row_key(r) not in mine]
+    if not kept:
+        return
+    order = {name: i for i, name in enumerate(SYSTEMS)}
+    systems = sorted(dict.fromkeys(str(r.get("system")) for r in kept), key=lambda x: order.get(x, 99))
+    table["rows"] = sorted(table["rows"] + kept, key=lambda r: (r.get("setting", ""), order.get(r.get("system"), 99)))
+    old_notes = [n for n in old.get("notes") or [] if isinstance(n, str)]
+    earlier = [n for n in old_notes if any(n.startswith((f"{s}:", f"{s} (")) for s in systems)
+               or (n.startswith("model: ") and any(s.startswith("graft") for s in systems))]
+    table["notes"] = [n for n in table["notes"] if n not in earlier] + earlier + [
+        f"{', '.join(systems)}: rows of an earlier run of this table (`{old['meta'].get('command')}`, "
+        f"{old['meta'].get('date')})"]
+    table["runs"] = {**{k: v for k, v in (old.get("runs") or {}).items() if k in systems}, **table["runs"]}
+    meta["systems"] = list(dict.fromkeys([*meta["systems"], *systems]))
+
+
 def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]) -> tuple[Path, Path]:
-    """Write `eval_{suite}_{name}.md` and `.json` (atomically) and return their paths; a run of the
-    dev part writes `eval_{suite}-dev_{name}.*`, beside the test part's tables (as its runs are)."""
+    """Write `{table_stem}.md` and `.json` (atomically) and return their paths."""
     results_dir = Path(results_dir)
     m = table["meta"]
-    part = "-dev" if m.get("part") == "dev" and suite in ("incorpus", "attribution", "survey") else ""
-    stem = f"eval_{suite}{part}_{name}"
-    lines = [f"# GRAFT evaluation — {suite}{part} — {name}", ""]
+    stem = table_stem(suite, name, m)
+    lines = [f"# GRAFT evaluation — {stem[5:].rsplit('_' + name, 1)[0]} — {name}", ""]
     if m.get("label"):
         lines += [f"**{m['label']}**", ""]
     lines += [
@@ -508,7 +566,7 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
         (f"Queries: {_count_text(m['queries'])}" if m.get("queries") is not None
          else "Queries: none (counts over the corpus)")
         + (f" · gold pairs: {_count_text(m['qrels'])}" if m.get("qrels") is not None else "")
-        + (f" · part: {m['part']}" if suite in ("incorpus", "survey") else "") + "  ",
+        + (f" · part: {m['part']}" if suite in ("incorpus", "survey") and m.get("part") else "") + "  ",
     ]
     if m.get("build"):
         b = m["build"]
@@ -703,8 +761,9 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         "feedback": ctx.ooc_key.get("feedback") if suite in ("ooc", "attribution") else None,
         "queries": body.get("queries"),
         "qrels": body.get("qrels"),
-        "part": options.part,
+        "part": options.part if suite in PARTED else None,
         "limit": options.limit,
+        "limited": _limited(split_dir, suite, options, body.get("queries")),
         "systems": list(options.systems),
         "label": label,
         "versions": _versions(),
@@ -712,6 +771,8 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
     table = {"suite": suite, "name": name, "rows": body["rows"], "notes": notes, "runs": body["runs"], "meta": meta}
     if "detail" in body:
         table["detail"] = body["detail"]
+    if suite in ("incorpus", "ooc", "attribution"):
+        _keep_earlier_rows(Path(options.results_dir) / f"{table_stem(suite, name, meta)}.json", table)
     md, js = write_tables(options.results_dir, suite, name, table)
     table["files"] = [str(md), str(js)]
     return table

@@ -96,7 +96,12 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path), encoder=encoder)
     assert json.loads(meta_path.read_text())["created"] == created
     again = run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path, limit=5), encoder=encoder)
-    assert again["meta"]["queries"] == 5 and json.loads(meta_path.read_text())["queries"] == 5
+    # a --limit run reads the stored full run, and its table is named for the cut
+    assert again["meta"]["queries"] == 5 and json.loads(meta_path.read_text())["queries"] == n_test
+    assert Path(again["files"][0]).name == f"eval_incorpus-first5_{md.name.split('_', 2)[2]}" and md.is_file()
+    forced = run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path, limit=5, force=True),
+                       encoder=encoder)
+    assert forced["meta"]["queries"] == json.loads(meta_path.read_text())["queries"] == 5  # asked for
 
     # a rebuilt graph over the same corpus (another build, e.g. other settings) is never scored with
     # the older graph's runs: the teacher is recomputed, bm25 (text only) is reused
@@ -150,7 +155,9 @@ def test_tables_default_beside_the_split_and_systems_run_once(built, encoder) ->
     run_suite(split, "incorpus", opts, encoder=encoder)
     assert json.loads(run_paths(split, "incorpus", "bm25")[2].read_text())["created"] == made  # reused
     # ... and its own tables beside the test part's
-    assert Path(dev["files"][0]).name == "eval_incorpus-dev_" + Path(table["files"][0]).name.split("_", 2)[2]
+    name = Path(table["files"][0]).name.split("_", 2)[2]
+    assert Path(table["files"][0]).name == f"eval_incorpus-first3_{name}"  # 3 of the part's queries
+    assert Path(dev["files"][0]).name == f"eval_incorpus-dev-first3_{name}"
     assert "part: dev" in Path(dev["files"][0]).read_text() and "part: test" in md
 
 
@@ -314,7 +321,7 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     assert rows["graft-text"]["R@20"] is None and any("graft-text: the text channel is for papers outside" in n
                                                       for n in table["notes"])
     assert "pipeline check" in table["meta"]["label"]
-    assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus_*.md")).read_text()
+    assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus*.md")).read_text()
     # graft, graft-rrf and graft-walk decode each query once, the items of several queries in shared
     # calls, and the runs equal one query at a time through Index.query
     from eval.runner import load_queries
@@ -541,10 +548,11 @@ def test_gpu_eval_script_stages_a_split_and_rehearses_the_run_on_the_cpu(built, 
     assert 1 <= mem["distinct_top_beams"] <= 16 and "of 16 training pairs" in (out / "gpu_eval.md").read_text()
     assert report["calibration"]["decoding"]["seconds_per_query"] > 0 and report["limit"]["per_suite"] == 3
     for suite in ("incorpus", "ooc", "attribution"):
-        assert "pipeline check" in (out / f"eval_{suite}_cs768_graft.md").read_text()
+        # the first 3 queries of each suite: tables named for the cut, beside any full table
+        assert "pipeline check" in (out / f"eval_{suite}-first3_cs768_graft.md").read_text()
     with tarfile.open(out / "results.tar.gz") as tar:
         names = set(tar.getnames())
-        table = json.load(tar.extractfile("tables/eval_incorpus_cs768_graft.json"))
+        table = json.load(tar.extractfile("tables/eval_incorpus-first3_cs768_graft.json"))
     assert {"runs/incorpus.graft.trec", "runs/ooc.graft-naive.trec", "index-naive/manifest.json"} <= names
     rows = {r["system"]: r for r in table["rows"]}
     assert all(rows[s]["R@20"] is not None for s in ("graft", "graft-rrf", "graft-naive", "teacher"))
@@ -703,7 +711,7 @@ def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(
     rows = {r["system"]: r for r in record["rows"]}
     assert set(rows) == {"graft", "graft-rrf", "teacher"}
     assert 0.0 <= rows["graft"]["ceiling R@20"] <= 1.0 and rows["teacher"]["of teacher"] == 1.0
-    assert "pipeline check" in (res / "eval_incorpus_s3.md").read_text()
+    assert "pipeline check" in (res / "eval_incorpus-first3_s3.md").read_text()
     assert "pipeline check" in (res / "slice_check_s3.md").read_text()
     # the split's own runs are untouched: the check runs in a copy under --work
     assert (sorted(p.name for p in (split / "runs").iterdir()) if (split / "runs").is_dir() else []) == before
@@ -1074,3 +1082,25 @@ def test_damaged_or_changed_stored_runs_are_computed_again(built, encoder, tmp_p
     assert again["R@20"] == first["R@20"] and len(trec.read_text().splitlines()) == len(lines)
     trec.write_text("not a run\n")
     assert run_suite(split, "incorpus", opts, encoder=encoder)["rows"][0]["R@20"] == first["R@20"]
+
+
+def test_a_run_of_other_systems_fills_the_same_table(built, encoder, tmp_path) -> None:
+    """Systems run one after the other into a table of the same split, index and queries end in
+    one table (the earlier rows said to be earlier); another query set is a table of its own."""
+    _, split = built
+    first = run_suite(split, "incorpus", RunOptions(systems=["bm25"], results_dir=tmp_path), encoder=encoder)
+    second = run_suite(split, "incorpus", RunOptions(systems=["citation", "bm25"], results_dir=tmp_path),
+                       encoder=encoder)
+    assert [r["system"] for r in second["rows"]] == ["citation", "bm25"]  # the new bm25 row, not both
+    third = run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path), encoder=encoder)
+    assert first["files"] == second["files"] == third["files"]
+    saved = json.loads(Path(third["files"][1]).read_text())
+    assert [r["system"] for r in saved["rows"]] == ["bm25", "citation", "teacher"]
+    assert saved["rows"][0]["R@20"] == first["rows"][0]["R@20"] and set(saved["runs"]) == {"bm25", "citation", "teacher"}
+    assert any(n.startswith("bm25, citation: rows of an earlier run of this table") for n in saved["notes"])
+    assert saved["meta"]["systems"] == ["teacher", "bm25", "citation"]
+    assert "| citation |" in Path(third["files"][0]).read_text()
+    short = run_suite(split, "incorpus", RunOptions(systems=["dense"], limit=5, results_dir=tmp_path), encoder=encoder)
+    assert [r["system"] for r in short["rows"]] == ["dense"] and short["files"][0] != third["files"][0]
+    assert [r["system"] for r in json.loads(Path(third["files"][1]).read_text())["rows"]] == ["bm25", "citation",
+                                                                                             "teacher"]

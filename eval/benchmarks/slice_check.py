@@ -14,7 +14,7 @@ GPU: eval/benchmarks/gpu_eval.py).
     python -m eval.benchmarks.slice_check --split SPLITDIR [--queries 20] [--base-model smollm2-135m] \\
         [--epochs 5] [--lr 3e-4] [--work /tmp/graft-slice-check] [--name cs768_slice20]
 
-Writes eval/results/slice_check_{name}.{md,json} and eval_incorpus_{name}.{md,json}. SmolLM2-135M on
+Writes eval/results/slice_check_{name}.{md,json} and eval_incorpus-firstN_{name}.{md,json}. SmolLM2-135M on
 two CPU cores trains ~120-140 tokens/s: 20 queries' 866 pairs x 5 epochs take ~30 min, decoding ~13 s a query.
 """
 
