@@ -359,6 +359,15 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
                 assert [d for d, _ in run.run[q.qid]] == [h.paper_id for h in one.hits]
                 assert [s for _, s in run.run[q.qid]] == pytest.approx([h.score for h in one.hits])
         assert (texts > 0) == (suite == "ooc")  # graft-text's hits carry the text channel
+    # past the time budget, lists decoded for another system of the model are still fused; new decoding stops
+    import time
+
+    from eval.systems import NotApplicable
+
+    ctx.deadline = time.monotonic() - 1.0
+    assert run_system("graft-walk", ctx, queries).run == runs[("graph-walk", 0, "graft-walk")].run
+    with pytest.raises(NotApplicable, match="stopped by the time budget after 2 of 5 queries"):  # 2 a round
+        run_system("graft", ctx, load_queries(split, "ooc", "test", 5))
     # a spent time budget stops the generative systems: n/a with a note, no run file
     spent = run_suite(split, "incorpus", RunOptions(systems=["graft"], index_dir=index, limit=2, beams=2, force=True,
                                                     time_budget_s=0.0, results_dir=tmp_path / "spent"),
@@ -1055,11 +1064,12 @@ def test_gpu_eval_samplings_and_query_limit() -> None:
     for bad in ("naive", "coverage,random", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="coverage, or coverage,naive"):
             gpu_eval._samplings(bad)
-    # 0.05 s a query and model, 25% for fusion and scoring: 100 s fit 400 queries a suite with two models
-    # ((400 + 400) x 0.05 x 2 x 1.25 = 100) and, with one, 1,100 (the out-of-corpus suite has 500)
-    assert gpu_eval._choose_limit(0.05, 1602, 500, 100.0) == 400
-    assert gpu_eval._choose_limit(0.05, 1602, 500, 100.0, models=1) == 1100
+    # 0.05 s a query and model, x 1.3 for the suites' own work, plus 20 s: 124 s fit 400 queries a suite
+    # with two models ((400 + 400) x 0.05 x 2 x 1.3 + 20 = 124) and, with one, 1,100 (ooc has 500)
+    assert gpu_eval._choose_limit(0.05, 1602, 500, 124.0) == 400
+    assert gpu_eval._choose_limit(0.05, 1602, 500, 124.0, models=1) == 1100
     assert gpu_eval._choose_limit(0.05, 1602, 500, 1000.0, models=1) == 1602
+    assert gpu_eval._choose_limit(0.05, 1602, 500, 5.0) == 1  # never none
 
 
 def test_damaged_or_changed_stored_runs_are_computed_again(built, encoder, tmp_path) -> None:

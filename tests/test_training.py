@@ -5,6 +5,7 @@ kill-and-resume, the CLI command and the GPU benchmark script's smoke mode."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -169,6 +170,14 @@ def test_training_that_diverges_saves_no_model(tokenizer, tmp_path) -> None:
         fit(_tiny(), tokenizer, _hand_pairs(tokenizer, 12), tmp_path / "model", config, quiet=True)
     assert not (tmp_path / "model" / "training_config.json").exists()
     assert not (tmp_path / "model" / "checkpoints").exists()
+    # it stops at the first logged loss that is not finite, not after every step of lost weights
+    seen: list[int] = []
+    long = TrainConfig(max_steps=40, batch_size=4, lr=1e30, logging_steps=1, save_every_steps=0)
+    with pytest.raises(TrainingDiverged, match=r"at step (\d+) of 40") as caught:
+        fit(_tiny(), tokenizer, _hand_pairs(tokenizer, 12), None, long, quiet=True,
+            on_step=lambda step, info: seen.append(step))
+    stopped = int(re.search(r"at step (\d+) of 40", str(caught.value)).group(1))
+    assert seen and max(seen) < stopped + 1 < 40
 
 
 def test_training_never_runs_cudnn_attention(tokenizer) -> None:

@@ -390,6 +390,9 @@ def fit(
                     log.push(done, accelerator.reduce(running, reduction="mean") / (since_log * acc))
                     running, since_log = torch.zeros_like(running), 0
                 log.poll()
+                if procs == 1 and log.last is not None and not math.isfinite(log.last):
+                    break  # diverged: the rest would be spent on lost weights (reported below). With
+                    # several processes each would see the loss at its own step, so all run to the end
                 elapsed = time.perf_counter() - t0
                 progress.update(done, log.last, (tokens - tokens0) / elapsed if elapsed > 0 else 0.0)
                 if ckpt_dir is not None and config.save_every_steps and done % config.save_every_steps == 0 \
