@@ -6,7 +6,8 @@ stored rows (with the feedback pass when asked) and scores a new paper's rows at
 (`graphbuild.external.ExternalScorer`: facets extracted and embedded as the build did, citation
 half from its references, text coupling and the feedback pass), never returning the references it
 lists. The generative retriever decodes a corpus paper's stored items or a new paper's extracted
-ones, with the text channel for the new paper. Papers outside the corpus asked together are taken
+ones, with the text channel for the new paper, and likewise never returns the references the new
+paper lists (it does not use them otherwise). Papers outside the corpus asked together are taken
 apart in shared encoder batches (`query_many`).
 
     from graft import Index
@@ -213,9 +214,12 @@ class RelatedPapers:
                 items = self.record_facets(record)
                 near = (self.record_facets.neighbours([record], self.text_neighbours)[0] if self._text_channel()
                         else None)
+            # the papers it already cites are not news to it: left out, as the teacher leaves them out
+            known = {str(r) for r in record.get("references") or [] if str(r) in self.index.row_of}
+            known |= {own} if own else set()
             result = self.index.query(facets=items, retriever=self.retriever, fusion=self.fusion, k=self.k,
                                       beams=self.beams, query_id=qid, citation_weight=self.citation_weight,
-                                      neighbours=near, device=self.device, exclude={own} if own else None)
+                                      neighbours=near, device=self.device, exclude=known or None)
         # the paper's facets as they were read from its text: what its facet credits refer to
         result.info["query_facets"] = {f: list(v) for f, v in items.items()}
         return result

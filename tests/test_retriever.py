@@ -452,3 +452,22 @@ def test_cli_query_text_with_graft_has_the_text_channel(trained, tmp_path) -> No
     (older / "embeddings" / "papers.npy").unlink()
     res = runner.invoke(app, ["query", str(older), "--text", text, "--beams", "3", "--k", "10"])
     assert res.exit_code == 0 and "no text channel" in res.output and "reads like it" not in res.output
+
+
+def test_a_new_paper_s_references_are_left_out_of_graft_s_results(trained, encoder) -> None:
+    """graft query --record with references: the papers it already cites are not returned (as the
+    teacher leaves them out; they leave the decoded lists, so the others move up)."""
+    from graft.index import Index
+    from graphbuild.external import RecordFacets
+    from graphbuild.related import RelatedPapers
+
+    idx = Index.open(trained)
+    related = RelatedPapers(idx, retriever="graft", k=12, beams=3, citation_weight=0, text_neighbours=0)
+    related._made["facets"] = RecordFacets(idx, encoder=encoder)  # the session's encoder
+    row = idx.papers.row(0, named=True)
+    record = {"id": "draft", "title": row["title"], "abstract": row["abstract"]}
+    before = [h.paper_id for h in related.query(record).hits]
+    cited = before[:2]
+    after = [h.paper_id for h in related.query({**record, "references": [*cited, "not-in-the-index"]}).hits]
+    assert len(before) >= 4 and after and not set(cited) & set(after)
+    assert set(after) & (set(before) - set(cited))
