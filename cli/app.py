@@ -266,9 +266,9 @@ def query(
     device: str = typer.Option("cpu", "--device",
                                help="Where the graft retriever decodes: cpu, cuda, cuda:N, mps or auto."),
     references: str | None = typer.Option(None, "--references",
-                                          help="With --text/--record (teacher): comma-separated ids of corpus "
-                                               "papers the query paper cites; their citation links and "
-                                               "coupling shape the result, and they are not returned."),
+                                          help="With --text/--record: comma-separated ids of corpus papers the "
+                                               "query paper cites; they are not returned (teacher: their citation "
+                                               "links and coupling also shape the result)."),
     text_neighbours: int = typer.Option(10, "--text-neighbours", min=0,
                                         help="A paper outside the corpus: its N nearest papers by title + abstract "
                                              "stand in for its citations (teacher: text coupling, when it lists "
@@ -333,9 +333,6 @@ def query(
                 unknown = [r for r in given if r not in idx.row_of]
                 if unknown:
                     raise GraftError(f"--references: {len(unknown)} id(s) not in the index, e.g. {unknown[0]!r}")
-                if chosen != "teacher":
-                    raise GraftError("--references needs --retriever teacher: the generative retriever "
-                                     "decodes from the paper's facet text alone")
                 recs[0]["references"] = list(dict.fromkeys([*(recs[0].get("references") or []), *given]))
         if references is not None and (paper is not None or queries is not None):
             raise GraftError("--references goes with --text or --record (a paper outside the corpus)")

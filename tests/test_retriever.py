@@ -178,6 +178,16 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     assert all(h["facets"] and h["citation"] is None for h in json.loads(res.output))
     res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--citation-weight", "-1"])
     assert res.exit_code == 2 and "citation-weight" in res.output
+    # a text with the papers it cites: those are never among the results (graft as the teacher)
+    row = idx.papers.row(0, named=True)
+    text = f"{row['title']}. {row['abstract']}"
+    plain = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "8", "--json"])
+    assert plain.exit_code == 0, plain.output
+    cited = [h["paper_id"] for h in json.loads(plain.stdout)][:2]
+    res = runner.invoke(app, ["query", str(trained), "--text", text, "--references", ",".join(cited), "--beams", "3",
+                              "--k", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) and not set(cited) & {h["paper_id"] for h in json.loads(res.stdout)}
 
     qfile = tmp_path / "queries.txt"
     qfile.write_text("\n".join([ids[0], json.dumps({"id": ids[1]}), ids[2]]) + "\n")
