@@ -1,4 +1,4 @@
-"""TREC run and qrels files: `{qid} Q0 {docid} {rank} {score:.6f} {tag}` and `{qid} 0 {docid} {rel}`.
+"""TREC run and qrels files: `{qid} Q0 {docid} {rank} {score} {tag}` and `{qid} 0 {docid} {rel}`.
 
 Runs are written with ties broken by (-score, docid), so a ranking always serialises the same way;
 reading a run orders each query's documents by (-score, docid) again, whatever the file's rank

@@ -112,8 +112,10 @@ def is_one_word(text: str) -> bool:
 
 
 def trec_lines(query_id: str, ranked: Sequence[tuple[str, float]], tag: str) -> list[str]:
-    """TREC run lines `{qid} Q0 {docid} {rank} {score:.6f} {tag}` of one query's (docid, score)
-    pairs, ranked by score with ties broken by docid, so a ranking always serialises the same way.
+    """TREC run lines `{qid} Q0 {docid} {rank} {score} {tag}` of one query's (docid, score) pairs,
+    ranked by score with ties broken by docid, so a ranking always serialises the same way. Scores
+    keep 12 significant digits: fewer would tie scores that differ (fused scores such as
+    0.1045761 and 0.1045760), and other tools order ties their own way.
 
     Raises:
         InputValidationError: a qid, docid or tag that is not one word (the fields are separated by
@@ -132,4 +134,4 @@ def trec_lines(query_id: str, ranked: Sequence[tuple[str, float]], tag: str) -> 
         if d in seen:
             raise InputValidationError(f"paper {d!r} is ranked twice for query {query_id}")
         seen.add(d)
-    return [f"{query_id} Q0 {d} {r} {s:.6f} {tag}" for r, (d, s) in enumerate(order, 1)]
+    return [f"{query_id} Q0 {d} {r} {s:.12g} {tag}" for r, (d, s) in enumerate(order, 1)]

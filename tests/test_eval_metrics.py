@@ -75,10 +75,12 @@ def test_trec_round_trip_and_rescoring(tmp_path) -> None:
     run = {"q2": [("d2", 1.0), ("d1", 1.0), ("d3", 2.5)], "q1": [("x", 0.5)]}
     lines = format_run(run, "sys")
     # ties broken by docid, queries sorted, ranks from 1
-    assert lines == ["q1 Q0 x 1 0.500000 sys", "q2 Q0 d3 1 2.500000 sys", "q2 Q0 d1 2 1.000000 sys",
-                     "q2 Q0 d2 3 1.000000 sys"]
+    assert lines == ["q1 Q0 x 1 0.5 sys", "q2 Q0 d3 1 2.5 sys", "q2 Q0 d1 2 1 sys", "q2 Q0 d2 3 1 sys"]
     path = write_run(tmp_path / "r.trec", run, "sys")
     assert read_run(path) == {"q1": [("x", 0.5)], "q2": [("d3", 2.5), ("d1", 1.0), ("d2", 1.0)]}
+    # scores that differ in the 7th decimal stay apart: the file ranks as the retriever did
+    near = {"q": [("a", 0.1045760), ("b", 0.1045761), ("c", 1 / 61)]}
+    assert [d for d, _ in read_run(write_run(tmp_path / "near.trec", near, "sys"))["q"]] == ["b", "a", "c"]
     qrels = tmp_path / "qrels.txt"
     qrels.write_text("q1 0 x 1\nq2 0 d2 1\nq2 0 d9 1\nq2 0 d1 0\nq3 0 x 1\n")
     assert read_qrels(qrels) == {"q1": {"x"}, "q2": {"d2", "d9"}, "q3": {"x"}}
