@@ -173,7 +173,8 @@ def print_hits(result, title: str, out: Console = console) -> None:
     t = Table(title=title, show_lines=False)
     t.add_column("#", justify="right")
     t.add_column("score", justify="right")
-    t.add_column("paper")
+    # the id is what a reader copies into the next query: never cut, the title and facets fold instead
+    t.add_column("paper", no_wrap=True, min_width=max((len(h.paper_id) for h in result.hits), default=5))
     t.add_column("year", justify="right")
     t.add_column("title", overflow="fold", max_width=60)
     t.add_column("facets (edge weight)", overflow="fold")

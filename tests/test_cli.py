@@ -127,6 +127,8 @@ def test_query_json_and_table(built) -> None:
     assert hits[0]["paper_id"] in res.stdout
     assert any(f in res.stdout for f in ("problem 0.", "method 0.", "result 0.", "contribution 0."))
     assert all(e["match"] is None for h in hits for e in h["evidence"].values())
+    narrow = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5"], env={"COLUMNS": "60"})
+    assert narrow.exit_code == 0 and all(h["paper_id"] in narrow.stdout for h in hits)  # ids never cut
     res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--json", "--explain"])
     assert res.exit_code == 0, res.output
     explained = json.loads(res.stdout)
