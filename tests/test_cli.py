@@ -520,7 +520,7 @@ def test_query_references_shape_the_result_and_are_not_returned(built, encoder) 
     plain = runner.invoke(app, args)
     assert [h["paper_id"] for h in json.loads(plain.stdout)] != [p for p, _ in got]
     for extra, message in ((["--references", "nope"], "not in the index"),
-                           (["--references", cited[0], "--retriever", "graft"], "needs --retriever teacher")):
+                           (["--references", cited[0], "--retriever", "graft"], "no trained model")):
         res = runner.invoke(app, ["query", str(out), "--text", text, *extra])
         assert res.exit_code == 2 and message in res.output, res.output
     res = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--references", cited[1]])
