@@ -30,9 +30,12 @@ def xml_safe(text: str) -> str:
     return _NOT_XML.sub(" ", text)
 
 
-def to_networkx(index: Index, facets: tuple[str, ...] = FACETS, clean: bool = False) -> nx.MultiDiGraph:
-    """The facet graph as a MultiDiGraph: papers (title, n_citations, year, venue) and one edge per
-    (facet, i -> j) with `facet` and `weight`; `clean`: texts made `xml_safe` (GraphML, GEXF).
+def to_networkx(index: Index, facets: tuple[str, ...] = FACETS, clean: bool = False,
+                citations: bool = True) -> nx.MultiDiGraph:
+    """The facet graph as a MultiDiGraph: papers (title, n_citations, year, venue), one edge per
+    (facet, i -> j) with `relation` "facet", `facet` and `weight`, and with `citations` one edge per
+    citation inside the corpus (citing -> cited, key "cites") with `relation` "citation", an empty
+    `facet` and weight 1; `clean`: texts made `xml_safe` (GraphML, GEXF).
 
     Raises:
         GraftError: `facets` is one string, or names a facet that is not one of `FACETS`.
@@ -58,7 +61,10 @@ def to_networkx(index: Index, facets: tuple[str, ...] = FACETS, clean: bool = Fa
     for facet in facets:
         coo = index.graphs[facet].tocoo()
         for i, j, w in zip(coo.row.tolist(), coo.col.tolist(), coo.data.tolist()):
-            g.add_edge(ids[i], ids[j], key=facet, facet=facet, weight=round(float(w), 6))
+            g.add_edge(ids[i], ids[j], key=facet, relation="facet", facet=facet, weight=round(float(w), 6))
+    if citations:
+        for citing, cited in zip(index.citations["citing"].to_list(), index.citations["cited"].to_list()):
+            g.add_edge(text(citing), text(cited), key="cites", relation="citation", facet="", weight=1.0)
     return g
 
 

@@ -550,9 +550,15 @@ def test_export_formats_parse(built, tmp_path, fmt) -> None:
     else:
         g = nx.node_link_graph(json.loads(target.read_text()), edges="edges")
     assert g.number_of_nodes() == 80
-    assert g.number_of_edges() == sum(summary["counts"]["edges"].values())
-    facets = {d["facet"] for _, _, d in g.edges(data=True)}
+    cites = [(u, v) for u, v, d in g.edges(data=True) if d["relation"] == "citation"]
+    assert g.number_of_edges() == sum(summary["counts"]["edges"].values()) + len(cites)
+    facets = {d["facet"] for _, _, d in g.edges(data=True) if d["relation"] == "facet"}
     assert facets == {"problem", "method", "result", "contribution"}
+    # the citation links inside the corpus travel too, citing -> cited
+    from graft.index import Index
+
+    c = Index.open(out).citations
+    assert sorted(cites) == sorted(zip(c["citing"].to_list(), c["cited"].to_list())) and cites
     res = runner.invoke(app, ["export", str(out), "--format", "dot"])
     assert res.exit_code == 2 and "graphml, gexf, json" in res.output
     # the Python API names what it cannot do, the same way
@@ -560,7 +566,8 @@ def test_export_formats_parse(built, tmp_path, fmt) -> None:
     from graft.index import Index
 
     idx = Index.open(out)
-    assert {d["facet"] for _, _, d in to_networkx(idx, facets=("method",)).edges(data=True)} == {"method"}
+    assert {d["facet"] for _, _, d in to_networkx(idx, facets=("method",), citations=False).edges(data=True)} == {
+        "method"}
     for call, message in ((lambda: to_networkx(idx, facets="method"), "not one string: facets=('method',)"),
                           (lambda: to_networkx(idx, facets=("bogus",)), "unknown facet(s) 'bogus'"),
                           (lambda: export_graph(idx, tmp_path, "json"), f"cannot export to {tmp_path}: "),
