@@ -316,7 +316,7 @@ def query(
 
         related = RelatedPapers(idx, retriever=chosen, fusion=fusion, k=k, beams=beams, device=device,
                                 text_neighbours=text_neighbours, feedback=feedback, citation_weight=citation_weight,
-                                on_note=None if as_json else (lambda note: err.print(note, highlight=False)),
+                                on_note=lambda note: err.print(note, highlight=False),  # stderr: --json too
                                 explain=explain)
         if chosen == "teacher" and fusion not in (None, "rrf"):
             raise teacher_fusion_error(index, fusion, cli=True)
@@ -328,6 +328,8 @@ def query(
         else:
             from graphbuild.external import read_record, record_from_text
 
+            if text is not None and text.strip() and not any(ch.isalnum() for ch in text):
+                raise GraftError(f"query text {text.strip()[:40]!r} has no words: pass --text \"Title. Abstract ...\"")
             recs = [record_from_text(text) if text is not None else read_record(record)]
             if references is not None:
                 given = [r.strip() for r in references.split(",") if r.strip()]
@@ -340,7 +342,7 @@ def query(
         related.check(recs)
         unknown_refs = [(i, r) for i, rec in enumerate(recs, start=1) if is_outside(rec)
                         for r in rec.get("references") or [] if str(r) not in idx.row_of]
-        if unknown_refs and not as_json:  # a reference outside the corpus cannot couple: said, not hidden
+        if unknown_refs:  # a reference outside the corpus cannot couple: said (on stderr), not hidden
             i, ref = unknown_refs[0]
             err.print(f"note: {len(unknown_refs)} reference(s) of {len({q for q, _ in unknown_refs})} query paper(s) "
                       f"are not in the index and count for nothing (e.g. query {i}: {ref!r})",
@@ -481,7 +483,7 @@ def export(
     format: str = typer.Option("graphml", "--format", "-f", help="graphml, gexf or json."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output file (default: INDEX/graph.FORMAT)."),
 ) -> None:
-    """Export the facet graph through networkx."""
+    """Export the facet graph and the corpus's citation links through networkx."""
     from graft.export import export_graph
     from graft.index import Index
 

@@ -400,6 +400,8 @@ def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
                         env={"COLUMNS": "300"})
     assert res.exit_code == 0 and "note: 1 reference(s) of 1 query paper(s) are not in the index and count for " \
         "nothing (e.g. query 1: 'no-such-paper')" in res.stderr
+    res = runner.invoke(app, ["query", str(out), "--record", str(path), "--retriever", "teacher", "--k", "3", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout) and "no-such-paper" in res.stderr  # --json: still said
 
     other = {"title": row["title"], "abstract": row["abstract"]}
     batch = [record, {"id": cited[0]}, other]
@@ -535,6 +537,8 @@ def test_query_errors(built, tmp_path) -> None:
     assert res.exit_code == 2 and "exactly one of" in res.output
     res = runner.invoke(app, ["query", str(tmp_path / "missing"), "--paper", "x"])
     assert res.exit_code == 2 and "graft build" in res.output
+    res = runner.invoke(app, ["query", str(out), "--text", " . -- "])
+    assert res.exit_code == 2 and "query text '. --' has no words" in res.output
 
 
 @pytest.mark.parametrize("fmt", ["graphml", "gexf", "json"])
