@@ -423,7 +423,7 @@ def test_cli_train_command(index80, tmp_path) -> None:
     assert res.exit_code == 2 and "never downloads" in res.output
 
 
-def test_train_refuses_before_writing_anything(index80, tmp_path) -> None:
+def test_train_refuses_before_writing_anything(index80, tmp_path, monkeypatch) -> None:
     """Settings fit() would refuse, a damaged input file and an index another run is writing are
     refused before DocIDs, pairs or a model are written."""
     import shutil
@@ -449,6 +449,27 @@ def test_train_refuses_before_writing_anything(index80, tmp_path) -> None:
         with pytest.raises(GraftError, match="being written by `graft train`"):
             train_index(index, TrainConfig(max_steps=1), base_model="tiny")
     assert written() == []
+    # held by another process: refused at once, before the tokenizer loads
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from graft.store import index_lock\n"
+                               "with index_lock(sys.argv[1], 'graft build'):\n    print('held', flush=True); "
+                               "time.sleep(60)", str(index)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        import training.pipeline as pipeline
+
+        def no_tokenizer(*_a, **_k):
+            raise AssertionError("the tokenizer was loaded before the lock was checked")
+
+        monkeypatch.setattr(pipeline, "load_tokenizer", no_tokenizer)
+        with pytest.raises(GraftError, match=r"being written by `graft build` \(pid \d+"):
+            train_index(index, TrainConfig(max_steps=1), base_model="tiny")
+        monkeypatch.undo()
+    finally:
+        holder.kill()
+        holder.wait()
     whole = (index / "graph" / "method.npz").read_bytes()
     (index / "graph" / "method.npz").write_bytes(whole[: len(whole) // 3])
     with pytest.raises(IndexFormatError, match="graph/method.npz cannot be read"):

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graft.errors import GraftError
 from graft.prompts import PROMPT_VERSION
-from graft.store import index_lock
+from graft.store import index_lock, lock_holder
 from training.base_models import (
     SMOLLM2,
     check_base_model,
@@ -113,6 +114,10 @@ def train_index(
     if distill.sampling != sampling:
         raise ValueError(f"sampling={sampling!r} disagrees with the DistillConfig's {distill.sampling!r}")
     read_manifest(index_dir, require=("build",))  # not a built index: refused before the tokenizer loads
+    busy = None if dry_run else lock_holder(index_dir)  # and an index another command writes, at once too
+    if busy:
+        raise GraftError(f"index '{index_dir}' is being written by {busy}; run graft train again when that has "
+                         "finished (or stop it)")
     summary = TrainSummary(index_dir, base_model, sampling, dry_run)
     t0 = time.perf_counter()
     with reporter.stage("tokenizer", total=None, unit=""):
