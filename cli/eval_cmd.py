@@ -45,9 +45,18 @@ def prepare(
     try:
         config = SplitConfig(seed=seed, n_ooc=ooc, n_survey=survey, n_survey_dev=survey_dev, dev_share=dev_share,
                              incorpus_min_neighbours=min_neighbours)
+        earlier = _split_hash(out)
         meta = prepare_split(corpus, out, config, command=_command(), skip_bad=skip_bad)
     except GraftError as exc:
         _fail(exc)
+    if earlier is not None and earlier != meta["corpus_hash"]:  # what was made from the replaced split
+        from cli.app import err
+
+        stale = [p for p in ("index", "runs", "results") if (out / p).exists()]
+        if stale:
+            err.print(f"note: {', '.join(f'{out / p}' for p in stale)} belong to the split this one replaced (another "
+                      "corpus): `graft eval run` refuses that index and never reuses those runs; rebuild the index "
+                      "and delete the rest", highlight=False, soft_wrap=True)
     if as_json:
         typer.echo(json.dumps(meta, indent=2))
         return
@@ -70,12 +79,21 @@ def prepare(
                   highlight=False, markup=False, soft_wrap=True)  # one line, to copy whole
 
 
+def _split_hash(folder: Path) -> str | None:
+    """The corpus hash of the split already in `folder`, if any."""
+    try:
+        return json.loads((folder / "split.json").read_text(encoding="utf-8")).get("corpus_hash")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 @eval_app.command()
 def run(
     split_dir: Path = typer.Argument(..., help="Split directory from `graft eval prepare`."),
-    systems: str = typer.Option("bm25,dense,teacher", help="Comma-separated: bm25, dense, citation, facet, "
-                                "teacher, teacher-fb, teacher-cite, graft, graft-rrf, graft-walk, graft-naive, graft-cite, "
-                                "graft-text; survey suite: graft-survey, baseline-survey."),
+    systems: str | None = typer.Option(None, help="Comma-separated: bm25, dense, citation, facet, "
+                                       "teacher, teacher-fb, teacher-cite, graft, graft-rrf, graft-walk, graft-naive, "
+                                       "graft-cite, graft-text; survey suite: graft-survey, baseline-survey (default: "
+                                       "bm25,dense,teacher, and the two survey writers for --suite survey)."),
     suite: str = typer.Option("incorpus", help="incorpus, ooc, attribution, coverage or survey; several "
                               "comma-separated suites share one loaded index."),
     index: Path | None = typer.Option(None, "--index", help="Index directory (default SPLITDIR/index)."),
@@ -114,11 +132,15 @@ def run(
             if not (judge_model and judge_base_url):
                 raise GraftError("an LLM judge needs both --judge-model and --judge-base-url")
             judge = LLMConfig(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env)
+        suites = [s.strip() for s in suite.split(",") if s.strip()]
+        if systems is None:
+            systems = ",".join((["bm25", "dense", "teacher"] if set(suites) - {"survey"} else [])
+                               + (["graft-survey", "baseline-survey"] if "survey" in suites else []))
         options = RunOptions(systems=[s.strip() for s in systems.split(",") if s.strip()], index_dir=index,
                              part=part, limit=limit, force=force, naive_index=naive_index, base_model=base_model,
                              beams=beams, device=device, results_dir=results, name=name,
                              label=label, judge=judge)
-        tables = run_suites(split_dir, [s.strip() for s in suite.split(",") if s.strip()], options,
+        tables = run_suites(split_dir, suites, options,
                             reporter=Reporter(quiet=quiet or as_json), command=_command())
     except GraftError as exc:
         _fail(exc)

@@ -601,6 +601,18 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
     res = runner.invoke(app, ["eval", "score", str(out / "runs" / "ooc.bm25.trec"), str(out / "ooc" / "qrels.txt"),
                               "--limit", "3", "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["queries"] == 3, res.output
+    # --suite survey without --systems runs the survey writers (this split holds no survey hold-out)
+    res = runner.invoke(app, ["eval", "run", str(out), "--suite", "survey", "--index", str(split / "index")])
+    assert res.exit_code == 2 and "no survey hold-out" in res.output, res.output
+    # a split folder prepared again from another corpus: what the earlier split made is named
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    other = tmp_path / "fewer.jsonl"
+    other.write_text("".join(corpus.read_text().splitlines(keepends=True)[:-5]))
+    res = runner.invoke(app, ["eval", "prepare", str(other), "--out", str(again), "--ooc", "10", "--survey", "0",
+                              "--survey-dev", "0"])
+    assert res.exit_code == 0 and f"note: {again / 'runs'} belong to the split this one replaced" in \
+        " ".join(res.output.split()), res.output
     res = runner.invoke(app, ["eval", "run", str(out), "--systems", "bm25,nope", "--index", str(split / "index")])
     assert res.exit_code == 2 and "nope" in res.output
     res = runner.invoke(app, ["eval", "run", str(tmp_path), "--systems", "bm25"])
