@@ -423,8 +423,10 @@ def info(
     if paper is not None:
         head = f"{payload['paper_id']}: {payload['title']}" + (f" ({payload['year']})" if payload["year"] else "")
         console.print(head, highlight=False)
-        console.print(f"cites {payload['references_in_corpus']} corpus papers · cited by {payload['cited_by_in_corpus']}",
-                      highlight=False)
+        for what, ids in (("cites", payload["cites"]), ("cited by", payload["cited_by"])):
+            shown = ", ".join(ids[:12]) + (f", ... ({len(ids) - 12} more; --json lists all)" if len(ids) > 12 else "")
+            console.print(f"{what} {len(ids)} corpus paper(s)" + (f": {shown}" if ids else ""), highlight=False,
+                          soft_wrap=True)
         for facet in FACETS:
             t = Table(title=f"{facet}: " + " | ".join(payload["facets"][facet]), title_justify="left", show_lines=False)
             t.add_column("weight", justify="right")

@@ -108,6 +108,8 @@ def paper_card(index: Index, paper_id: str, k: int = 5) -> dict[str, Any]:
         order = np.lexsort((row.indices, -row.data))[:k]  # heaviest first, ties by row
         edges[facet] = [{"paper_id": index.paper_ids[int(j)], "title": titles[int(j)],
                          "weight": round(float(w), 4)} for j, w in zip(row.indices[order], row.data[order])]
+    cited = sorted(cites.filter(cites["citing"] == paper_id)["cited"].to_list())
+    citing = sorted(cites.filter(cites["cited"] == paper_id)["citing"].to_list())
     return {"paper_id": paper_id, "title": meta.get("title"), "year": meta.get("year"), "venue": meta.get("venue"),
-            "facets": index.paper_facets(paper_id), "references_in_corpus": int((cites["citing"] == paper_id).sum()),
-            "cited_by_in_corpus": int((cites["cited"] == paper_id).sum()), "edges": edges}
+            "facets": index.paper_facets(paper_id), "references_in_corpus": len(cited),
+            "cited_by_in_corpus": len(citing), "cites": cited, "cited_by": citing, "edges": edges}

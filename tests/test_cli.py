@@ -93,6 +93,9 @@ def test_info_shows_the_index_and_one_papers_edges(built) -> None:
     assert card["facets"] == idx.paper_facets(pid)
     assert card["cited_by_in_corpus"] == int((idx.citations["cited"] == pid).sum()) > 0
     assert card["references_in_corpus"] == int((idx.citations["citing"] == pid).sum())
+    c = idx.citations
+    assert card["cited_by"] == sorted(c.filter(c["cited"] == pid)["citing"].to_list())  # the links, not just counts
+    assert card["cites"] == sorted(c.filter(c["citing"] == pid)["cited"].to_list())
     for facet in FACETS:
         row = idx.graphs[facet].getrow(idx.row(pid))
         heaviest = np.sort(row.data)[::-1][:3]
@@ -101,6 +104,8 @@ def test_info_shows_the_index_and_one_papers_edges(built) -> None:
             assert row[0, idx.row(e["paper_id"])] == pytest.approx(e["weight"], abs=1e-4)
     table = runner.invoke(app, ["info", str(out), "--paper", pid], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and card["edges"]["method"][0]["paper_id"] in table.stdout
+    shown = card["cited_by"][:12]
+    assert f"cited by {len(card['cited_by'])} corpus paper(s): {', '.join(shown)}" in " ".join(table.stdout.split())
     bad = runner.invoke(app, ["info", str(out), "--paper", "no-such-paper"])
     assert bad.exit_code == 2 and "'no-such-paper' is not in index" in bad.output
     for empty in ("", "  "):
