@@ -230,11 +230,12 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
     if {"graft-survey", "baseline-survey"} <= set(per_query):
         comparison = recall_ratio([r["reference_recall"] for r in per_query["graft-survey"]],
                                   [r["reference_recall"] for r in per_query["baseline-survey"]])
+        spread = (f"95% paired bootstrap interval {comparison['low']:.2f}-{comparison['high']:.2f}, "
+                  f"{comparison['resamples']} resamples of the hold-outs" if len(queries) > 1
+                  else "one hold-out: no interval")
         notes.append(
-            f"reference recall graft-survey / baseline-survey = {comparison['ratio']:.2f} (95% paired bootstrap "
-            f"interval {comparison['low']:.2f}-{comparison['high']:.2f}, {comparison['resamples']} resamples of the "
-            f"hold-outs); per hold-out {comparison['wins']} higher, {comparison['ties']} equal, "
-            f"{comparison['losses']} lower")
+            f"reference recall graft-survey / baseline-survey = {comparison['ratio']:.2f} ({spread}); per hold-out "
+            f"{comparison['wins']} higher, {comparison['ties']} equal, {comparison['losses']} lower")
     if judge_llm is None:
         notes.append("the offline judge is the same facet-aware checker graft-survey verifies with, so "
                      "graft-survey's claim scores are high by construction; the baseline's are the informative ones")

@@ -98,6 +98,10 @@ def test_suite_scores_both_systems(split, encoder, tmp_path) -> None:
         pool = {c["paper_id"] for c in survey["pool"]}
         assert q["pool_recall"] == pytest.approx(len(pool & gold) / len(gold))
     assert any("proxy: offline facet-aware checker" in n for n in result["notes"])
+    assert any("(95% paired bootstrap interval" in n for n in result["notes"])
+    one = survey_suite(split_dir, split_dir / "index", systems=list(SYSTEMS), limit=1,
+                       config=SurveyConfig(sections=2, subsections=1), out_dir=tmp_path / "one", encoder=encoder)
+    assert any("(one hold-out: no interval); per hold-out" in n for n in one["notes"])  # not "1.17-1.17"
     # each survey is written as of its hold-out's year, and the graph retrieval widens through citations
     from graft.index import Index
 
