@@ -92,8 +92,8 @@ def run(
     split_dir: Path = typer.Argument(..., help="Split directory from `graft eval prepare`."),
     systems: str | None = typer.Option(None, help="Comma-separated: bm25, dense, citation, facet, "
                                        "teacher, teacher-fb, teacher-cite, graft, graft-rrf, graft-walk, graft-naive, "
-                                       "graft-cite, graft-text; survey suite: graft-survey, baseline-survey (default: "
-                                       "bm25,dense,teacher, and the two survey writers for --suite survey)."),
+                                       "graft-cite, graft-text; survey suite: graft-survey, baseline-survey. Default: "
+                                       "bm25,dense,teacher, and the two survey writers for --suite survey."),
     suite: str = typer.Option("incorpus", help="incorpus, ooc, attribution, coverage or survey; several "
                               "comma-separated suites share one loaded index."),
     index: Path | None = typer.Option(None, "--index", help="Index directory (default SPLITDIR/index)."),
