@@ -7,8 +7,9 @@ items (the generative systems decode them), the text-only facet edge rows scored
 text coupling), the same rows under facet-only weights (the facet-only baseline walks them) and the
 query's nearest corpus papers by title + abstract (the text coupling row: the generative retriever's
 text channel).
-They are computed in batches (`graphbuild.external.ExternalScorer.score_many`) and written here, so
-later runs, and machines without the encoder's files, read them instead.
+They are computed in batches (`graphbuild.external.ExternalScorer.score_many`) and written here after
+each chunk of `eval.systems.OOC_CHUNK` queries (a stopped run keeps what it finished), so later runs, and machines without the encoder's files,
+read them instead.
 
 File format (JSON lines): a header `{"format", "version", "key", "created"}`, then one line per
 query, sorted by qid: `{"qid", "text_sha", "facets": {facet: [items]}, "rows": {facet: [[column

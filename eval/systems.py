@@ -74,6 +74,8 @@ GENERATIVE = {"graft": ("graph-rrf", 0.0, 0.0), "graft-rrf": ("rrf", 0.0, 0.0), 
               "graft-text": ("graph-rrf", CITATION_WEIGHT, TEXT_WEIGHT)}
 #: Ranked results kept per query (R@50 needs 50; the rest lets a run be re-scored deeper).
 DEPTH = 100
+#: out-of-corpus queries whose facets and rows are made, and written to the cache, together
+OOC_CHUNK = 100
 
 
 class NotApplicable(GraftError):
@@ -222,14 +224,19 @@ class EvalContext:
         if missing:
             reporter = reporter or Reporter(quiet=True)
             with reporter.stage("ooc facets", total=len(missing), unit="queries") as advance:
-                records = [q.record() for q in missing]
-                built = self.scorer.score_many(records, progress=advance, facet_only=True)
-                near = self.neighbour_rows(records)
-            new = {q.qid: OocEntry(dict(facets), rows, text_sha(q.title, q.abstract), facet_only, coupling)
-                   for q, (rows, facets, facet_only), coupling in zip(missing, built, near)}
-            if path is not None:
-                write_cache(path, self.ooc_key, {**cached, **new})
-            found.update(new)
+                # in chunks, each written to the cache as it is done: a stopped run loses one chunk
+                for start in range(0, len(missing), OOC_CHUNK):
+                    chunk = missing[start : start + OOC_CHUNK]
+                    records = [q.record() for q in chunk]
+                    built = self.scorer.score_many(records, progress=advance, facet_only=True)
+                    near = self.neighbour_rows(records)
+                    new = {q.qid: OocEntry(dict(facets), rows, text_sha(q.title, q.abstract), facet_only, coupling)
+                           for q, (rows, facets, facet_only), coupling in zip(chunk, built, near)}
+                    cached.update(new)
+                    found.update(new)
+                    self._ooc.update(new)
+                    if path is not None:
+                        write_cache(path, self.ooc_key, cached)
         self._ooc.update(found)
 
     def neighbour_rows(self, records: list[dict[str, Any]]) -> list[sp.csr_matrix]:

@@ -504,6 +504,44 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     assert read_cache(path, ctx.ooc_key, idx.n)[q0.qid].facets == expected[q0.qid][1]
 
 
+def test_ooc_facets_stopped_midway_keep_the_chunks_already_made(built, encoder, tmp_path, monkeypatch) -> None:
+    import eval.systems as systems
+    from eval.ooc_facets import cache_path, read_cache
+    from eval.runner import load_queries
+    from eval.systems import EvalContext
+    from graphbuild.external import ExternalScorer
+
+    _, built_split = built
+    split = tmp_path / "split"
+    shutil.copytree(built_split, split, ignore=shutil.ignore_patterns("runs", "index", "facets.jsonl"))
+    idx = Index.open(built_split / "index")
+    queries = load_queries(split, "ooc", "test", None)
+    assert len(queries) >= 3
+    monkeypatch.setattr(systems, "OOC_CHUNK", 2)
+    real = ExternalScorer.score_many
+    calls, stop = [], [True]
+
+    def stops_on_the_second_chunk(self, records, **kw):
+        calls.append([r["id"] for r in records])
+        if len(calls) == 2 and stop[0]:
+            raise RuntimeError("stopped")
+        return real(self, records, **kw)
+
+    monkeypatch.setattr(ExternalScorer, "score_many", stops_on_the_second_chunk)
+    with pytest.raises(RuntimeError, match="stopped"):
+        EvalContext(idx, encoder=encoder, split_dir=split).prepare_ooc(queries)
+    kept = read_cache(cache_path(split), EvalContext(idx, encoder=encoder).ooc_key, idx.n)
+    assert sorted(kept) == sorted(q.qid for q in queries[:2])
+    # the rerun makes only the queries the stopped run had not finished, in chunks of 2
+    calls.clear()
+    stop[0] = False
+    ctx = EvalContext(idx, encoder=encoder, split_dir=split)
+    ctx.prepare_ooc(queries)
+    rest = [q.record()["id"] for q in queries[2:]]
+    assert [i for c in calls for i in c] == rest and all(len(c) <= 2 for c in calls)
+    assert sorted(read_cache(cache_path(split), ctx.ooc_key, idx.n)) == sorted(q.qid for q in queries)
+
+
 #: `gpu_eval.py run` as on the device image: polars, marisa-trie and gguf cannot be imported until the
 #: run's wheels step (which this stand-in replaces, the slice's stage carrying no wheels).
 RUN_WITHOUT_CARRIED_PACKAGES = """
