@@ -255,7 +255,8 @@ def query(
     index: Path = typer.Argument(..., help="Index directory."),
     paper: str | None = typer.Option(None, "--paper", help="Id of a corpus paper."),
     text: str | None = typer.Option(None, "--text", help="A paper outside the corpus: 'Title. Abstract ...'"),
-    record: Path | None = typer.Option(None, "--record", help="A paper outside the corpus as a JSON file."),
+    record: Path | None = typer.Option(None, "--record", help="A paper outside the corpus as a JSON file (title "
+                                       "and/or abstract), or a corpus paper as {\"id\": ...}, as a --queries line."),
     queries: Path | None = typer.Option(None, "--queries",
                                         help="Batch: one paper id or JSON record per line (use with --trec-out)."),
     retriever: str | None = typer.Option(None, "--retriever",
@@ -337,7 +338,7 @@ def query(
                 if unknown:
                     raise GraftError(f"--references: {len(unknown)} id(s) not in the index, e.g. {unknown[0]!r}")
                 recs[0]["references"] = list(dict.fromkeys([*(recs[0].get("references") or []), *given]))
-        if references is not None and (paper is not None or queries is not None):
+        if references is not None and (paper is not None or queries is not None or not is_outside(recs[0])):
             raise GraftError("--references goes with --text or --record (a paper outside the corpus)")
         related.check(recs)
         unknown_refs = [(i, r) for i, rec in enumerate(recs, start=1) if is_outside(rec)

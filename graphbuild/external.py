@@ -124,16 +124,15 @@ def record_problem(record: Any) -> str | None:
 
 
 def read_record(path: str | Path) -> dict[str, Any]:
-    """A query paper as a JSON object with `title` and/or `abstract` (optional id, references,
-    full_text); a leading byte-order mark is allowed."""
+    """A query as one JSON object, as a `graft query --queries` line takes it: a paper with `title`
+    and/or `abstract` (optional id, references, full_text), or a corpus paper by its `id` alone; a
+    leading byte-order mark is allowed."""
     path = Path(path)
     try:
         rec = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError) as exc:
         raise InputValidationError(f"{path}: cannot read a JSON record ({exc})") from exc
     problem = record_problem(rec)
-    if problem is None and not (rec.get("title") or rec.get("abstract")):
-        problem = "a query record needs 'title' and/or 'abstract'"
     if problem is not None:
         raise InputValidationError(f"{path}: {problem} (a JSON object with 'title' and/or 'abstract'; "
                                    "optional: id, references, full_text)")

@@ -283,6 +283,20 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
     bad.write_text(json.dumps({"title": "t", "references": pid}))
     res = runner.invoke(app, base + ["--record", str(bad)])
     assert res.exit_code == 2 and "'references' must be a list of paper ids" in res.output, res.output
+    # --record takes what a --queries line takes: {"id": ...} alone is a corpus paper, as --paper
+    bad.write_text(json.dumps({"id": pid}))
+    by_record = runner.invoke(app, base + ["--record", str(bad), "--k", "5", "--json"])
+    by_paper = runner.invoke(app, base + ["--paper", pid, "--k", "5", "--json"])
+    assert by_record.exit_code == 0 == by_paper.exit_code, by_record.output
+    assert json.loads(by_record.stdout) == json.loads(by_paper.stdout) and len(json.loads(by_paper.stdout)) == 5
+    res = runner.invoke(app, base + ["--record", str(bad), "--references", idx.paper_ids[1]])
+    assert res.exit_code == 2 and "--references goes with --text or --record (a paper outside" in res.output
+    bad.write_text(json.dumps({"id": "no-such-paper"}))
+    res = runner.invoke(app, base + ["--record", str(bad)])
+    assert res.exit_code == 2 and "no-such-paper" in res.output and "given by its title and abstract" in res.output
+    bad.write_text(json.dumps({"references": [pid]}))
+    res = runner.invoke(app, base + ["--record", str(bad)])
+    assert res.exit_code == 2 and "give the 'id' of a corpus paper, or a paper's 'title'" in res.output
     # two papers outside the corpus without ids: one qid each (query-LINE), not both "query"
     papers = idx.papers.head(2)
     good = out.parent / "noid_queries.jsonl"
