@@ -466,6 +466,13 @@ def info(
         md = payload["model"]
         console.print(f"trained model: {md['base_model']} · {md['sampling']} sampling · {md['steps']} steps · final "
                       f"loss {md['final_loss']:.3f} · {md['trained_at']}", highlight=False)
+        from training.check import PromptCheck
+
+        check = PromptCheck.from_dict(md.get("check"))
+        if check is not None:
+            console.print(f"prompt check: {check.summary()}", highlight=False, soft_wrap=True)
+            if check.warning():
+                console.print(f"warning: {check.warning()}", style="yellow", highlight=False, soft_wrap=True)
     elif "unfinished_model" in payload:
         u = payload["unfinished_model"]
         of = f" of {u['total_steps']:,}" if u.get("total_steps") else ""

@@ -8,6 +8,13 @@ from pathlib import Path
 import typer
 
 from cli.options import finite
+from training.check import CHECK_PAIRS, PromptCheck
+
+
+def _check_warning(check: dict | None) -> str | None:
+    """The prompt check's advice when the model does not read its prompts yet (None otherwise)."""
+    parsed = PromptCheck.from_dict(check)
+    return parsed.warning() if parsed is not None else None
 
 
 def print_train_summary(summary, console) -> None:  # noqa: ANN001 (TrainSummary, rich Console)
@@ -37,6 +44,11 @@ def print_train_summary(summary, console) -> None:  # noqa: ANN001 (TrainSummary
         t.add_row("wall time", f"{r.seconds:,.1f} s")
     if not r.already_done:
         t.add_row("throughput", f"{r.tokens_per_s:,.0f} tokens/s")
+    check = summary.check
+    if PromptCheck.from_dict(check) is not None:
+        t.add_row("prompt check", f"{check['distinct_top_beams']} distinct top DocIDs of {check['pairs']} prompts; "
+                                  f"taught target top {check['target_is_top_beam']:.0%}, in {check['beams']} beams "
+                                  f"{check['target_in_beams']:.0%}")
     console.print(t)
 
 
@@ -59,11 +71,14 @@ def train(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the last checkpoint."),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="Only print the coverage of naive vs coverage-aware pairs."),
+    check_pairs: int = typer.Option(CHECK_PAIRS, "--check-pairs", min=0,
+                                    help="Training prompts decoded after training to check that the model reads "
+                                         "its prompts (distinct DocIDs back); 0 = no check."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Train the generative retriever: DocIDs, distillation pairs, fine-tuning into INDEX/model."""
-    from cli.app import _fail, console
+    from cli.app import _fail, console, err
     from graft.errors import GraftError
     from graft.progress import Reporter
     from training.pairs import DistillConfig
@@ -78,9 +93,13 @@ def train(
                              save_every_steps=save_every_steps)
         summary = train_index(index, config, base_model=base_model, sampling=sampling, resume=resume,
                               dry_run=dry_run, reporter=Reporter(quiet=quiet or as_json),
-                              distill=DistillConfig(sampling=sampling, max_edges_per_source=max_edges))
+                              distill=DistillConfig(sampling=sampling, max_edges_per_source=max_edges),
+                              check_pairs=check_pairs)
     except (GraftError, ValueError) as exc:
         _fail(exc)
+    warning = _check_warning(summary.check)
+    if warning:  # on stderr, whatever the output mode
+        err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2, default=str))
         return

@@ -62,7 +62,7 @@ def index_summary(index: Index) -> dict[str, Any]:
         tc = train.get("config", {})
         out["model"] = {"base_model": (tc.get("base_model") or {}).get("name"), "sampling": tc.get("sampling"),
                         "steps": (train.get("counts") or {}).get("steps"), "final_loss": train.get("final_loss"),
-                        "trained_at": train.get("finished_at")}
+                        "trained_at": train.get("finished_at"), "check": train.get("check")}
     elif (unfinished := unfinished_training(index.path)) is not None:
         out["unfinished_model"] = unfinished
     return out

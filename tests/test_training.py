@@ -258,6 +258,13 @@ def test_train_config_refuses_unknown_keys_and_bad_values() -> None:
 
 
 # ---- learning ------------------------------------------------------------------------------------
+def load_retriever_model(index_dir):
+    """The model `graft train` saved in INDEX/model, on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(index_dir / "model")
+
+
 def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
     from graft.manifest import read_manifest
     from training.pipeline import train_index
@@ -295,9 +302,19 @@ def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
     # the stage's timings are this call's parts and add up to no more than its total
     assert stage["timings_s"]["train"] <= stage["timings_s"]["total"]
     assert stage["train_seconds_all_parts"] == pytest.approx(r.seconds, abs=1e-3)
-    # the same command again finds the finished model and trains nothing
+    # the prompt check decoded 32 of its training prompts; the saved model decodes them the same way
+    from graft.docids import load_tries
+    from training.check import prompt_check
+
+    assert stage["check"] == summary.check and shown["model"]["check"] == summary.check
+    assert summary.check["pairs"] == 32 and 1 <= summary.check["distinct_top_beams"] <= 32
+    saved = load_retriever_model(index80)
+    again_check = prompt_check(saved, load_tokenizer("tiny"), load_tries(index80),
+                               read_pairs(index80 / "train" / "pairs.parquet"))
+    assert again_check.to_dict() | {"seconds": 0} == summary.check | {"seconds": 0}
+    # the same command again finds the finished model and trains nothing, and reports its check
     again = train_index(index80, config, base_model="tiny")
-    assert again.result.already_done and again.result.steps == 40
+    assert again.result.already_done and again.result.steps == 40 and again.check == summary.check
     # weights without the record written after them: a final save that did not finish
     from graft.errors import GraftError
     from graft.index import has_model
@@ -399,10 +416,39 @@ def test_cli_train_command(index80, tmp_path) -> None:
     app.command("noop")(lambda: None)  # two commands, so "train" is a subcommand as in `graft`
     runner = CliRunner()
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "3", "--no-resume",
+                              "--check-pairs", "0"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "prompt check" not in res.stdout and "final loss" in res.stdout, res.output
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--check-pairs", "-1"])
+    assert res.exit_code == 2 and "Invalid value for '--check-pairs'" in res.output
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "3", "--no-resume",
                               "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["result"]["steps"] == 3 and out["pairs_reused"] and out["model_dir"].endswith("model")
+    assert out["check"]["pairs"] == 32 and isinstance(out["check"]["reads_prompts"], bool)
+    # a model that decodes the same DocID for every prompt: `graft info` and the summary say so
+    from cli.train_cmd import _check_warning
+
+    collapsed = {**out["check"], "distinct_top_beams": 1, "reads_prompts": False}
+    assert "(1 distinct of 32)" in _check_warning(collapsed) and _check_warning(out["check"] | {"distinct_top_beams": 32}) is None
+    from cli.app import app as graft_app
+
+    path = index80 / "manifest.json"
+    saved = path.read_bytes()
+    manifest = json.loads(saved)
+    manifest["stages"]["train"]["check"] = collapsed
+    path.write_text(json.dumps(manifest))
+    try:
+        res = runner.invoke(graft_app, ["info", str(index80)], env={"COLUMNS": "300"})
+        assert res.exit_code == 0, res.output
+        assert "prompt check: 32 training prompts decoded (5 beams): 1 distinct top DocIDs" in res.stdout
+        assert "warning: the model decodes the same few DocIDs for most prompts (1 distinct of 32)" in res.stdout
+        manifest["stages"]["train"]["check"] = {"pairs": "many"}  # damaged: not shown, no traceback
+        path.write_text(json.dumps(manifest))
+        res = runner.invoke(graft_app, ["info", str(index80)], env={"COLUMNS": "300"})
+        assert res.exit_code == 0 and "prompt check" not in res.stdout and "trained model" in res.stdout, res.output
+    finally:
+        path.write_bytes(saved)
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--dry-run"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "coverage-aware" in res.stdout and "100.00%" in res.stdout
@@ -506,7 +552,8 @@ def test_gpu_benchmark_script_smoke(index80, tmp_path) -> None:
 def test_learn_pairs_benchmark_smoke(index80, tmp_path) -> None:
     """eval/benchmarks/learn_pairs.py with the tiny model: its sampled pairs are learned and decoded
     back under the tries (every target the top beam), and the table is written."""
-    from eval.benchmarks.learn_pairs import main, sample_pairs
+    from eval.benchmarks.learn_pairs import main
+    from training.check import sample_pairs
 
     table = sample_pairs(read_pairs(index80 / "train" / "pairs.parquet"), 10, seed=0)
     assert len(set(zip(table.column("facet").to_pylist(), table.column("source_text").to_pylist()))) == 10
@@ -516,6 +563,42 @@ def test_learn_pairs_benchmark_smoke(index80, tmp_path) -> None:
     assert row["pairs"] == 10 and row["epochs"] == 60 and row["losses"][-1][1] < row["losses"][0][1]
     assert row["target_is_top_beam"] == row["target_in_beams"] == 1.0 and row["distinct_top_beams"] == 10
     assert "| 10 | 60 | 10 | 0.01 | 60.0 |" in (tmp_path / "learn_pairs_slice.md").read_text()
+
+
+def test_prompt_check_tells_a_model_that_reads_its_prompts_from_one_that_does_not(index80, tokenizer) -> None:
+    """Ten source items of one facet: a model taught ten different targets decodes ten different top
+    beams and passes; the same model taught one target for all ten (the collapse of an under-trained
+    model, made on purpose) decodes one and gets the warning."""
+    import pyarrow as pa
+
+    from graft.docids import load_tries
+    from training.check import PromptCheck, prompt_check, sample_pairs
+
+    pairs = read_pairs(index80 / "train" / "pairs.parquet")
+    one_facet = pairs.filter(pa.compute.equal(pairs.column("facet"), "method"))
+    table = sample_pairs(one_facet, 10, seed=0)
+    assert len(set(table.column("target_docid_id").to_pylist())) >= 5
+    same = table.set_column(table.schema.get_field_index("target_docid_id"), "target_docid_id",
+                            pa.array([table.column("target_docid_id")[0].as_py()] * 10,
+                                     type=table.schema.field("target_docid_id").type))
+    tokens = read_docid_tokens(index80 / "docids" / "docids.parquet")
+    tries = load_tries(index80)
+    checks = {}
+    for name, t in (("distinct targets", table), ("one target", same)):
+        model, _ = resolve_base_model("tiny", seed=0)
+        data = encode_pairs_table(t, tokenizer, docid_tokens=tokens)
+        result = fit(model, tokenizer, data, None, TrainConfig(max_steps=60, batch_size=10, lr=1e-2, warmup_ratio=0.0),
+                     quiet=True, save_final=False)
+        checks[name] = prompt_check(result.model, tokenizer, tries, t, pairs=10, beams=3)
+    good, bad = checks["distinct targets"], checks["one target"]
+    assert good.distinct_top_beams == 10 and good.target_is_top_beam == 1.0 and good.reads_prompts
+    assert good.warning() is None
+    assert bad.distinct_top_beams == 1 and bad.target_is_top_beam == 1.0 and not bad.reads_prompts
+    assert "(1 distinct of 10)" in bad.warning() and "Train longer" in bad.warning()
+    # the verdict's threshold: a quarter of the prompts
+    assert PromptCheck(32, 5, 0.0, 0.0, 8, 1.0).reads_prompts and not PromptCheck(32, 5, 0.0, 0.0, 7, 1.0).reads_prompts
+    assert PromptCheck.from_dict(bad.to_dict()) == bad
+    assert PromptCheck.from_dict({"pairs": 3}) is None and PromptCheck.from_dict(None) is None
 
 
 def test_prompt_text_is_plain_and_names_the_facet() -> None:

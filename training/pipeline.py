@@ -24,6 +24,7 @@ from training.base_models import (
     load_tokenizer,
     resolve_base_model,
 )
+from training.check import CHECK_PAIRS
 from training.data import encode_pairs_table, read_docid_tokens, read_pairs
 from training.trainer import TrainConfig, TrainResult, check_run, fit, process_state
 
@@ -40,6 +41,7 @@ class TrainSummary:
     pairs_reused: bool = False
     coverage: dict[str, Any] | None = None  # dry run: naive vs coverage report; else the pairs' coverage
     result: TrainResult | None = None
+    check: dict[str, Any] | None = None  # training.check.PromptCheck.to_dict() of the trained model
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -50,6 +52,7 @@ class TrainSummary:
         return {"index": str(self.index_dir), "base_model": self.base_model, "sampling": self.sampling,
                 "dry_run": self.dry_run, "pairs": self.pairs, "pairs_reused": self.pairs_reused,
                 "coverage": self.coverage, "result": self.result.to_dict() if self.result else None,
+                "check": self.check,
                 "model_dir": None if self.dry_run else str(self.model_dir), "timings_s": self.timings}
 
 
@@ -83,6 +86,7 @@ def train_index(
     dry_run: bool = False,
     reporter: Any = None,
     distill: Any = None,
+    check_pairs: int = CHECK_PAIRS,
 ) -> TrainSummary:
     """Train the generative retriever of an index into `<index>/model/`.
 
@@ -95,6 +99,8 @@ def train_index(
         dry_run: only report the coverage of naive vs coverage-aware pairs; write nothing.
         reporter: a `graft.progress.Reporter` (progress bars, timings); quiet by default.
         distill: a `training.pairs.DistillConfig` (N, K_min, seed); its sampling must agree.
+        check_pairs: training pairs decoded after training to check that the model reads its
+            prompts (`training.check`; recorded in the manifest); 0 = no check.
     Returns:
         the summary; the run is recorded as the `train` stage of manifest.json.
     Raises:
@@ -113,6 +119,8 @@ def train_index(
     distill = distill or DistillConfig(sampling=sampling)
     if distill.sampling != sampling:
         raise ValueError(f"sampling={sampling!r} disagrees with the DistillConfig's {distill.sampling!r}")
+    if check_pairs < 0:
+        raise ValueError(f"check_pairs must be >= 0 (0 = no check), got {check_pairs}")
     read_manifest(index_dir, require=("build",))  # not a built index: refused before the tokenizer loads
     busy = None if dry_run else lock_holder(index_dir)  # and an index another command writes, at once too
     if busy:
@@ -135,11 +143,12 @@ def train_index(
     # one writer per index: a second `graft train` (or a build) on it is refused, not mixed in
     with index_lock(index_dir, "graft train") if state.is_main_process else nullcontext():
         return _train(index_dir, config, summary, tokenizer, state, base_model=base_model, sampling=sampling,
-                      resume=resume, reporter=reporter, distill=distill, t0=t0)
+                      resume=resume, reporter=reporter, distill=distill, t0=t0, check_pairs=check_pairs)
 
 
 def _train(index_dir: Path, config: TrainConfig, summary: TrainSummary, tokenizer: Any, state: Any, *,
-           base_model: str, sampling: str, resume: bool, reporter: Any, distill: Any, t0: float) -> TrainSummary:
+           base_model: str, sampling: str, resume: bool, reporter: Any, distill: Any, t0: float,
+           check_pairs: int) -> TrainSummary:
     """`train_index` past its checks, under the index's writer lock: pairs, tokenisation, training,
     the manifest's `train` stage."""
     from graft.config import config_to_dict
@@ -166,6 +175,15 @@ def _train(index_dir: Path, config: TrainConfig, summary: TrainSummary, tokenize
     result = fit(model, tokenizer, data, summary.model_dir, config, resume=resume, quiet=reporter.quiet,
                  record=record)
     summary.result = result
+    if result.already_done:
+        summary.check = (manifest["stages"].get("train") or {}).get("check")
+    elif check_pairs and state.is_main_process and result.model is not None:
+        from graft.docids import load_tries
+        from training.check import prompt_check
+
+        with reporter.stage("prompt check", total=None, unit=""):
+            summary.check = prompt_check(result.model, tokenizer, load_tries(index_dir), table,
+                                         pairs=check_pairs).to_dict()
     # this call's stages only, so that they add up to its total; a resumed run's whole training time,
     # interrupted parts included, is the record's `train_seconds_all_parts`
     summary.timings = {**reporter.timings(), "train": result.call_seconds, "total": time.perf_counter() - t0}
@@ -183,5 +201,5 @@ def _train(index_dir: Path, config: TrainConfig, summary: TrainSummary, tokenize
                             "resumed_from": result.resumed_from, "train_seconds_all_parts": round(result.seconds, 3),
                             "mixed_precision": result.mixed_precision,
                             "tokens_per_s": round(result.tokens_per_s, 1), "fingerprint": result.fingerprint,
-                            "model_dir": "model"})
+                            "model_dir": "model", "check": summary.check})
     return summary

@@ -289,7 +289,7 @@ def render(report: dict[str, Any]) -> str:
                 lines += [f"Memorisation ({sampling}): of {m['pairs']} training pairs, the target DocID is the top "
                           f"beam for {m['target_is_top_beam']:.1%} and among the {m['beams']} beams for "
                           f"{m['target_in_beams']:.1%}; the top beams are {m['distinct_top_beams']} distinct DocIDs "
-                          f"(the targets {m['distinct_targets']})", ""]
+                          f"(one pair per source item: a model that reads its prompts gives nearly {m['pairs']})", ""]
     cal = report.get("calibration") or {}
     if cal:
         lines += ["## Calibration", "", "```", json.dumps(cal, indent=1, default=str), "```", ""]
@@ -426,31 +426,21 @@ def _train(index: Path, sampling: str, base: str, steps: int, args: argparse.Nam
 
 
 def _memorisation(index_dir: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
-    """How far the trained model has learned its own pairs: for a seeded sample of its training pairs,
-    the share whose target DocID is the top beam (at most 1 / the source item's number of targets)
-    or among the beams of its source item, and how many distinct DocIDs the top beams are — a model
-    that has not yet learned to read its prompt decodes the same few for every source."""
-    import numpy as np
-
-    from graft.decoding import decode_items
+    """How far the trained model has learned its own pairs (`training.check.prompt_check`): for a
+    seeded sample of its training pairs with distinct source items, the share whose target DocID is
+    the top beam (at most 1 / the source item's number of targets) or among the beams, and how many
+    distinct DocIDs the top beams are — a model that has not yet learned to read its prompt decodes
+    the same few for every source."""
     from graft.index import Index
+    from training.check import prompt_check
     from training.data import read_pairs
 
-    table = read_pairs(index_dir / "train" / "pairs.parquet")
-    n = min(args.memorisation_pairs, table.num_rows)
-    rows = table.take(np.sort(np.random.default_rng(1).choice(table.num_rows, size=n, replace=False))).to_pydict()
     gen = Index.open(index_dir).generative(device=device)
-    beams = decode_items(gen.model, gen.tokenizer, gen.tries, list(zip(rows["facet"], rows["source_text"])),
-                         args.beams, batch_size=args.decode_batch)
+    check = prompt_check(gen.model, gen.tokenizer, gen.tries, read_pairs(index_dir / "train" / "pairs.parquet"),
+                         pairs=args.memorisation_pairs, beams=args.beams, seed=1, batch_size=args.decode_batch)
     del gen
     free()
-    targets = [(f, int(d)) for f, d in zip(rows["facet"], rows["target_docid_id"])]
-    top = [(f, b[0].docid_id) for (f, _), b in zip(targets, beams) if b]
-    hit_top = sum(bool(b) and b[0].docid_id == d for (_, d), b in zip(targets, beams))
-    hit_any = sum(t[1] in {x.docid_id for x in b} for t, b in zip(targets, beams))
-    return {"pairs": n, "beams": args.beams, "target_is_top_beam": hit_top / max(1, n),
-            "target_in_beams": hit_any / max(1, n), "distinct_top_beams": len(set(top)),
-            "distinct_targets": len(set(targets))}
+    return check.to_dict()
 
 
 def _decode_seconds_per_query(index_dir: Path, split: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:

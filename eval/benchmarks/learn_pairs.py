@@ -34,29 +34,13 @@ if str(REPO) not in sys.path:
 from eval.benchmarks.split_queries import write_tables  # noqa: E402
 
 
-def sample_pairs(table: Any, n: int, seed: int) -> Any:
-    """`n` pairs with distinct source items (facet, text), drawn in a seeded order, in table order."""
-    import numpy as np
-
-    keys = list(zip(table.column("facet").to_pylist(), table.column("source_text").to_pylist()))
-    seen: set[tuple[str, str]] = set()
-    pick: list[int] = []
-    for i in np.random.default_rng(seed).permutation(table.num_rows):
-        if keys[i] not in seen:
-            seen.add(keys[i])
-            pick.append(int(i))
-            if len(pick) == n:
-                break
-    return table.take(sorted(pick))
-
-
 def learn(index: Path, base_model: str, pairs: int, steps: int, batch_size: int, lr: float, beams: int,
           seed: int = 0) -> dict[str, Any]:
     """Fine-tune `base_model` on `pairs` sampled pairs of `index` for `steps` steps and decode them."""
-    from graft.decoding import decode_items
     from graft.docids import load_docids, load_tries
     from graft.errors import GraftError
     from training.base_models import load_tokenizer, resolve_base_model
+    from training.check import prompt_check, sample_pairs
     from training.data import encode_pairs_table, read_docid_tokens, read_pairs
     from training.pairs import pairs_path
     from training.trainer import TrainConfig, fit
@@ -73,19 +57,12 @@ def learn(index: Path, base_model: str, pairs: int, steps: int, batch_size: int,
                                                            warmup_ratio=0.0, logging_steps=max(1, steps // 8)),
                  quiet=True, save_final=False)
     train_s = time.perf_counter() - t0
-    rows = table.to_pydict()
-    t0 = time.perf_counter()
-    decoded = decode_items(result.model, tokenizer, load_tries(index), list(zip(rows["facet"], rows["source_text"])),
-                           beams, batch_size=64)
-    decode_s = time.perf_counter() - t0
-    targets = [int(d) for d in rows["target_docid_id"]]
-    n = len(targets)
-    top = sum(bool(b) and b[0].docid_id == d for d, b in zip(targets, decoded))
-    among = sum(d in {x.docid_id for x in b} for d, b in zip(targets, decoded))
-    distinct = len({(f, b[0].docid_id) for f, b in zip(rows["facet"], decoded) if b})
-    return {"pairs": n, "epochs": steps * batch_size / n, "losses": [[s, round(v, 4)] for s, v in result.losses],
-            "target_is_top_beam": top / n, "target_in_beams": among / n, "distinct_top_beams": distinct,
-            "train_s": round(train_s, 1), "decode_s": round(decode_s, 1)}
+    check = prompt_check(result.model, tokenizer, load_tries(index), table, pairs=table.num_rows, beams=beams,
+                         seed=seed)
+    return {"pairs": check.pairs, "epochs": steps * batch_size / check.pairs,
+            "losses": [[s, round(v, 4)] for s, v in result.losses], "target_is_top_beam": check.target_is_top_beam,
+            "target_in_beams": check.target_in_beams, "distinct_top_beams": check.distinct_top_beams,
+            "train_s": round(train_s, 1), "decode_s": round(check.seconds, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
