@@ -142,6 +142,19 @@ def _model_stamp(index: Index | None) -> dict[str, Any] | None:
             "finished_at": train.get("finished_at"), "steps": (train.get("counts") or {}).get("steps")}
 
 
+def _check_note(index: Index) -> str:
+    """The model's prompt check (`training.check`, recorded by `graft train`) for a table note: a
+    model that decodes the same few DocIDs whatever the query is named as such."""
+    from training.check import PromptCheck
+
+    check = PromptCheck.from_dict((index.manifest.get("stages", {}).get("train") or {}).get("check"))
+    if check is None:
+        return ""
+    verdict = "reads its prompts" if check.reads_prompts else "does NOT read its prompts yet: under-trained"
+    return (f"; prompt check: {check.distinct_top_beams} distinct top DocIDs of {check.pairs} training prompts, "
+            f"{verdict}")
+
+
 def _graph_stamp(index: Index | None, system: str) -> dict[str, Any] | None:
     """What of the index's build a system's run depends on beyond the corpus: nothing for `bm25`,
     the sentence encoder for `dense`, and for every other system the build (its settings and when
@@ -730,7 +743,8 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
     else:
         body = _survey_suite(split_dir, index_dir, options, reporter)
     label = options.label
-    stamps = [s for s in (_model_stamp(index), _model_stamp(naive)) if s]
+    trained = [(m, s) for m in (index, naive) if (s := _model_stamp(m))]
+    stamps = [s for _, s in trained]
     if any(s.get("base_model") == "tiny" for s in stamps) and any(
             str(r.get("system", "")).startswith("graft") for r in body["rows"]):
         tiny = "pipeline check: GRAFT rows come from a tiny random model trained on the CPU, not a result"
@@ -743,7 +757,7 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
     notes = list(body["notes"]) + [n.replace("{citation_half}", half) for n in _DEFINITIONS.get(suite, [])]
     if stamps and any(str(r.get("system", "")).startswith("graft") for r in body["rows"]):
         notes += [f"model: {s['index']} (base {s['base_model']}, {s['sampling']} pairs, {s['steps']} steps)"
-                  for s in stamps]
+                  + _check_note(m) for m, s in trained]
     name = options.name or corpus_name(split)
     meta = {
         "command": command or " ".join(["graft", *sys.argv[1:]]),
