@@ -15,8 +15,9 @@ Suites:
 Every system's answers are written as it finishes to `SPLITDIR/runs/{suite}.{system}.trec` (the
 in-corpus dev part's to `incorpus-dev.{system}.trec`; plus
 `.credits.jsonl` with the facet credits and `.json` with what produced it), and reused by later
-runs over the same queries and index unless `force` (a `limit` run reads a stored run of more
-queries instead of replacing it). Metrics are computed from the run files and the split's qrels, so
+runs over the same queries and index unless `force`. A `limit` run reads a stored run of more
+queries, or writes `{suite}-firstN.*`; a run over another index than `SPLITDIR/index` writes
+`{suite}@{index_key}.*` (`index_key`): neither replaces the run a table was computed from. Metrics are computed from the run files and the split's qrels, so
 any run can be re-scored (`score_run`, `graft eval score`). Tables go to
 `RESULTS/eval_{suite}_{name}.md` and `.json` (the dev part's to `eval_{suite}-dev_{name}.*`), with
 the command, hashes, seed, date, versions and query counts.
@@ -29,6 +30,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
+import re
 import shlex
 import sys
 import time
@@ -193,13 +195,28 @@ def load_queries(split_dir: Path, suite: str, part: str, limit: int | None) -> l
     return out[:limit] if limit else out
 
 
-def run_paths(split_dir: Path, suite: str, system: str, part: str = "test") -> tuple[Path, Path, Path]:
+def run_paths(split_dir: Path, suite: str, system: str, part: str = "test", *, first: int | None = None,
+              index_key: str | None = None) -> tuple[Path, Path, Path]:
     """(TREC run, facet credits JSONL, run metadata JSON) of one suite and system: the in-corpus
     dev part's are `incorpus-dev.*`, beside the test part's `incorpus.*` (as the survey suite's
-    `survey-dev` beside `survey`), so that running one part keeps the other's runs."""
+    `survey-dev` beside `survey`), so that running one part keeps the other's runs. A run of the
+    first N queries only is `{suite}-firstN.*`, and a run over another index than `SPLITDIR/index`
+    `{suite}@{index_key}.*` (`index_key`), so that neither replaces the run a full table was
+    computed from."""
     runs = Path(split_dir) / "runs"
     stem = f"{suite}-dev" if suite == "incorpus" and part == "dev" else suite
+    stem += (f"-first{first}" if first else "") + (f"@{index_key}" if index_key else "")
     return runs / f"{stem}.{system}.trec", runs / f"{stem}.{system}.credits.jsonl", runs / f"{stem}.{system}.json"
+
+
+def index_key(split_dir: Path, index_dir: Path) -> str | None:
+    """How run files name an index other than the split's own `SPLITDIR/index`: its folder's name
+    (letters, digits, `_` and `-`) and a hash of its absolute path; None for the split's own."""
+    where = Path(index_dir).resolve()
+    if where == (Path(split_dir) / "index").resolve():
+        return None
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", where.name).strip("_") or "index"
+    return f"{name}-{hashlib.sha256(str(where).encode()).hexdigest()[:6]}"
 
 
 def _write_credits(path: Path, credits: dict[str, list[tuple[str, dict[str, int]]]]) -> None:
@@ -259,7 +276,6 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
     Raises:
         NotApplicable: the system does not apply to these queries.
     """
-    trec, credits_path, meta_path = run_paths(split_dir, suite, system, options.part)
     index = ctx.naive_index if system == "graft-naive" else ctx.index
     want = {"suite": suite, "system": system, "queries": len(queries), "qids_sha": _sha([q.qid for q in queries]),
             "corpus_hash": ctx.index.manifest.get("corpus_hash"), "build": _graph_stamp(index, system),
@@ -268,19 +284,16 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
             "feedback": _feedback_stamp() if system == "teacher-fb" else None,
             "citation": _citation_stamp() if system in ("teacher-cite", "graft-cite", "graft-text") else None,
             "text": _text_stamp() if system == "graft-text" else None}
-    old = _cached_json(meta_path) if not options.force and trec.is_file() else None
-    try:
-        subset = _served_subset(old, want, trec, queries) if old is not None else None
-    except (TypeError, ValueError):  # a damaged record: the run is computed again
-        subset = None
-    if subset is not None:
-        try:
-            run = SystemRun(read_run(trec))
-            if credits_path.is_file():
-                run.credits = read_credits(credits_path)
-            return run, subset
-        except (GraftError, ValueError, KeyError, TypeError):  # a damaged stored run is computed again
-            pass
+    # the run of every query of the part, or of the first N where the limit left some out; named by
+    # the index where its answers depend on it (not bm25's), so no other run replaces it
+    key = index_key(split_dir, index.path) if (want["build"] or want["model"]) else None
+    first = len(queries) if len(queries) < len(load_queries(split_dir, suite, options.part, None)) else None
+    full = run_paths(split_dir, suite, system, options.part, index_key=key)
+    trec, credits_path, meta_path = run_paths(split_dir, suite, system, options.part, first=first, index_key=key)
+    for stored in dict.fromkeys([full, (trec, credits_path, meta_path)]) if not options.force else ():
+        found = _stored_run(stored, want, queries)
+        if found is not None:
+            return found
     t0 = time.perf_counter()
     run = run_system(system, ctx, queries, reporter)
     seconds = time.perf_counter() - t0
@@ -291,7 +304,28 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
             "trec_sha": _file_sha(trec)}
     write_json(meta_path, meta)
     # scored as read back from the file (its score precision and tie order), as a reused run is
-    return SystemRun(read_run(trec), credits=run.credits), meta
+    return SystemRun(read_run(trec), credits=run.credits), {**meta, "run_file": str(trec)}
+
+
+def _stored_run(paths: tuple[Path, Path, Path], want: dict[str, Any],
+                queries: list[EvalQuery]) -> tuple[SystemRun, dict[str, Any]] | None:
+    """The run stored at `paths` with its record (`run_file` added), if it serves these queries
+    (`_served_subset`); None when it must be computed (absent, made otherwise, or damaged)."""
+    trec, credits_path, meta_path = paths
+    old = _cached_json(meta_path) if trec.is_file() else None
+    try:
+        subset = _served_subset(old, want, trec, queries) if old is not None else None
+    except (TypeError, ValueError):  # a damaged record: the run is computed again
+        subset = None
+    if subset is None:
+        return None
+    try:
+        run = SystemRun(read_run(trec))
+        if credits_path.is_file():
+            run.credits = read_credits(credits_path)
+    except (GraftError, ValueError, KeyError, TypeError):  # a damaged stored run is computed again
+        return None
+    return run, {**subset, "run_file": str(trec)}
 
 
 def _cached_json(path: Path) -> dict[str, Any] | None:
@@ -385,7 +419,7 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
         no = non_obvious_share(sub, qrels, {q: obvious[q] for q in qids}, k=ATTRIBUTION_K)
         rows.append({"system": system, **{f"R@{k}": mean_recall(sub, qrels, k, qids) for k in KS},
                      "non_obvious@20": no["share"], "correct@20": no["correct"], "seconds": meta.get("seconds")})
-        runs[system] = str(run_paths(split_dir, suite, system, options.part)[0])
+        runs[system] = meta["run_file"]
     fusions = [s for s in ("graft", "graft-rrf", "graft-walk", "graft-cite", "graft-text") if s in runs]
     if len(fusions) > 1:
         notes.append(f"{', '.join(fusions)} decode each query once (one model, {len(fusions)} fusions): the one "
@@ -408,7 +442,7 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
             ctx.prepare_ooc(queries, reporter)
         for system in systems:
             try:
-                run, _ = obtain_run(split_dir, suite, system, ctx, queries, options, reporter)
+                run, meta = obtain_run(split_dir, suite, system, ctx, queries, options, reporter)
             except NotApplicable as exc:
                 notes.append(f"{system} ({suite}): {exc}")
                 continue
@@ -430,7 +464,7 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
                 row[f"{h}-hop credits"] = len(by_hops[h])
             row["hits without a facet credit"] = bare / hits if hits else None
             rows.append(row)
-            runs[f"{suite}.{system}"] = str(run_paths(split_dir, suite, system, options.part)[0])
+            runs[f"{suite}.{system}"] = meta["run_file"]
     return {"rows": rows, "notes": notes, "runs": runs, "queries": n_queries}
 
 

@@ -24,6 +24,12 @@ from graphbuild.build import BuildConfig, build_index
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
+def stored(table, key):
+    """(TREC run, credits, record) files behind a table's row (`table["runs"][key]`)."""
+    trec = Path(table["runs"][key])
+    return trec, trec.with_suffix(".credits.jsonl"), trec.with_suffix(".json")
+
+
 def write_dense_slice(path, tmp_path, n_core: int = 40, n: int = 120):
     """The n_core most-cited cs768 papers plus the papers citing most of them (real records)."""
     records = [json.loads(line) for line in gzip.open(path, "rt")]
@@ -101,7 +107,27 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     assert Path(again["files"][0]).name == f"eval_incorpus-first5_{md.name.split('_', 2)[2]}" and md.is_file()
     forced = run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path, limit=5, force=True),
                        encoder=encoder)
-    assert forced["meta"]["queries"] == json.loads(meta_path.read_text())["queries"] == 5  # asked for
+    # forced: computed again for the 5 queries, into a file of its own; the full table's run stays
+    first5 = run_paths(split, "incorpus", "teacher", first=5)
+    assert forced["meta"]["queries"] == json.loads(first5[2].read_text())["queries"] == 5  # asked for
+    assert forced["runs"]["teacher"] == str(first5[0]) and saved["runs"]["teacher"] == str(meta_path.with_suffix(".trec"))
+    assert json.loads(meta_path.read_text())["created"] == created
+    assert score_run(meta_path.with_suffix(".trec"), test_qrels)["R@20"] == pytest.approx(rows["teacher"]["R@20"])
+    # the first-5 run serves the next limit run of 5, forced or not, without touching the full one
+    assert run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path, limit=3),
+                     encoder=encoder)["runs"]["teacher"] == str(meta_path.with_suffix(".trec"))
+    # another index over the same split writes runs named for it; the split's own are untouched
+    from eval.runner import index_key
+
+    other = tmp_path / "other index"
+    shutil.copytree(split / "index", other)
+    key = index_key(split, other)
+    assert key.startswith("other_index-") and index_key(split, split / "index") is None
+    elsewhere = run_suite(split, "incorpus", RunOptions(systems=["teacher", "bm25"], index_dir=other,
+                                                        results_dir=tmp_path / "other"), encoder=encoder)
+    assert elsewhere["runs"]["teacher"] == str(run_paths(split, "incorpus", "teacher", index_key=key)[0])
+    assert elsewhere["runs"]["bm25"] == str(run_paths(split, "incorpus", "bm25")[0])  # text only: the same run
+    assert json.loads(meta_path.read_text())["created"] == created
 
     # a rebuilt graph over the same corpus (another build, e.g. other settings) is never scored with
     # the older graph's runs: the teacher is recomputed, bm25 (text only) is reused
@@ -111,12 +137,11 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     manifest = json.loads(manifest_file.read_text())
     manifest["stages"]["build"]["finished_at"] = "2000-01-01T00:00:00+00:00"
     manifest_file.write_text(json.dumps(manifest))
-    before = {s: json.loads(run_paths(rebuilt, "incorpus", s)[2].read_text()) for s in ("bm25", "teacher")}
-    # same queries as the runs on file (bm25: all test queries; teacher: the first 5, as last run)
-    run_suite(rebuilt, "incorpus", RunOptions(systems=["bm25"], results_dir=tmp_path / "r"), encoder=encoder)
-    run_suite(rebuilt, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path / "r", limit=5),
-              encoder=encoder)
-    after = {s: json.loads(run_paths(rebuilt, "incorpus", s)[2].read_text()) for s in ("bm25", "teacher")}
+    stored = {"bm25": run_paths(rebuilt, "incorpus", "bm25"), "teacher": run_paths(rebuilt, "incorpus", "teacher")}
+    before = {s: json.loads(p[2].read_text()) for s, p in stored.items()}
+    # the same queries as runs on file (all test queries)
+    run_suite(rebuilt, "incorpus", RunOptions(systems=["bm25", "teacher"], results_dir=tmp_path / "r"), encoder=encoder)
+    after = {s: json.loads(p[2].read_text()) for s, p in stored.items()}
     # a run's metadata is rewritten only when the run is recomputed
     assert before["teacher"]["build"]["finished_at"] != "2000-01-01T00:00:00+00:00"
     assert after["teacher"]["build"]["finished_at"] == "2000-01-01T00:00:00+00:00"
@@ -147,13 +172,12 @@ def test_tables_default_beside_the_split_and_systems_run_once(built, encoder) ->
     md = Path(table["files"][0]).read_text()
     assert "Queries: 3 · gold pairs: " in md
     # each in-corpus part keeps its own runs: running dev leaves test's to be reused
-    made = json.loads(run_paths(split, "incorpus", "bm25")[2].read_text())["created"]
+    made = json.loads(stored(table, "bm25")[2].read_text())["created"]
     dev = run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=3, part="dev"), encoder=encoder)
-    assert dev["runs"]["bm25"].endswith("runs/incorpus-dev.bm25.trec")
-    assert read_run(run_paths(split, "incorpus", "bm25", "dev")[0]).keys() != read_run(
-        run_paths(split, "incorpus", "bm25")[0]).keys()
+    assert dev["runs"]["bm25"].endswith("runs/incorpus-dev-first3.bm25.trec")  # 3 of the dev part
+    assert read_run(stored(dev, "bm25")[0]).keys() != read_run(stored(table, "bm25")[0]).keys()
     run_suite(split, "incorpus", opts, encoder=encoder)
-    assert json.loads(run_paths(split, "incorpus", "bm25")[2].read_text())["created"] == made  # reused
+    assert json.loads(stored(table, "bm25")[2].read_text())["created"] == made  # reused
     # ... and its own tables beside the test part's
     name = Path(table["files"][0]).name.split("_", 2)[2]
     assert Path(table["files"][0]).name == f"eval_incorpus-first3_{name}"  # 3 of the part's queries
@@ -167,11 +191,11 @@ def test_a_limit_run_reads_a_stored_run_of_more_queries_instead_of_replacing_it(
         path.unlink(missing_ok=True)
     full = run_suite(split, "incorpus", RunOptions(systems=["bm25"], results_dir=tmp_path), encoder=encoder)
     trec, _, meta_path = run_paths(split, "incorpus", "bm25")
-    stored, meta = trec.read_bytes(), json.loads(meta_path.read_text())
+    stored_bytes, meta = trec.read_bytes(), json.loads(meta_path.read_text())
     n = full["meta"]["queries"]
     assert n > 4 and meta["queries"] == len(meta["qids"]) == n
     short = run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=4, results_dir=tmp_path), encoder=encoder)
-    assert trec.read_bytes() == stored and json.loads(meta_path.read_text()) == meta  # not replaced
+    assert trec.read_bytes() == stored_bytes and json.loads(meta_path.read_text()) == meta  # not replaced
     first4 = {q.qid for q in load_queries(split, "incorpus", "test", 4)}
     qrels = read_qrels(split / "incorpus" / "qrels.txt")
     run = read_run(trec)
@@ -186,7 +210,7 @@ def test_a_limit_run_reads_a_stored_run_of_more_queries_instead_of_replacing_it(
     assert score_run(trec, qrels_test)["R@20"] == pytest.approx(full["rows"][0]["R@20"])
     # a run whose record names another corpus than the qrels' split is refused
     other = tmp_path / "other.trec"
-    other.write_bytes(stored)
+    other.write_bytes(stored_bytes)
     other.with_suffix(".json").write_text(json.dumps({**meta, "corpus_hash": "0123456789abcdef"}))
     with pytest.raises(GraftError, match="was made on another corpus .*0123456789ab.* than the split of"):
         score_run(other, qrels_test)
@@ -195,11 +219,12 @@ def test_a_limit_run_reads_a_stored_run_of_more_queries_instead_of_replacing_it(
     # a run written without its qids serves a subset of the queries its file answers
     meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "qids"}))
     again = run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=4, results_dir=tmp_path), encoder=encoder)
-    assert again["rows"][0]["R@20"] == row["R@20"] and trec.read_bytes() == stored
-    # another index's run is not read for a subset: it is computed and replaces the stored one
+    assert again["rows"][0]["R@20"] == row["R@20"] and trec.read_bytes() == stored_bytes
+    # another corpus's run is not read for a subset: the 4 queries are computed into a file of their own
     meta_path.write_text(json.dumps({**meta, "corpus_hash": "another"}))
-    run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=4, results_dir=tmp_path), encoder=encoder)
-    assert json.loads(meta_path.read_text())["queries"] == 4
+    own = run_suite(split, "incorpus", RunOptions(systems=["bm25"], limit=4, results_dir=tmp_path), encoder=encoder)
+    assert json.loads(stored(own, "bm25")[2].read_text())["queries"] == 4 and own["runs"]["bm25"] != str(trec)
+    assert json.loads(meta_path.read_text())["corpus_hash"] == "another" and trec.read_bytes() == stored_bytes
 
 
 def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path) -> None:
@@ -232,20 +257,20 @@ def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monk
     rows = {r["system"]: r for r in table["rows"]}
     assert 0.0 < rows["teacher-fb"]["R@20"] <= rows["teacher-fb"]["R@50"] <= 1.0
     idx = Index.open(split / "index")
-    run = read_run(run_paths(split, "incorpus", "teacher-fb")[0])
+    run = read_run(stored(table, "teacher-fb")[0])
     scorer = CorpusScorer(idx, feedback=3, citation_weight=0)
     queries = load_queries(split, "incorpus", "test", 12)
     assert len(run) == len(queries) == 12
     for q in queries:
         want = [h.paper_id for h in scorer.query_paper(q.paper_id, k=20).hits]
         assert [d for d, _ in run[q.qid]][:20] == want
-    assert run != read_run(run_paths(split, "incorpus", "teacher")[0])
-    meta = json.loads(run_paths(split, "incorpus", "teacher-fb")[2].read_text())
+    assert run != read_run(stored(table, "teacher")[0])
+    meta = json.loads(stored(table, "teacher-fb")[2].read_text())
     assert meta["feedback"] == 3
     # another R is another run: not reused
     monkeypatch.setattr("eval.runner._feedback_stamp", lambda: 5)
     run_suite(split, "incorpus", RunOptions(systems=["teacher-fb"], results_dir=tmp_path, limit=12), encoder=encoder)
-    assert json.loads(run_paths(split, "incorpus", "teacher-fb")[2].read_text())["feedback"] == 5
+    assert json.loads(stored(table, "teacher-fb")[2].read_text())["feedback"] == 5
     monkeypatch.undo()
     ooc = run_suite(split, "ooc", RunOptions(systems=["teacher-fb"], results_dir=tmp_path), encoder=encoder)
     assert ooc["rows"][0]["R@20"] is None and any("teacher-fb" in n and "already" in n for n in ooc["notes"])
@@ -269,15 +294,15 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     assert 0.0 < rows["teacher-cite"]["R@20"] <= rows["teacher-cite"]["R@50"] <= 1.0
     idx = Index.open(split / "index")
     scorer = CorpusScorer(idx)  # graft query --paper's teacher: stored rows, the channel at W
-    run = read_run(run_paths(split, "incorpus", "teacher-cite")[0])
+    run = read_run(stored(table, "teacher-cite")[0])
     for q in load_queries(split, "incorpus", "test", 12):
         result = scorer.query_paper(q.paper_id, k=20)
         assert [d for d, _ in run[q.qid]][:20] == [h.paper_id for h in result.hits]
     assert any(h.citation is not None for h in result.hits)
-    assert run != read_run(run_paths(split, "incorpus", "teacher")[0])
-    meta = json.loads(run_paths(split, "incorpus", "teacher-cite")[2].read_text())
+    assert run != read_run(stored(table, "teacher")[0])
+    meta = json.loads(stored(table, "teacher-cite")[2].read_text())
     assert meta["citation"] == {"weight": CITATION_WEIGHT, "first": 3}
-    credits = read_credits(run_paths(split, "incorpus", "teacher-cite")[1])
+    credits = read_credits(stored(table, "teacher-cite")[1])
     assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
     assert any(not f for hits in credits.values() for _, f in hits)  # hits surfaced by the channel alone
     att = run_suite(split, "attribution", RunOptions(systems=["teacher", "teacher-cite"], results_dir=tmp_path,
@@ -292,13 +317,13 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
                     encoder=encoder)
     assert ooc["rows"][0]["R@20"] is not None
     ctx = EvalContext(idx, encoder=encoder, split_dir=split)
-    run = read_run(run_paths(split, "ooc", "teacher-cite")[0])
+    run = read_run(stored(ooc, "teacher-cite")[0])
     for q in load_queries(split, "ooc", "test", 5):
         want = scorer.query_rows(ctx.ooc_rows(q)[0], query_id=q.qid, k=20)
         assert [d for d, _ in run[q.qid]][:20] == [h.paper_id for h in want.hits]
     monkeypatch.setattr("eval.runner._citation_stamp", lambda: {"weight": 1.0, "first": 3})
     run_suite(split, "incorpus", RunOptions(systems=["teacher-cite"], results_dir=tmp_path, limit=12), encoder=encoder)
-    assert json.loads(run_paths(split, "incorpus", "teacher-cite")[2].read_text())["citation"]["weight"] == 1.0
+    assert json.loads(stored(table, "teacher-cite")[2].read_text())["citation"]["weight"] == 1.0
 
 
 def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkeypatch) -> None:
@@ -608,7 +633,11 @@ def test_gpu_eval_script_stages_a_split_and_rehearses_the_run_on_the_cpu(built, 
     with tarfile.open(out / "results.tar.gz") as tar:
         names = set(tar.getnames())
         table = json.load(tar.extractfile("tables/eval_incorpus-first3_cs768_graft.json"))
-    assert {"runs/incorpus.graft.trec", "runs/ooc.graft-naive.trec", "index-naive/manifest.json"} <= names
+        ooc_table = json.load(tar.extractfile("tables/eval_ooc-first3_cs768_graft.json"))
+    # the runs the tables name, over the trained copies of the index: named for the cut and the index
+    graft_run, naive_run = Path(table["runs"]["graft"]).name, Path(ooc_table["runs"]["graft-naive"]).name
+    assert graft_run.startswith("incorpus-first3@index-coverage-") and naive_run.startswith("ooc-first3@index-naive-")
+    assert {f"runs/{graft_run}", f"runs/{naive_run}", "index-naive/manifest.json"} <= names
     rows = {r["system"]: r for r in table["rows"]}
     assert all(rows[s]["R@20"] is not None for s in ("graft", "graft-rrf", "graft-naive", "teacher"))
 
@@ -782,7 +811,8 @@ def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(
     assert "pipeline check" in (res / "slice_check_s3.md").read_text()
     # the split's own runs are untouched: the check runs in a copy under --work
     assert (sorted(p.name for p in (split / "runs").iterdir()) if (split / "runs").is_dir() else []) == before
-    assert (work / "split" / "runs" / "incorpus.graft.trec").is_file()
+    made = [p.name for p in (work / "split" / "runs").glob("*.graft.trec")]
+    assert len(made) == 1 and made[0].startswith("incorpus-first3@index-"), made  # over the trained copy
 
 
 def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tmp_path) -> None:
@@ -1135,8 +1165,9 @@ def test_damaged_or_changed_stored_runs_are_computed_again(built, encoder, tmp_p
     after it was written, is computed again instead of ending in a traceback or a wrong table."""
     _, split = built
     opts = RunOptions(systems=["bm25"], limit=6, results_dir=tmp_path)
-    first = run_suite(split, "incorpus", opts, encoder=encoder)["rows"][0]
-    trec, _, meta_path = run_paths(split, "incorpus", "bm25")
+    table = run_suite(split, "incorpus", opts, encoder=encoder)
+    first = table["rows"][0]
+    trec, _, meta_path = stored(table, "bm25")
     obvious = split / "runs" / "incorpus.obvious.json"
     for damage in ("{x", "[1]", json.dumps({"queries": "many", "qids": 3})):
         meta_path.write_text(damage)
