@@ -591,11 +591,21 @@ def _keep_earlier_rows(path: Path, table: dict[str, Any]) -> None:
     old_notes = [n for n in old.get("notes") or [] if isinstance(n, str)]
     earlier = [n for n in old_notes if any(n.startswith((f"{s}:", f"{s} (")) for s in systems)
                or (n.startswith("model: ") and any(s.startswith("graft") for s in systems))]
+    # which command made each row: the earlier table's record of it, else that table's own command
+    made_before = old["meta"].get("made_by") if isinstance(old["meta"].get("made_by"), dict) else {}
+    fallback = {"command": old["meta"].get("command"), "date": old["meta"].get("date")}
+    made = {s: made_before.get(s) if isinstance(made_before.get(s), dict) else fallback for s in systems}
+    by_run: dict[tuple[Any, Any], list[str]] = {}
+    for s in systems:
+        by_run.setdefault((made[s].get("command"), made[s].get("date")), []).append(s)
     table["notes"] = [n for n in table["notes"] if n not in earlier] + earlier + [
-        f"{', '.join(systems)}: rows of an earlier run of this table (`{old['meta'].get('command')}`, "
-        f"{old['meta'].get('date')})"]
-    table["runs"] = {**{k: v for k, v in (old.get("runs") or {}).items() if k in systems}, **table["runs"]}
+        f"{', '.join(group)}: rows of an earlier run of this table (`{command}`, {date})"
+        for (command, date), group in by_run.items()]
+    table["runs"] = {**{k: v for k, v in (old.get("runs") or {}).items() if k.split(".", 1)[-1] in systems},
+                     **table["runs"]}  # keyed by system, or by "suite.system" (attribution)
     meta["systems"] = list(dict.fromkeys([*meta["systems"], *systems]))
+    meta["made_by"] = {**made, **{str(r.get("system")): {"command": meta["command"], "date": meta["date"]}
+                                  for r in table["rows"] if str(r.get("system")) not in made}}
 
 
 def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]) -> tuple[Path, Path]:
@@ -810,7 +820,8 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         "queries": body.get("queries"),
         "qrels": body.get("qrels"),
         "part": options.part if suite in PARTED else None,
-        "limit": options.limit,
+        # a limit that left no query out is no limit: the table is the full one
+        "limit": options.limit if _limited(split_dir, suite, options, body.get("queries")) else None,
         "limited": _limited(split_dir, suite, options, body.get("queries")),
         "systems": list(options.systems),
         "label": label,

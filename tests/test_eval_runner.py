@@ -1187,19 +1187,33 @@ def test_a_run_of_other_systems_fills_the_same_table(built, encoder, tmp_path) -
     """Systems run one after the other into a table of the same split, index and queries end in
     one table (the earlier rows said to be earlier); another query set is a table of its own."""
     _, split = built
-    first = run_suite(split, "incorpus", RunOptions(systems=["bm25"], results_dir=tmp_path), encoder=encoder)
+    first = run_suite(split, "incorpus", RunOptions(systems=["bm25"], results_dir=tmp_path), encoder=encoder,
+                      command="run 1")
     second = run_suite(split, "incorpus", RunOptions(systems=["citation", "bm25"], results_dir=tmp_path),
-                       encoder=encoder)
+                       encoder=encoder, command="run 2")
     assert [r["system"] for r in second["rows"]] == ["citation", "bm25"]  # the new bm25 row, not both
-    third = run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path), encoder=encoder)
+    third = run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path), encoder=encoder,
+                      command="run 3")
     assert first["files"] == second["files"] == third["files"]
     saved = json.loads(Path(third["files"][1]).read_text())
     assert [r["system"] for r in saved["rows"]] == ["bm25", "citation", "teacher"]
     assert saved["rows"][0]["R@20"] == first["rows"][0]["R@20"] and set(saved["runs"]) == {"bm25", "citation", "teacher"}
-    assert any(n.startswith("bm25, citation: rows of an earlier run of this table") for n in saved["notes"])
+    assert any(n.startswith("bm25, citation: rows of an earlier run of this table (`run 2`") for n in saved["notes"])
     assert saved["meta"]["systems"] == ["teacher", "bm25", "citation"]
     assert "| citation |" in Path(third["files"][0]).read_text()
+    # each earlier row is named with the command that made it, however many runs later
+    fourth = run_suite(split, "incorpus", RunOptions(systems=["facet"], results_dir=tmp_path), encoder=encoder,
+                       command="run 4")
+    notes = json.loads(Path(fourth["files"][1]).read_text())["notes"]
+    assert any(n.startswith("bm25, citation: rows of an earlier run of this table (`run 2`") for n in notes), notes
+    assert any(n.startswith("teacher: rows of an earlier run of this table (`run 3`") for n in notes), notes
+    # a limit that leaves no query out is the full table: its rows stay
+    n = fourth["meta"]["queries"]
+    everything = run_suite(split, "incorpus", RunOptions(systems=["dense"], limit=n + 100, results_dir=tmp_path),
+                           encoder=encoder, command="run 5")
+    assert everything["files"] == first["files"] and everything["meta"]["limit"] is None
+    assert [r["system"] for r in everything["rows"]] == ["bm25", "dense", "citation", "facet", "teacher"]
     short = run_suite(split, "incorpus", RunOptions(systems=["dense"], limit=5, results_dir=tmp_path), encoder=encoder)
     assert [r["system"] for r in short["rows"]] == ["dense"] and short["files"][0] != third["files"][0]
-    assert [r["system"] for r in json.loads(Path(third["files"][1]).read_text())["rows"]] == ["bm25", "citation",
-                                                                                             "teacher"]
+    assert [r["system"] for r in json.loads(Path(third["files"][1]).read_text())["rows"]] == [
+        "bm25", "dense", "citation", "facet", "teacher"]
