@@ -163,6 +163,8 @@ def score(
     qrels: Path = typer.Argument(..., help="TREC qrels file (e.g. SPLITDIR/incorpus/qrels.test.txt: an in-corpus run is of one part)."),
     limit: int | None = typer.Option(None, "--limit", min=1,
                                      help="The first N queries by qid, as `graft eval run --limit N` takes them."),
+    ties: str = typer.Option("docid", "--ties", help="Equal scores ordered by docid ascending (docid: as the "
+                             "tables are scored) or descending (trec_eval: as trec_eval orders them)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Re-score a TREC run: Recall@20 and @50 over the qrels' queries (every query the qrels judge: a
@@ -172,7 +174,7 @@ def score(
     from graft.errors import GraftError
 
     try:
-        out = score_run(run_file, qrels, limit=limit)
+        out = score_run(run_file, qrels, limit=limit, ties=ties)
     except GraftError as exc:
         _fail(exc)
     if as_json:

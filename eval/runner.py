@@ -838,9 +838,10 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
 
 
 def score_run(run_path: str | Path, qrels_path: str | Path, ks: tuple[int, ...] = KS, *,
-              limit: int | None = None) -> dict[str, Any]:
+              limit: int | None = None, ties: str = "docid") -> dict[str, Any]:
     """Re-score a TREC run against qrels: Recall@k over the qrels' queries (the first `limit` by
-    qid, as `graft eval run --limit` takes them).
+    qid, as `graft eval run --limit` takes them); equal scores ordered as `ties` says
+    (`eval.trec.TIES`: "docid", as the tables are scored, or "trec_eval").
 
     Returns:
         {"queries": n, "answered": queries with at least one result, "R@k": value per k}.
@@ -852,7 +853,11 @@ def score_run(run_path: str | Path, qrels_path: str | Path, ks: tuple[int, ...] 
     if limit is not None and limit < 1:
         raise GraftError(f"--limit {limit} must be >= 1")
     _check_run_corpus(Path(run_path), Path(qrels_path))
-    run, qrels = read_run(run_path), read_qrels(qrels_path)
+    try:
+        run = read_run(run_path, ties=ties)
+    except ValueError as exc:  # an unknown `ties`
+        raise GraftError(str(exc)) from None
+    qrels = read_qrels(qrels_path)
     if not run:
         raise GraftError(f"{run_path} holds no results (an empty run); nothing to score")
     qids = sorted(q for q in qrels if qrels[q])[:limit]

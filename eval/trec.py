@@ -1,8 +1,10 @@
 """TREC run and qrels files: `{qid} Q0 {docid} {rank} {score} {tag}` and `{qid} 0 {docid} {rel}`.
 
 Runs are written with ties broken by (-score, docid), so a ranking always serialises the same way;
-reading a run orders each query's documents by (-score, docid) again, whatever the file's rank
-column says (as trec_eval does).
+reading a run orders each query's documents by score again, whatever the file's rank column says
+(as trec_eval does), with equal scores by docid ascending, the order the systems ranked them in
+(`TIES`). trec_eval breaks ties the other way, by docid descending (`ties="trec_eval"`, `graft eval
+score --ties trec_eval`): where scores tie across a cut-off its recall can differ.
 """
 
 from __future__ import annotations
@@ -79,10 +81,16 @@ def _finite(text: str) -> float:
     return value
 
 
-def read_run(path: str | Path) -> Run:
-    """Read a TREC run file.
+#: How equal scores are ordered when a run is read: "docid" (ascending: the systems' own order) or
+#: "trec_eval" (descending, as trec_eval's `comp_sim_docno` sorts them).
+TIES = ("docid", "trec_eval")
+
+
+def read_run(path: str | Path, ties: str = "docid") -> Run:
+    """Read a TREC run file, each query's documents by score, ties ordered as `ties` says (`TIES`).
 
     Raises:
+        ValueError: an unknown `ties`.
         InputValidationError: a line without the six fields or with a non-numeric or non-finite score, or a
             document listed twice for one query (it would fill two places of the ranking).
     """
@@ -96,8 +104,11 @@ def read_run(path: str | Path) -> Run:
                                        "document once per query")
         seen[qid, docid] = lineno
         out.setdefault(qid, []).append((docid, score))
+    if ties not in TIES:
+        raise ValueError(f"ties {ties!r} is unknown; use one of {', '.join(TIES)}")
     for docs in out.values():
-        docs.sort(key=lambda x: (-x[1], x[0]))
+        docs.sort(key=lambda x: x[0], reverse=ties == "trec_eval")
+        docs.sort(key=lambda x: -x[1])  # stable: equal scores keep the docid order above
     return out
 
 

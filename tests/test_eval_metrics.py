@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -69,6 +71,30 @@ def test_facet_similarity_matches_brute_force() -> None:
     near = sim.nearest(query, m=3, exclude=[0])
     assert 0 not in near and len(near) == 3
     assert near == [int(i) for i in np.argsort(-np.where(np.arange(n) == 0, -np.inf, got), kind="stable")[:3]]
+
+
+def test_ties_across_a_cutoff_as_the_tables_and_as_trec_eval_order_them(tmp_path, monkeypatch) -> None:
+    """Three documents tie behind the first: the tables (docid ascending) put b second, trec_eval
+    (docid descending) d, the relevant one: R@2 is 0 one way, 1 the other."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    path = write_run(tmp_path / "tied.trec", {"q1": [("a", 1.0), ("b", 0.5), ("c", 0.5), ("d", 0.5)]}, "sys")
+    assert [d for d, _ in read_run(path)["q1"]] == ["a", "b", "c", "d"]
+    assert [d for d, _ in read_run(path, ties="trec_eval")["q1"]] == ["a", "d", "c", "b"]
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 d 1\n")
+    assert score_run(path, qrels, ks=(2, 3, 4))["R@2"] == 0.0
+    assert score_run(path, qrels, ks=(2, 3, 4), ties="trec_eval")["R@2"] == 1.0
+    assert score_run(path, qrels, ks=(3,))["R@3"] == 0.0 and score_run(path, qrels, ks=(4,))["R@4"] == 1.0
+    with pytest.raises(GraftError, match="ties 'random' is unknown; use one of docid, trec_eval"):
+        score_run(path, qrels, ties="random")
+    res = CliRunner().invoke(app, ["eval", "score", str(path), str(qrels), "--ties", "trec_eval", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["R@20"] == 1.0
+    res = CliRunner().invoke(app, ["eval", "score", str(path), str(qrels), "--ties", "random"])
+    assert res.exit_code == 2 and "ties 'random' is unknown" in res.output
 
 
 def test_trec_round_trip_and_rescoring(tmp_path) -> None:
