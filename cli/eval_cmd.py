@@ -103,7 +103,8 @@ def run(
     force: bool = typer.Option(False, "--force", help="Recompute runs even where matching run files exist."),
     naive_index: Path | None = typer.Option(None, "--naive-index",
                                             help="Index with a model trained on naive pairs (graft-naive)."),
-    base_model: str = typer.Option("smollm2-135m", "--base-model", help="Tokenizer of the coverage suite."),
+    base_model: str | None = typer.Option(None, "--base-model",
+                                          help="Tokenizer of the coverage suite (default smollm2-135m)."),
     beams: int = typer.Option(20, min=1, help="Beams per facet item (generative systems)."),
     device: str = typer.Option("cpu", help="Device of the generative models (cpu, cuda)."),
     judge_model: str | None = typer.Option(None, "--judge-model",
@@ -133,11 +134,14 @@ def run(
                 raise GraftError("an LLM judge needs both --judge-model and --judge-base-url")
             judge = LLMConfig(model=judge_model, base_url=judge_base_url, api_key_env=judge_api_key_env)
         suites = [s.strip() for s in suite.split(",") if s.strip()]
+        if base_model is not None and "coverage" not in suites:
+            raise GraftError("--base-model is the coverage suite's tokenizer; add --suite coverage")
         if systems is None:
             systems = ",".join((["bm25", "dense", "teacher"] if set(suites) - {"survey"} else [])
                                + (["graft-survey", "baseline-survey"] if "survey" in suites else []))
         options = RunOptions(systems=[s.strip() for s in systems.split(",") if s.strip()], index_dir=index,
-                             part=part, limit=limit, force=force, naive_index=naive_index, base_model=base_model,
+                             part=part, limit=limit, force=force, naive_index=naive_index,
+                             base_model=base_model or RunOptions.base_model,
                              beams=beams, device=device, results_dir=results, name=name,
                              label=label, judge=judge)
         tables = run_suites(split_dir, suites, options,

@@ -438,6 +438,10 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
     for suite in ("incorpus", "ooc"):
         queries = load_queries(split_dir, suite, options.part, options.limit)
         n_queries[suite] = len(queries)
+        if not queries:
+            notes.append(f"{suite}: the split has no queries here" + (f" (part {options.part})"
+                                                                       if suite == "incorpus" else ""))
+            continue
         if suite == "ooc" and systems:
             ctx.prepare_ooc(queries, reporter)
         for system in systems:
@@ -465,6 +469,9 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
             row["hits without a facet credit"] = bare / hits if hits else None
             rows.append(row)
             runs[f"{suite}.{system}"] = meta["run_file"]
+    if not any(n_queries.values()):
+        raise GraftError(f"split '{split_dir}' has no in-corpus (part {options.part}) or out-of-corpus queries "
+                         "for the attribution suite")
     return {"rows": rows, "notes": notes, "runs": runs, "queries": n_queries}
 
 
@@ -705,12 +712,16 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
         raise GraftError(f"unknown suite {', '.join(bad) or '(none)'}; allowed: {', '.join(SUITES)}")
     options = options or RunOptions()
     split_dir = Path(split_dir)
+    _check_systems(suites, options.systems)
+    _check_options(suites, options)
+    split = read_split(split_dir)  # not a split: said before the folders beside it are checked
     if options.results_dir is None:  # beside the split: a quick or partial run never replaces tables elsewhere
         options = replace(options, results_dir=split_dir / "results")
-    _check_systems(suites, options.systems)
     _check_outputs(options)
+    problem = folder_problem(split_dir / "runs")
+    if problem:
+        raise GraftError(f"{split_dir / 'runs'} {problem}; the split keeps its TREC runs in that folder")
     reporter = reporter or Reporter(quiet=True)
-    split = read_split(split_dir)
     index_dir = Path(options.index_dir or split_dir / "index")
     if not (index_dir / "manifest.json").is_file() and options.index_dir is None:
         raise GraftError(f"no index at {index_dir}; build it with `graft build "
@@ -762,6 +773,20 @@ def _check_systems(suites: list[str], systems: list[str]) -> None:
         if not _suite_systems(suite, systems):
             raise GraftError(f"--suite {suite} runs none of the systems given ({', '.join(systems)}); "
                              f"its systems: {', '.join(_systems_of(suite))}")
+
+
+def _check_options(suites: list[str], options: RunOptions) -> None:
+    """Before any work: options that none of the suites would use are refused, not ignored."""
+    if options.part == "dev" and "ooc" in suites:
+        raise GraftError("--part dev: the ooc suite has one set of queries (its table would be the test one); "
+                         "run it without --part (dev parts: incorpus, attribution's in-corpus half, survey)")
+    if options.limit is not None and set(suites) <= {"coverage"}:
+        raise GraftError("--limit: the coverage suite has no queries (it counts the index's training pairs)")
+    if options.judge is not None and "survey" not in suites:
+        raise GraftError("--judge-model / --judge-base-url judge the survey suite's claims; add --suite survey")
+    if "attribution" in suites and not [s for s in options.systems if s in ATTRIBUTED]:
+        raise GraftError(f"--suite attribution scores facet credits, and none of the systems given credits facets "
+                         f"({', '.join(options.systems)}); attributed systems: {', '.join(ATTRIBUTED)}")
 
 
 def _check_outputs(options: RunOptions) -> None:

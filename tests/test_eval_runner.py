@@ -246,6 +246,22 @@ def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path
     assert any("bm25" in n for n in table["notes"])
 
 
+def test_attribution_suite_without_queries_on_one_side_or_both(built, encoder, tmp_path) -> None:
+    """A split without out-of-corpus queries is scored in corpus alone (a note says so, no empty
+    run file); one without queries on either side is refused, as the retrieval suites refuse it."""
+    _, built_split = built
+    split = tmp_path / "split"
+    shutil.copytree(built_split, split, ignore=shutil.ignore_patterns("runs", "results"))
+    (split / "ooc" / "queries.jsonl").write_text("")
+    opts = RunOptions(systems=["teacher"], index_dir=built_split / "index", limit=4, results_dir=tmp_path / "res")
+    table = run_suite(split, "attribution", opts, encoder=encoder)
+    assert [r["setting"] for r in table["rows"]] == ["incorpus"] and "ooc: the split has no queries here" in table["notes"]
+    assert not list((split / "runs").glob("ooc.*"))
+    (split / "incorpus" / "queries.jsonl").write_text("")
+    with pytest.raises(GraftError, match="has no in-corpus .part test. or out-of-corpus queries"):
+        run_suite(split, "attribution", opts, encoder=encoder)
+
+
 def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monkeypatch) -> None:
     """teacher-fb: in corpus, the teacher over the rows with the feedback pass; out of corpus not
     applicable (the teacher's rows have the pass there); its credits are attributed."""
@@ -662,7 +678,7 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
     meta = json.loads((out / "split.json").read_text())
     assert meta["corpus_hash"] == json.loads((split / "split.json").read_text())["corpus_hash"]
     assert meta["command"].startswith("graft ")
-    res = runner.invoke(app, ["eval", "run", str(out), "--suite", "ooc,attribution", "--systems", "bm25",
+    res = runner.invoke(app, ["eval", "run", str(out), "--suite", "ooc,attribution", "--systems", "bm25,facet",
                               "--index", str(split / "index"), "--results", str(tmp_path / "res"), "--quiet"])
     assert res.exit_code == 0, res.output
     assert "| bm25 |" in res.output and "bm25: no facet attribution" in res.output
@@ -702,11 +718,29 @@ def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:
                            (["--systems", "graft-survey", "--suite", "ooc"], "--suite ooc runs none"),
                            (["--systems", "bm25", "--results", str(tmp_path / "a-file")], "is a file"),
                            (["--systems", "bm25", "--results", str(tmp_path / "a-file" / "r")], "which is a file"),
-                           (["--systems", "bm25", "--name", "a/b"], "path separators")):
+                           (["--systems", "bm25", "--name", "a/b"], "path separators"),
+                           # options no suite of the call would use are refused, not ignored
+                           (["--systems", "bm25", "--part", "dev"], "--part dev: the ooc suite has one set"),
+                           (["--systems", "bm25", "--suite", "coverage", "--limit", "2"],
+                            "--limit: the coverage suite has no queries"),
+                           (["--systems", "bm25", "--judge-model", "m", "--judge-base-url", "http://127.0.0.1:9/v1"],
+                            "judge the survey suite's claims"),
+                           (["--systems", "bm25", "--base-model", "tiny"], "--base-model is the coverage suite's"),
+                           (["--systems", "bm25,dense", "--suite", "attribution"],
+                            "none of the systems given credits facets (bm25, dense)")):
         res = runner.invoke(app, ["eval", "run", str(out), "--suite", "ooc", "--index", str(split / "index"),
                                   "--results", str(tmp_path / "res2"), *flags])
         assert res.exit_code == 2 and message in res.output, (flags, res.output)
     assert not (tmp_path / "res2").exists()  # nothing written
+    # a file given as the split is named as one; a split whose runs folder is a file, too
+    res = runner.invoke(app, ["eval", "run", str(tmp_path / "a-file"), "--systems", "bm25"])
+    assert res.exit_code == 2 and "is not an evaluation split" in res.output and "--results" not in res.output
+    runs_file = tmp_path / "runs-file"
+    shutil.copytree(out, runs_file, ignore=shutil.ignore_patterns("runs", "results"))
+    (runs_file / "runs").write_text("x")
+    res = runner.invoke(app, ["eval", "run", str(runs_file), "--systems", "bm25", "--index", str(split / "index")])
+    assert res.exit_code == 2 and "runs is a file; the split keeps its TREC runs in that folder" in \
+        " ".join(res.output.split()), res.output
     from eval.runner import SURVEY_SYSTEMS, _suite_systems
     from eval.survey_suite import SYSTEMS as SURVEY_SUITE_SYSTEMS
 
