@@ -1,7 +1,8 @@
 """networkx view of an index, for exploration and other graph tools (GraphML, GEXF, JSON).
 
 The sparse matrices stay the storage; this builds a MultiDiGraph with one edge per (facet, i -> j)
-carrying `facet` and `weight`, and paper metadata on the nodes.
+carrying `facet` and `weight`, and paper metadata on the nodes. In GraphML each edge's id is its key
+and its number in the file (`method-17`, `cites-9001`: unique, as the format asks).
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ def export_graph(index: Index, out: str | Path, fmt: str) -> Path:
     try:
         with atomic_path(out) as tmp:
             if fmt == "graphml":
-                nx.write_graphml(g, tmp)
+                # GraphML wants edge ids unique in the document; networkx would write each edge's key
+                # (its facet, or "cites"), so thousands of edges would share an id
+                for n, (_, _, key, data) in enumerate(g.edges(keys=True, data=True)):
+                    data["id"] = f"{key}-{n}"
+                nx.write_graphml(g, tmp, edge_id_from_attribute="id")
             elif fmt == "gexf":
                 nx.write_gexf(g, tmp)
             else:

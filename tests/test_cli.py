@@ -568,6 +568,8 @@ def test_export_formats_parse(built, tmp_path, fmt) -> None:
     assert res.exit_code == 0, res.output
     if fmt == "graphml":
         g = nx.read_graphml(target)
+        ids = re.findall(r'<edge [^>]*\bid="([^"]+)"', target.read_text())
+        assert len(ids) == len(set(ids)) == g.number_of_edges()  # unique in the document, as GraphML asks
     elif fmt == "gexf":
         g = nx.read_gexf(target)
     else:
