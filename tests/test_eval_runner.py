@@ -843,6 +843,8 @@ def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(
     assert 0.0 <= rows["graft"]["ceiling R@20"] <= 1.0 and rows["teacher"]["of teacher"] == 1.0
     assert "pipeline check" in (res / "eval_incorpus-first3_s3.md").read_text()
     assert "pipeline check" in (res / "slice_check_s3.md").read_text()
+    assert record["meta"]["check"]["pairs"] >= 1 and "- prompt check (`graft train`'s" in (
+        res / "slice_check_s3.md").read_text()
     # the split's own runs are untouched: the check runs in a copy under --work
     assert (sorted(p.name for p in (split / "runs").iterdir()) if (split / "runs").is_dir() else []) == before
     made = [p.name for p in (work / "split" / "runs").glob("*.graft.trec")]

@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from graft.progress import Reporter
     from graft.teacher import symmetrise
     from training.base_models import load_tokenizer
+    from training.check import PromptCheck
     from training.pipeline import train_index
     from training.trainer import TrainConfig
 
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                      "ceiling R@50": None, "of ceiling": None, "of teacher": 1.0})
     record = {"meta": {"command": command, "date": dt.date.today().isoformat(), "label": label,
                        "corpus_hash": meta.get("corpus_hash"), "queries": len(queries), "pairs": pairs.height,
-                       "distill": distill, "train": result, "base_model": args.base_model},
+                       "distill": distill, "train": result, "base_model": args.base_model,
+                       "check": summary.check},
               "rows": out_rows}
     results = Path(args.results)
     (results / f"slice_check_{name}.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
@@ -166,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"{cell(r['ceiling R@50'])} | {cell(r['of ceiling'])} | {cell(r['of teacher'])} |")
     lines += ["", "- ceiling: a model that decoded exactly the DocIDs its pairs taught it, fused the same way "
               "(eval/benchmarks/distill_ceiling.py)", f"- runs and the full table: {table['files'][0]}"]
+    check = PromptCheck.from_dict(summary.check)
+    if check is not None:
+        lines.append(f"- prompt check (`graft train`'s, training/check.py): {check.summary()}; "
+                     + ("reads its prompts" if check.reads_prompts else "does NOT read its prompts yet"))
     (results / f"slice_check_{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
