@@ -17,8 +17,9 @@ in-corpus dev part's to `incorpus-dev.{system}.trec`; plus
 `.credits.jsonl` with the facet credits and `.json` with what produced it), and reused by later
 runs over the same queries and index unless `force`. A `limit` run reads a stored run of more
 queries, or writes `{suite}-firstN.*`; a run over another index than `SPLITDIR/index` writes
-`{suite}@{index_key}.*` (`index_key`): neither replaces the run a table was computed from. Metrics are computed from the run files and the split's qrels, so
-any run can be re-scored (`score_run`, `graft eval score`). Tables go to
+`{suite}@{index_key}.*` (`index_key`): neither replaces the run a table was computed from.
+Metrics are computed from the run files and the split's qrels, so any run can be re-scored
+(`score_run`, `graft eval score`). Tables go to
 `RESULTS/eval_{suite}_{name}.md` and `.json` (the dev part's to `eval_{suite}-dev_{name}.*`), with
 the command, hashes, seed, date, versions and query counts.
 """
