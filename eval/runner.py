@@ -153,9 +153,8 @@ def _check_note(index: Index) -> str:
     check = PromptCheck.from_dict((index.manifest.get("stages", {}).get("train") or {}).get("check"))
     if check is None:
         return ""
-    verdict = "reads its prompts" if check.reads_prompts else "does NOT read its prompts yet: under-trained"
     return (f"; prompt check: {check.distinct_top_beams} distinct top DocIDs of {check.pairs} training prompts, "
-            f"{verdict}")
+            f"taught target among {check.beams} beams for {check.target_in_beams:.0%}: {check.verdict()}")
 
 
 def _graph_stamp(index: Index | None, system: str) -> dict[str, Any] | None:

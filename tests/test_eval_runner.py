@@ -369,8 +369,7 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     check = PromptCheck.from_dict(Index.open(index).manifest["stages"]["train"]["check"])
     note = next(n for n in table["notes"] if n.startswith("model: "))
     assert note.endswith(f"4 steps); prompt check: {check.distinct_top_beams} distinct top DocIDs of 32 training "
-                         "prompts, " + ("reads its prompts" if check.reads_prompts else
-                                        "does NOT read its prompts yet: under-trained")), note
+                         f"prompts, taught target among 5 beams for {check.target_in_beams:.0%}: {check.verdict()}"), note
     # graft, graft-rrf and graft-walk decode each query once, the items of several queries in shared
     # calls, and the runs equal one query at a time through Index.query
     from eval.runner import load_queries

@@ -425,12 +425,13 @@ def test_cli_train_command(index80, tmp_path) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["result"]["steps"] == 3 and out["pairs_reused"] and out["model_dir"].endswith("model")
-    assert out["check"]["pairs"] == 32 and isinstance(out["check"]["reads_prompts"], bool)
+    assert out["check"]["pairs"] == 32 and isinstance(out["check"]["learned"], bool)
     # a model that decodes the same DocID for every prompt: `graft info` and the summary say so
     from cli.train_cmd import _check_warning
 
-    collapsed = {**out["check"], "distinct_top_beams": 1, "reads_prompts": False}
-    assert "(1 distinct of 32)" in _check_warning(collapsed) and _check_warning(out["check"] | {"distinct_top_beams": 32}) is None
+    collapsed = {**out["check"], "distinct_top_beams": 1, "target_in_beams": 1.0, "learned": False}
+    assert "(1 distinct of 32)" in _check_warning(collapsed)
+    assert _check_warning(out["check"] | {"distinct_top_beams": 32, "target_in_beams": 0.5}) is None
     from cli.app import app as graft_app
 
     path = index80 / "manifest.json"
@@ -591,12 +592,17 @@ def test_prompt_check_tells_a_model_that_reads_its_prompts_from_one_that_does_no
                      quiet=True, save_final=False)
         checks[name] = prompt_check(result.model, tokenizer, tries, t, pairs=10, beams=3)
     good, bad = checks["distinct targets"], checks["one target"]
-    assert good.distinct_top_beams == 10 and good.target_is_top_beam == 1.0 and good.reads_prompts
-    assert good.warning() is None
-    assert bad.distinct_top_beams == 1 and bad.target_is_top_beam == 1.0 and not bad.reads_prompts
+    assert good.distinct_top_beams == 10 and good.target_is_top_beam == 1.0 and good.learned
+    assert good.warning() is None and good.verdict() == "learned its pairs"
+    assert bad.distinct_top_beams == 1 and bad.target_is_top_beam == 1.0 and bad.collapsed and not bad.learned
     assert "(1 distinct of 10)" in bad.warning() and "Train longer" in bad.warning()
-    # the verdict's threshold: a quarter of the prompts
-    assert PromptCheck(32, 5, 0.0, 0.0, 8, 1.0).reads_prompts and not PromptCheck(32, 5, 0.0, 0.0, 7, 1.0).reads_prompts
+    # the thresholds: a quarter of the prompts distinct, the taught target among the beams for a tenth
+    assert PromptCheck(32, 5, 0.0, 0.1, 8, 1.0).learned and PromptCheck(32, 5, 0.0, 0.1, 7, 1.0).collapsed
+    # distinct beams that are not the taught targets: a model near its base, continuing the query's words
+    near_base = PromptCheck(32, 5, 0.03125, 0.03125, 20, 1.0)
+    assert near_base.misses and not near_base.collapsed and not near_base.learned
+    assert "among its 5 beams for 1 of 32 training prompts" in near_base.warning()
+    assert near_base.verdict() == "NOT learned: rarely decodes its taught targets (under-trained)"
     assert PromptCheck.from_dict(bad.to_dict()) == bad
     assert PromptCheck.from_dict({"pairs": 3}) is None and PromptCheck.from_dict(None) is None
 

@@ -1,20 +1,30 @@
-"""Whether a trained model reads its prompts: some of its own training pairs decoded back.
+"""Whether a trained model has learned its pairs: some of its own training pairs decoded back.
 
-A generative retriever that has not trained long enough decodes the same few DocIDs whatever the
-query (its constrained beams follow the DocIDs that are likeliest a priori), so every query gets
-nearly the same papers. That is invisible in the loss alone, and the evaluation tables show it only
-after a whole run. The check takes a seeded sample of training pairs with distinct source items
-(facet, text), decodes each source item under the facet's trie, and counts:
+A generative retriever that has not trained long enough fails in one of two ways, both invisible
+in the loss alone and shown by the evaluation tables only after a whole run:
+
+- it decodes the same few DocIDs whatever the query (its constrained beams follow the DocIDs that
+  are likeliest a priori), so every query gets nearly the same papers — the first GPU run's model
+  after 0.5 epochs (`eval/results/gpu_eval_cs768.md`);
+- it decodes DocIDs that differ with the query but are not the ones it was taught (a model close
+  to its base continues the query's own words), so its results are near chance — SmolLM2 after 0.5
+  epochs of a slice's pairs (`eval/results/slice_check_cs768_slice20_e05.md`: 20 distinct top
+  DocIDs of 32, the taught target among the beams for 1 of 32).
+
+The check takes a seeded sample of training pairs with distinct source items (facet, text), decodes
+each source item under the facet's trie, and counts:
 
 - `distinct_top_beams`: how many different DocIDs the top beams are. A model that reads its prompts
-  gives nearly one per source item (their targets differ); one that does not gives a handful.
+  gives nearly one per source item (their targets differ); a collapsed one gives a handful.
 - `target_is_top_beam` / `target_in_beams`: the share whose taught target is the top beam / among
   the beams. A source item is taught up to N targets (its paper's sampled edges), so the top beam
-  can match at most one of them: these shares stay well below 1 even for a good model.
+  can match at most one of them: these shares stay below 1 even for a good model; by chance the
+  target would be among the beams about once in thousands (a facet has thousands of DocIDs).
 
-The verdict (`reads_prompts`) is on the first count: at least `MIN_DISTINCT_SHARE` of the sample.
-`graft train` runs the check after training (`--check-pairs`, 0 = off) and records it in the
-manifest; `eval/benchmarks/gpu_eval.py` and `eval/benchmarks/learn_pairs.py` use the same counts.
+The verdict (`learned`): at least `MIN_DISTINCT_SHARE` of the top beams distinct, and the taught
+target among the beams for at least `MIN_TARGET_SHARE` of the sample. `graft train` runs the check
+after training (`--check-pairs`, 0 = off) and records it in the manifest; the evaluation tables name
+it beside the model; `eval/benchmarks/gpu_eval.py` and `learn_pairs.py` use the same counts.
 """
 
 from __future__ import annotations
@@ -29,8 +39,10 @@ from typing import Any
 CHECK_PAIRS = 32
 #: Beams per source item in the check.
 CHECK_BEAMS = 5
-#: A model reads its prompts when its top beams are at least this share of distinct DocIDs.
+#: Below this share of distinct DocIDs among the top beams, the model has collapsed onto a few.
 MIN_DISTINCT_SHARE = 0.25
+#: Below this share of taught targets among the beams, the model has not learned its pairs.
+MIN_TARGET_SHARE = 0.10
 
 
 def sample_pairs(table: Any, n: int, seed: int) -> Any:
@@ -67,11 +79,21 @@ class PromptCheck:
     seconds: float
 
     @property
-    def reads_prompts(self) -> bool:
-        return self.distinct_top_beams >= max(2, math.ceil(MIN_DISTINCT_SHARE * self.pairs)) or self.pairs < 2
+    def collapsed(self) -> bool:
+        """The top beams are a few DocIDs for most prompts."""
+        return self.pairs >= 2 and self.distinct_top_beams < max(2, math.ceil(MIN_DISTINCT_SHARE * self.pairs))
+
+    @property
+    def misses(self) -> bool:
+        """The taught targets are rarely among the beams."""
+        return self.pairs >= 1 and self.target_in_beams < MIN_TARGET_SHARE
+
+    @property
+    def learned(self) -> bool:
+        return not (self.collapsed or self.misses)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "reads_prompts": self.reads_prompts}
+        return {**asdict(self), "learned": self.learned}
 
     @classmethod
     def from_dict(cls, data: Any) -> PromptCheck | None:
@@ -92,13 +114,28 @@ class PromptCheck:
                 f"top DocIDs; the taught target is the top beam for {self.target_is_top_beam:.0%}, among the "
                 f"beams for {self.target_in_beams:.0%}")
 
+    def verdict(self) -> str:
+        """A few words for tables: learned, or which way it has not."""
+        if self.collapsed:
+            return "NOT learned: collapsed onto a few DocIDs (under-trained)"
+        if self.misses:
+            return "NOT learned: rarely decodes its taught targets (under-trained)"
+        return "learned its pairs"
+
     def warning(self) -> str | None:
-        """What to do when the model does not read its prompts yet; None when it does."""
-        if self.reads_prompts:
+        """What is wrong and what to do when the model has not learned its pairs; None when it has."""
+        if self.collapsed:
+            what = (f"the model decodes the same few DocIDs for most prompts ({self.distinct_top_beams} distinct of "
+                    f"{self.pairs}): it has not learned to read its prompts yet, so its results will barely depend "
+                    "on the query")
+        elif self.misses:
+            hits = round(self.target_in_beams * self.pairs)
+            what = (f"the model rarely decodes the DocIDs it was taught (the taught target is among its {self.beams} "
+                    f"beams for {hits} of {self.pairs} training prompts): it has not learned its pairs yet, so its "
+                    "results will be near chance")
+        else:
             return None
-        return (f"the model decodes the same few DocIDs for most prompts ({self.distinct_top_beams} distinct of "
-                f"{self.pairs}): it has not learned to read its prompts yet, so its results will barely depend on "
-                "the query. Train longer (--epochs, --max-steps) or with a higher --lr")
+        return f"{what}. Train longer (--epochs, --max-steps) or with a higher --lr"
 
 
 def prompt_check(model: Any, tokenizer: Any, tries: Any, table: Any, *, pairs: int = CHECK_PAIRS,

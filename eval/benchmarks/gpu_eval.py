@@ -289,7 +289,8 @@ def render(report: dict[str, Any]) -> str:
                 lines += [f"Memorisation ({sampling}): of {m['pairs']} training pairs, the target DocID is the top "
                           f"beam for {m['target_is_top_beam']:.1%} and among the {m['beams']} beams for "
                           f"{m['target_in_beams']:.1%}; the top beams are {m['distinct_top_beams']} distinct DocIDs "
-                          f"(one pair per source item: a model that reads its prompts gives nearly {m['pairs']})", ""]
+                          f"(one pair per source item: a model that reads its prompts gives nearly {m['pairs']})"
+                          + (f"; {m['verdict']}" if m.get("verdict") else ""), ""]
     cal = report.get("calibration") or {}
     if cal:
         lines += ["## Calibration", "", "```", json.dumps(cal, indent=1, default=str), "```", ""]
@@ -440,7 +441,7 @@ def _memorisation(index_dir: Path, args: argparse.Namespace, device: str) -> dic
                          pairs=args.memorisation_pairs, beams=args.beams, seed=1, batch_size=args.decode_batch)
     del gen
     free()
-    return check.to_dict()
+    return {**check.to_dict(), "verdict": check.verdict()}
 
 
 def _decode_seconds_per_query(index_dir: Path, split: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:

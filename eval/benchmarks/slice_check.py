@@ -170,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
               "(eval/benchmarks/distill_ceiling.py)", f"- runs and the full table: {table['files'][0]}"]
     check = PromptCheck.from_dict(summary.check)
     if check is not None:
-        lines.append(f"- prompt check (`graft train`'s, training/check.py): {check.summary()}; "
-                     + ("reads its prompts" if check.reads_prompts else "does NOT read its prompts yet"))
+        lines.append(f"- prompt check (`graft train`'s, training/check.py): {check.summary()}; {check.verdict()}")
     (results / f"slice_check_{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
