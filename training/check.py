@@ -7,7 +7,7 @@ in the loss alone and shown by the evaluation tables only after a whole run:
   are likeliest a priori), so every query gets nearly the same papers — the first GPU run's model
   after 0.5 epochs (`eval/results/gpu_eval_cs768.md`);
 - it decodes DocIDs that differ with the query but are not the ones it was taught (a model close
-  to its base continues the query's own words), so its results are near chance — SmolLM2 after 0.5
+  to its base continues the query's own words), so its results fall far below the teacher's — SmolLM2 after 0.5
   epochs of a slice's pairs (`eval/results/slice_check_cs768_slice20_e05.md`: 20 distinct top
   DocIDs of 32, the taught target among the beams for 1 of 32).
 
@@ -132,7 +132,7 @@ class PromptCheck:
             hits = round(self.target_in_beams * self.pairs)
             what = (f"the model rarely decodes the DocIDs it was taught (the taught target is among its {self.beams} "
                     f"beams for {hits} of {self.pairs} training prompts): it has not learned its pairs yet, so its "
-                    "results will be near chance")
+                    "results will fall far below the graph teacher's")
         else:
             return None
         return f"{what}. Train longer (--epochs, --max-steps) or with a higher --lr"
