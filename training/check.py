@@ -7,9 +7,9 @@ in the loss alone and shown by the evaluation tables only after a whole run:
   are likeliest a priori), so every query gets nearly the same papers — the first GPU run's model
   after 0.5 epochs (`eval/results/gpu_eval_cs768.md`);
 - it decodes DocIDs that differ with the query but are not the ones it was taught (a model close
-  to its base continues the query's own words), so its results fall far below the teacher's — SmolLM2 after 0.5
-  epochs of a slice's pairs (`eval/results/slice_check_cs768_slice20_e05.md`: 20 distinct top
-  DocIDs of 32, the taught target among the beams for 1 of 32).
+  to its base continues the query's own words), so its results fall far below the teacher's —
+  SmolLM2 after 0.5 epochs of a slice's pairs (`eval/results/slice_check_cs768_slice20_e05.md`:
+  20 distinct top DocIDs of 32, the taught target among the beams for 1 of 32).
 
 The check takes a seeded sample of training pairs with distinct source items (facet, text), decodes
 each source item under the facet's trie, and counts:
