@@ -44,11 +44,9 @@ def print_train_summary(summary, console) -> None:  # noqa: ANN001 (TrainSummary
         t.add_row("wall time", f"{r.seconds:,.1f} s")
     if not r.already_done:
         t.add_row("throughput", f"{r.tokens_per_s:,.0f} tokens/s")
-    check = summary.check
-    if PromptCheck.from_dict(check) is not None:
-        t.add_row("prompt check", f"{check['distinct_top_beams']} distinct top DocIDs of {check['pairs']} prompts; "
-                                  f"taught target top {check['target_is_top_beam']:.0%}, in {check['beams']} beams "
-                                  f"{check['target_in_beams']:.0%}")
+    check = PromptCheck.from_dict(summary.check)
+    if check is not None:
+        t.add_row("prompt check", check.summary())
     console.print(t)
 
 

@@ -287,7 +287,7 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
     # the run of every query of the part, or of the first N where the limit left some out; named by
     # the index where its answers depend on it (not bm25's), so no other run replaces it
     key = index_key(split_dir, index.path) if (want["build"] or want["model"]) else None
-    first = len(queries) if len(queries) < len(load_queries(split_dir, suite, options.part, None)) else None
+    first = len(queries) if _limited(split_dir, suite, options, queries) else None
     full = run_paths(split_dir, suite, system, options.part, index_key=key)
     trec, credits_path, meta_path = run_paths(split_dir, suite, system, options.part, first=first, index_key=key)
     for stored in dict.fromkeys([full, (trec, credits_path, meta_path)]) if not options.force else ():
@@ -828,6 +828,7 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         notes += [f"model: {s['index']} (base {s['base_model']}, {s['sampling']} pairs, {s['steps']} steps)"
                   + _check_note(m) for m, s in trained]
     name = options.name or corpus_name(split)
+    limited = _limited(split_dir, suite, options, body.get("queries"))
     meta = {
         "command": command or " ".join(["graft", *sys.argv[1:]]),
         "date": str(dt.date.today()),
@@ -846,8 +847,8 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         "qrels": body.get("qrels"),
         "part": options.part if suite in PARTED else None,
         # a limit that left no query out is no limit: the table is the full one
-        "limit": options.limit if _limited(split_dir, suite, options, body.get("queries")) else None,
-        "limited": _limited(split_dir, suite, options, body.get("queries")),
+        "limit": options.limit if limited else None,
+        "limited": limited,
         "systems": list(options.systems),
         "label": label,
         "versions": _versions(),

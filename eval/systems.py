@@ -234,7 +234,6 @@ class EvalContext:
                            for q, (rows, facets, facet_only), coupling in zip(chunk, built, near)}
                     cached.update(new)
                     found.update(new)
-                    self._ooc.update(new)
                     if path is not None:
                         write_cache(path, self.ooc_key, cached)
         self._ooc.update(found)

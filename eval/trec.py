@@ -94,6 +94,8 @@ def read_run(path: str | Path, ties: str = "docid") -> Run:
         InputValidationError: a line without the six fields or with a non-numeric or non-finite score, or a
             document listed twice for one query (it would fill two places of the ranking).
     """
+    if ties not in TIES:
+        raise ValueError(f"ties {ties!r} is unknown; use one of {', '.join(TIES)}")
     out: dict[str, list[tuple[str, float]]] = {}
     seen: dict[tuple[str, str], int] = {}
     for lineno, (qid, docid, score) in _parsed_lines(path, "run", "qid Q0 docid rank score tag", 6,
@@ -104,8 +106,6 @@ def read_run(path: str | Path, ties: str = "docid") -> Run:
                                        "document once per query")
         seen[qid, docid] = lineno
         out.setdefault(qid, []).append((docid, score))
-    if ties not in TIES:
-        raise ValueError(f"ties {ties!r} is unknown; use one of {', '.join(TIES)}")
     for docs in out.values():
         docs.sort(key=lambda x: x[0], reverse=ties == "trec_eval")
         docs.sort(key=lambda x: -x[1])  # stable: equal scores keep the docid order above
