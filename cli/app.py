@@ -108,6 +108,10 @@ def build(
                                      "(coupling + co-citation) gets 1 - alpha."),
     title_weight: float = typer.Option(0.7, parser=finite(0, 100), metavar="FLOAT", help="In [0, 100]: weight of the paper's title vector added to each "
                                        "facet item's vector (0: items embedded alone)."),
+    direct_links: bool = typer.Option(False, "--direct-links/--no-direct-links",
+                                      help="Also take the papers a paper cites or is cited by as its graph "
+                                           "candidates (off: facet-similar, coupled and co-cited papers only, "
+                                           "as in the reference design)."),
     paper_embeddings: bool = typer.Option(True, "--paper-embeddings/--no-paper-embeddings",
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
                                                "text coupling for queries without references, the dense "
@@ -147,7 +151,7 @@ def build(
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
                              title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
-                             paper_embeddings=paper_embeddings, llm=llm)
+                             direct_links=direct_links, paper_embeddings=paper_embeddings, llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
                               reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from)
     except (GraftError, ValueError) as exc:

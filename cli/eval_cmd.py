@@ -33,6 +33,9 @@ def prepare(
                                     help="Share of in-corpus queries in dev, in [0, 1]."),
     min_neighbours: int = typer.Option(5, "--min-neighbours", min=1,
                                        help="Citation neighbours of an in-corpus query."),
+    incorpus: int = typer.Option(600, "--incorpus", min=0,
+                                 help="In-corpus queries drawn (dev and test together; 0 = every eligible paper). "
+                                      "Each part's index is built without its queries' citation links."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip invalid corpus records (counted) instead of "
                                   "stopping."),
     as_json: bool = typer.Option(False, "--json", help="Print split.json."),
@@ -44,7 +47,7 @@ def prepare(
 
     try:
         config = SplitConfig(seed=seed, n_ooc=ooc, n_survey=survey, n_survey_dev=survey_dev, dev_share=dev_share,
-                             incorpus_min_neighbours=min_neighbours)
+                             incorpus_min_neighbours=min_neighbours, incorpus_queries=incorpus)
         earlier = _split_hash(out)
         meta = prepare_split(corpus, out, config, command=_command(), skip_bad=skip_bad)
     except GraftError as exc:
@@ -74,9 +77,41 @@ def prepare(
         if meta["counts"][key] < asked:
             console.print(f"note: {meta['counts'][key]} {what} of the {asked} asked for: the corpus has no more "
                           "papers that keep enough references into the rest", style="yellow", highlight=False)
-    console.print(f"next: graft build {shlex.quote(str(out / 'corpus.jsonl'))} --out {shlex.quote(str(out / 'index'))} "
-                  "(with --cache-from INDEX, an index of the whole corpus lends its facets and vectors)",
-                  highlight=False, markup=False, soft_wrap=True)  # one line, to copy whole
+    console.print(f"next: graft eval build {shlex.quote(str(out))} (with --cache-from INDEX, an index of the whole "
+                  "corpus lends its facets and vectors)", highlight=False, markup=False, soft_wrap=True)  # one line
+
+
+@eval_app.command("build")
+def build_split(
+    split_dir: Path = typer.Argument(..., help="Split directory from `graft eval prepare`."),
+    cache_from: Path | None = typer.Option(None, "--cache-from",
+                                           help="An index (same model and extractor) whose stored facets and "
+                                                "embeddings are copied first, e.g. one of the whole corpus."),
+    direct_links: bool = typer.Option(False, "--direct-links/--no-direct-links",
+                                      help="Build the graphs with direct citation links as candidates."),
+    force: bool = typer.Option(False, "--force", help="Rebuild indexes that are up to date."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Build every index a split is evaluated on: SPLITDIR/index (out-of-corpus, survey and coverage
+    suites) and each in-corpus part's leak-free index SPLITDIR/incorpus/{dev,test}/index, which
+    take their facets and vectors from the first (only the graph is made again). An index already
+    built from its corpus with the same settings is kept unless --force."""
+    from cli.app import _fail, console
+    from eval.splits import build_split_indexes
+    from graft.errors import GraftError
+    from graft.progress import Reporter
+    from graphbuild.build import BuildConfig
+
+    def say(name: str, index: Path, built: bool) -> None:
+        console.print(f"{name}: {index} {'built' if built else 'is up to date'}", highlight=False, markup=False)
+
+    try:
+        build_split_indexes(split_dir, BuildConfig(direct_links=direct_links), cache_from=cache_from, force=force,
+                            reporter=Reporter(quiet=quiet), on_index=say)
+    except GraftError as exc:
+        _fail(exc)
+    console.print(f"next: graft eval run {shlex.quote(str(split_dir))} --suite incorpus,ooc", highlight=False,
+                  markup=False, soft_wrap=True)
 
 
 def _split_hash(folder: Path) -> str | None:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.metrics import KS, OBVIOUS_M, attribution_precision, mean_recall, non_obvious_share
-from eval.splits import read_queries, read_split
+from eval.splits import expected_corpus_hash, part_index, read_queries, read_split
 from eval.systems import (
     ATTRIBUTED,
     SURVEY_SYSTEMS,
@@ -209,14 +209,28 @@ def run_paths(split_dir: Path, suite: str, system: str, part: str = "test", *, f
     return runs / f"{stem}.{system}.trec", runs / f"{stem}.{system}.credits.jsonl", runs / f"{stem}.{system}.json"
 
 
-def index_key(split_dir: Path, index_dir: Path) -> str | None:
-    """How run files name an index other than the split's own `SPLITDIR/index`: its folder's name
-    (letters, digits, `_` and `-`) and a hash of its absolute path; None for the split's own."""
+def index_key(split_dir: Path, index_dir: Path, default: Path | None = None) -> str | None:
+    """How run files name an index other than the suite's own (`default`: `SPLITDIR/index`, or an
+    in-corpus part's `SPLITDIR/incorpus/{part}/index`): its folder's name (letters, digits, `_` and
+    `-`) and a hash of its absolute path; None for the suite's own."""
     where = Path(index_dir).resolve()
-    if where == (Path(split_dir) / "index").resolve():
+    if where == Path(default if default is not None else Path(split_dir) / "index").resolve():
         return None
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", where.name).strip("_") or "index"
     return f"{name}-{hashlib.sha256(str(where).encode()).hexdigest()[:6]}"
+
+
+def suite_part(suite: str, part: str) -> str | None:
+    """The in-corpus part whose leak-free index a suite's queries are answered from (None: the
+    split's own index, for out-of-corpus, survey and coverage)."""
+    return part if suite == "incorpus" else None
+
+
+def default_index(split_dir: Path, suite: str, part: str) -> Path:
+    """The index a suite runs on unless `--index` says otherwise: an in-corpus part's leak-free
+    index for `incorpus`, `SPLITDIR/index` for the others."""
+    which = suite_part(suite, part)
+    return part_index(split_dir, which) if which else Path(split_dir) / "index"
 
 
 def _write_credits(path: Path, credits: dict[str, list[tuple[str, dict[str, int]]]]) -> None:
@@ -286,7 +300,8 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
             "text": _text_stamp() if system == "graft-text" else None}
     # the run of every query of the part, or of the first N where the limit left some out; named by
     # the index where its answers depend on it (not bm25's), so no other run replaces it
-    key = index_key(split_dir, index.path) if (want["build"] or want["model"]) else None
+    key = (index_key(split_dir, index.path, default_index(split_dir, suite, options.part))
+           if (want["build"] or want["model"]) else None)
     first = len(queries) if _limited(split_dir, suite, options, queries) else None
     full = run_paths(split_dir, suite, system, options.part, index_key=key)
     trec, credits_path, meta_path = run_paths(split_dir, suite, system, options.part, first=first, index_key=key)
@@ -367,10 +382,10 @@ def _served_subset(old: dict[str, Any], want: dict[str, Any], trec: Path,
 
 
 def obvious_sets(split_dir: Path, suite: str, ctx: EvalContext, queries: list[EvalQuery],
-                 reporter: Reporter) -> dict[str, set[str]]:
+                 reporter: Reporter, part: str = "test") -> dict[str, set[str]]:
     """Each query's `OBVIOUS_M` nearest papers by facet similarity (cached in `SPLITDIR/runs`; a
     cache made for more queries of the same index serves any subset of them, e.g. `--limit`)."""
-    path = Path(split_dir) / "runs" / f"{suite}.obvious.json"
+    path = run_paths(split_dir, suite, "obvious", part)[2]
     key = {"qids_sha": _sha([q.qid for q in queries]), "corpus_hash": ctx.index.manifest.get("corpus_hash"),
            "m": OBVIOUS_M, "build": _graph_stamp(ctx.index, "obvious")}
     cached = _cached_json(path) or {}
@@ -403,7 +418,7 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
                          f"re-run `graft eval prepare`")
     if suite == "ooc":
         ctx.prepare_ooc(queries, reporter)
-    obvious = obvious_sets(split_dir, suite, ctx, queries, reporter)
+    obvious = obvious_sets(split_dir, suite, ctx, queries, reporter, options.part)
     rows, notes, runs = [], [], {}
     for system in options.systems:
         try:
@@ -428,7 +443,8 @@ def _retrieval_suite(split_dir: Path, suite: str, ctx: EvalContext, options: Run
             "qrels": sum(len(qrels[q]) for q in qids)}
 
 
-def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, reporter: Reporter) -> dict[str, Any]:
+def _attribution_suite(split_dir: Path, context: Callable[[str], EvalContext], options: RunOptions,
+                       reporter: Reporter) -> dict[str, Any]:
     rows, notes, runs = [], [], {}
     systems = [s for s in options.systems if s in ATTRIBUTED]
     for s in options.systems:
@@ -436,6 +452,7 @@ def _attribution_suite(split_dir: Path, ctx: EvalContext, options: RunOptions, r
             notes.append(f"{s}: no facet attribution (not an attributed system); skipped")
     n_queries = {}
     for suite in ("incorpus", "ooc"):
+        ctx = context(suite)
         queries = load_queries(split_dir, suite, options.part, options.limit)
         n_queries[suite] = len(queries)
         if not queries:
@@ -537,9 +554,12 @@ def _check_run_corpus(run_path: Path, qrels_path: Path) -> None:
     (its record `X.json` beside `X.trec` and the split's `split.json` two levels above the qrels);
     nothing is checked where either is missing."""
     record = _cached_json(run_path.with_suffix(".json"))
-    split = _cached_json(qrels_path.parent.parent / "split.json")
-    made, wanted = (record or {}).get("corpus_hash"), (split or {}).get("corpus_hash")
-    if made and wanted and made != wanted:
+    split = _cached_json(qrels_path.parent.parent / "split.json") or {}
+    made, wanted = (record or {}).get("corpus_hash"), split.get("corpus_hash")
+    parts = split.get("incorpus_parts") if isinstance(split.get("incorpus_parts"), dict) else {}
+    # an in-corpus run is made on a part's leak-free corpus, which belongs to the split too
+    own = {wanted} | {p.get("corpus_hash") for p in parts.values() if isinstance(p, dict)}
+    if made and wanted and made not in own:
         raise GraftError(f"{run_path} was made on another corpus (hash {str(made)[:12]}) than the split of "
                          f"{qrels_path} (hash {str(wanted)[:12]}): a run of another split, or of this folder "
                          "before it was prepared again; run `graft eval run` on this split")
@@ -574,7 +594,8 @@ def _row_key(row: dict[str, Any]) -> tuple[str, str]:
 
 #: What must agree for a table's earlier rows to stand beside a new run's: the same split, index,
 #: graph, queries and out-of-corpus rows.
-_SAME_TABLE = ("corpus_hash", "index", "build", "part", "limit", "queries", "qrels", "text_neighbours", "feedback")
+_SAME_TABLE = ("corpus_hash", "index", "ooc_index", "protocol", "build", "part", "limit", "queries", "qrels",
+               "text_neighbours", "feedback")
 
 
 def _keep_earlier_rows(path: Path, table: dict[str, Any]) -> None:
@@ -660,7 +681,8 @@ def _count_text(count: Any) -> str:
 
 _DEFINITIONS = {
     "incorpus": ["R@k: share of the query's citation neighbours (references and citing papers) in the top k, "
-                 "averaged over queries",
+                 "averaged over queries; leak-free protocol: the part's index is built from the corpus less every "
+                 "citation link of its queries (their gold), so no system reads the answer",
                  f"non_obvious@20: share of correct top-20 hits outside the query's {OBVIOUS_M} nearest papers by "
                  "facet similarity (mean over facets of the max item-item cosine); correct@20 counts them"],
     "ooc": ["query = title + abstract of a paper removed before the build (no references given to any "
@@ -722,31 +744,68 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
     if problem:
         raise GraftError(f"{split_dir / 'runs'} {problem}; the split keeps its TREC runs in that folder")
     reporter = reporter or Reporter(quiet=True)
-    index_dir = Path(options.index_dir or split_dir / "index")
-    if not (index_dir / "manifest.json").is_file() and options.index_dir is None:
-        raise GraftError(f"no index at {index_dir}; build it with `graft build "
-                         f"{shlex.quote(str(split_dir / 'corpus.jsonl'))} --out {shlex.quote(str(index_dir))}` or pass --index")
-    index = Index.open(index_dir)
-    if index.manifest.get("corpus_hash") != split["corpus_hash"]:
-        raise GraftError(f"index '{index_dir}' was built from another corpus (hash "
-                         f"{str(index.manifest.get('corpus_hash'))[:12]}, split corpus {split['corpus_hash'][:12]}); "
-                         f"build it from {split_dir / 'corpus.jsonl'}")
-    naive = None
-    if options.naive_index is not None:
-        naive = Index.open(options.naive_index)
-        if naive.manifest.get("corpus_hash") != split["corpus_hash"]:
-            raise GraftError(f"--naive-index '{options.naive_index}' was built from another corpus; build and "
-                             f"train it from {split_dir / 'corpus.jsonl'} with --sampling naive")
     deadline = started + options.time_budget_s if options.time_budget_s is not None else None
-    ctx = EvalContext(index, encoder=encoder, naive_index=naive, beams=options.beams, device=options.device,
-                      split_dir=split_dir, decode_batch=options.decode_batch, deadline=deadline)
+    contexts: dict[Path, EvalContext] = {}
+
+    def context(suite: str) -> EvalContext:
+        """The loaded index (and its shared resources) that `suite`'s queries are answered from."""
+        index_dir = Path(options.index_dir) if options.index_dir else default_index(split_dir, suite, options.part)
+        if index_dir.resolve() not in contexts:
+            index, naive = _open_indexes(split_dir, split, suite, index_dir, options)
+            shared = next((c._encoder for c in contexts.values() if c._encoder is not None), encoder)
+            contexts[index_dir.resolve()] = EvalContext(
+                index, encoder=shared, naive_index=naive, beams=options.beams, device=options.device,
+                split_dir=split_dir, decode_batch=options.decode_batch, deadline=deadline)
+        return contexts[index_dir.resolve()]
+
+    for suite in suites:  # every index the suites need, checked before any work
+        if suite == "attribution":
+            context("incorpus")
+            context("ooc")
+        else:
+            context(suite)
     tables = []
     for suite in suites:
         mine = replace(options, systems=_suite_systems(suite, options.systems))
-        tables.append(_one_suite(split_dir, split, suite, ctx, mine, reporter, command))
+        tables.append(_one_suite(split_dir, split, suite, context, mine, reporter, command))
         if on_table is not None:
             on_table(tables[-1])
     return tables
+
+
+def _open_indexes(split_dir: Path, split: dict[str, Any], suite: str, index_dir: Path,
+                  options: RunOptions) -> tuple[Index, Index | None]:
+    """The index a suite runs on, and the naive index, each checked against the corpus it must come
+    from: an in-corpus part's leak-free corpus for `incorpus` (or, given with `--index`, the
+    split's own corpus: a run that reads the gold links, labelled so), the split's corpus otherwise."""
+    part = suite_part(suite, options.part)
+    wanted = expected_corpus_hash(split, part)
+    allowed = {wanted} | ({split["corpus_hash"]} if options.index_dir is not None else set())
+    source = split_dir / "corpus.jsonl" if part is None else split_dir / "incorpus" / part / "corpus.jsonl"
+    if not (index_dir / "manifest.json").is_file() and options.index_dir is None:
+        raise GraftError(f"no index at {index_dir}; build the split's indexes with "
+                         f"`graft eval build {shlex.quote(str(split_dir))}` or pass --index")
+    index = Index.open(index_dir)
+    if index.manifest.get("corpus_hash") not in allowed:
+        raise GraftError(f"index '{index_dir}' was built from another corpus (hash "
+                         f"{str(index.manifest.get('corpus_hash'))[:12]}, expected {wanted[:12]}); build it from "
+                         f"{source} (`graft eval build {shlex.quote(str(split_dir))}` builds every index of the split)")
+    naive = None
+    if options.naive_index is not None:
+        naive = Index.open(options.naive_index)
+        if naive.manifest.get("corpus_hash") != index.manifest.get("corpus_hash"):
+            raise GraftError(f"--naive-index '{options.naive_index}' was built from another corpus than "
+                             f"'{index_dir}'; build and train it from {source} with --sampling naive")
+    return index, naive
+
+
+def protocol(split: dict[str, Any], suite: str, index: Index, part: str) -> str | None:
+    """What an in-corpus run may read: "leak-free" on the part's own index, "reads gold links" on
+    an index of the split's whole corpus (which holds the queries' citation links); None for the
+    suites whose queries are outside the corpus."""
+    if suite_part(suite, part) is None:
+        return None
+    return "leak-free" if index.manifest.get("corpus_hash") == expected_corpus_hash(split, part) else "reads gold links"
 
 
 def _systems_of(suite: str) -> tuple[str, ...]:
@@ -800,19 +859,29 @@ def _check_outputs(options: RunOptions) -> None:
         raise GraftError(f"--name {options.name!r} must be a file-name part, without path separators")
 
 
-def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalContext, options: RunOptions,
-               reporter: Reporter, command: str | None) -> dict[str, Any]:
+def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, context: Callable[[str], EvalContext],
+               options: RunOptions, reporter: Reporter, command: str | None) -> dict[str, Any]:
+    # the attribution suite answers in-corpus and out-of-corpus queries from their own indexes: its
+    # header names the in-corpus one (the out-of-corpus one is in `ooc_index`)
+    ctx = context("incorpus" if suite == "attribution" else suite)
     index, naive, index_dir = ctx.index, ctx.naive_index, ctx.index.path
     if suite in ("incorpus", "ooc"):
         body = _retrieval_suite(split_dir, suite, ctx, options, reporter)
     elif suite == "attribution":
-        body = _attribution_suite(split_dir, ctx, options, reporter)
+        body = _attribution_suite(split_dir, context, options, reporter)
     elif suite == "coverage":
         body = _coverage_suite(ctx, options, reporter)
     else:
         body = _survey_suite(split_dir, index_dir, options, reporter)
     label = options.label
-    trained = [(m, s) for m in (index, naive) if (s := _model_stamp(m))]
+    reads = protocol(split, "incorpus" if suite == "attribution" else suite, index, options.part)
+    if reads == "reads gold links":
+        leak = ("reads gold links: the in-corpus queries were answered from an index that holds their citation "
+                "links (not the leak-free protocol)")
+        label = f"{label} · {leak}" if label else leak
+    ooc_ctx = context("ooc") if suite == "attribution" else ctx
+    trained = [(m, s) for m in dict.fromkeys((index, naive, ooc_ctx.index, ooc_ctx.naive_index))
+               if (s := _model_stamp(m))]
     stamps = [s for _, s in trained]
     if any(s.get("base_model") == "tiny" for s in stamps) and any(
             str(r.get("system", "")).startswith("graft") for r in body["rows"]):
@@ -820,7 +889,7 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         label = f"{label} · {tiny}" if label else tiny
     # an index without title + abstract vectors gives out-of-corpus rows no text coupling
     half = ("text coupling with its nearest papers by title + abstract, then a second pass adding the citation "
-            "links of the papers the first ranks highest") if ctx.ooc_key.get("text_neighbours") else (
+            "links of the papers the first ranks highest") if ooc_ctx.ooc_key.get("text_neighbours") else (
             "none: the index has no title + abstract embeddings (built with --no-paper-embeddings), so the rows "
             "hold facet similarity only")
     notes = list(body["notes"]) + [n.replace("{citation_half}", half) for n in _DEFINITIONS.get(suite, [])]
@@ -835,14 +904,16 @@ def _one_suite(split_dir: Path, split: dict[str, Any], suite: str, ctx: EvalCont
         "created": now_iso(),
         "split": str(split_dir),
         "index": str(index_dir),
+        "ooc_index": str(ooc_ctx.index.path) if suite == "attribution" else None,
+        "protocol": reads,
         "seed": split["seed"],
         "source": split["source"],
         "source_hash": split["source_hash"],
         "corpus_hash": split["corpus_hash"],
         "papers": index.n,
         "build": build_settings(index),
-        "text_neighbours": ctx.ooc_key["text_neighbours"] if suite in ("ooc", "attribution") else None,
-        "feedback": ctx.ooc_key.get("feedback") if suite in ("ooc", "attribution") else None,
+        "text_neighbours": ooc_ctx.ooc_key["text_neighbours"] if suite in ("ooc", "attribution") else None,
+        "feedback": ooc_ctx.ooc_key.get("feedback") if suite in ("ooc", "attribution") else None,
         "queries": body.get("queries"),
         "qrels": body.get("qrels"),
         "part": options.part if suite in PARTED else None,

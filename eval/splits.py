@@ -9,6 +9,8 @@ writes (the contract shared by `graft eval run` and the survey suite):
                                    full text where given, references restricted to ids still in it)
     SPLITDIR/incorpus/queries.jsonl + qrels.txt   papers with >= 5 citation neighbours, dev/test
                                    (+ qrels.dev.txt, qrels.test.txt: one part's)
+    SPLITDIR/incorpus/{dev,test}/corpus.jsonl      the reduced corpus less that part's queries' gold
+                                   links: the corpus of the part's evaluation index (leak-free)
     SPLITDIR/ooc/queries.jsonl + qrels.txt        newest citing papers with >= 3 references into the rest
     SPLITDIR/survey/queries.jsonl + qrels.txt     review-like papers with >= 20 references, dev/test
 
@@ -23,9 +25,18 @@ Selection rules (all deterministic from the corpus and the seed):
   list), `n_survey + n_survey_dev` are drawn with the seed, under the same "everyone keeps enough"
   rule. The first `n_survey` drawn are the test part, the rest the dev part (for tuning the writer);
   so adding dev hold-outs never changes which papers are the test part.
-- **in corpus**: every paper of the reduced corpus with >= `incorpus_min_neighbours` direct
-  citation neighbours there (references and citing papers); gold = those neighbours; a seeded
-  shuffle assigns `dev_share` of them to dev, the rest to test.
+- **in corpus**: `incorpus_queries` papers drawn with the seed from those of the reduced corpus
+  with >= `incorpus_min_neighbours` direct citation neighbours there (references and citing
+  papers); gold = those neighbours; `dev_share` of them are the dev part, the rest the test part.
+
+The in-corpus protocol is leak-free: each part is answered from an index built from
+`incorpus/{part}/corpus.jsonl`, the reduced corpus in which every citation link between one of the
+part's queries and another paper (its gold, either way) is removed. The query papers keep their
+title, abstract and facets; nothing an index of that corpus holds, and so nothing a system reads
+(graph candidates, coupling and co-citation counts, the citation channel, citation baselines,
+feedback passes), can lead to a gold paper through the gold link itself. Every removed link
+thins the graph for all papers, so a part holds few queries next to the corpus
+(`incorpus_queries`: on cs768, 300 per part remove 15% of the links).
 """
 
 from __future__ import annotations
@@ -48,7 +59,9 @@ from graphbuild.corpus import Corpus, load_corpus
 #: Suites with their own query/qrels folder in a split directory.
 SPLIT_SUITES = ("incorpus", "ooc", "survey")
 SPLIT_FORMAT = "graft-eval-split"
-SPLIT_VERSION = 1
+SPLIT_VERSION = 2  # 2: in-corpus parts with their own leak-free corpora
+#: The in-corpus parts, each with its own leak-free corpus and index under SPLITDIR/incorpus/{part}/.
+PARTS = ("dev", "test")
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,9 @@ class SplitConfig:
     n_survey_dev: int = 30  # further review-like hold-outs, the survey suite's dev part
     survey_min_refs: int = 20  # references into the reduced corpus a survey query must keep
     incorpus_min_neighbours: int = 5  # citation neighbours (refs + citing) of an in-corpus query
+    # in-corpus queries drawn from the eligible papers (0 = all of them); each part's index loses its
+    # queries' links, so the parts stay small next to the corpus
+    incorpus_queries: int = 600
     dev_share: float = 0.5  # share of in-corpus queries in dev; the rest is test
 
     def __post_init__(self) -> None:
@@ -71,7 +87,7 @@ class SplitConfig:
         if not 0.0 <= self.dev_share <= 1.0:
             raise InputValidationError(f"dev share {self.dev_share} must lie in [0, 1]")
         for name in ("n_ooc", "n_survey", "n_survey_dev", "ooc_min_refs", "survey_min_refs",
-                     "incorpus_min_neighbours"):
+                     "incorpus_min_neighbours", "incorpus_queries"):
             if getattr(self, name) < 0:
                 raise InputValidationError(f"{name} = {getattr(self, name)} must be >= 0")
         if self.incorpus_min_neighbours < 1:  # a query without gold cannot be scored
@@ -152,16 +168,31 @@ def select_split(corpus: Corpus, config: SplitConfig) -> Split:
     neighbours = {p: (refs[p] | cited_by[p]) & kept_set for p in kept}
     eligible = [p for p in kept if len(neighbours[p]) >= config.incorpus_min_neighbours]
     perm = [eligible[i] for i in rng.permutation(len(eligible))]
+    if config.incorpus_queries:
+        perm = perm[:config.incorpus_queries]
     n_dev = int(round(config.dev_share * len(perm)))
     dev, test = sorted(perm[:n_dev]), sorted(perm[n_dev:])
 
     gold = {
         "ooc": {p: sorted(refs[p] & kept_set) for p in ooc},
         "survey": {p: sorted(refs[p] & kept_set) for p in drawn},
-        "incorpus": {p: sorted(neighbours[p]) for p in eligible},
+        "incorpus": {p: sorted(neighbours[p]) for p in perm},
     }
     return Split(ooc=ooc, survey=survey, survey_dev=survey_dev, incorpus_dev=dev, incorpus_test=test,
                  gold=gold, kept=kept)
+
+
+def hide_links(records: list[dict[str, Any]], queries: set[str]) -> tuple[list[dict[str, Any]], int]:
+    """The records with every citation link between a query paper and another paper removed (the
+    query's references, and the query in the references of the papers citing it): an in-corpus
+    part's leak-free corpus. Returns the new records and the number of links removed."""
+    out, hidden = [], 0
+    for record in records:
+        refs = record["references"]
+        keep = [] if record["id"] in queries else [r for r in refs if r not in queries]
+        hidden += len(refs) - len(keep)
+        out.append({**record, "references": keep})
+    return out, hidden
 
 
 def _record(row: dict[str, Any], kept: set[str]) -> dict[str, Any]:
@@ -243,6 +274,12 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
     (out / "split.json").unlink(missing_ok=True)
     write_lines(out / "corpus.jsonl", [json.dumps(r, ensure_ascii=False) for r in reduced])
     corpus_hash = load_corpus(out / "corpus.jsonl").content_hash()
+    parts = {}
+    for part, ids in (("dev", split.incorpus_dev), ("test", split.incorpus_test)):
+        records, hidden = hide_links(reduced, set(ids))
+        path = part_corpus(out, part)
+        write_lines(path, [json.dumps(r, ensure_ascii=False) for r in records])
+        parts[part] = {"corpus_hash": load_corpus(path).content_hash(), "queries": len(ids), "hidden_links": hidden}
 
     inc = [{"qid": p, "paper_id": p, "split": "dev"} for p in split.incorpus_dev]
     inc += [{"qid": p, "paper_id": p, "split": "test"} for p in split.incorpus_test]
@@ -281,7 +318,11 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
             "survey_dev": len(split.survey_dev),
             "survey_qrels": qrel_count("survey"),
             "skipped_records": len(loaded.report.skipped),
+            "citation_links": sum(len(r["references"]) for r in reduced),
+            "incorpus_dev_hidden_links": parts["dev"]["hidden_links"],
+            "incorpus_test_hidden_links": parts["test"]["hidden_links"],
         },
+        "incorpus_parts": parts,
         "params": asdict(config),
         "command": command or " ".join(["graft", *sys.argv[1:]]),
         "created": now_iso(),
@@ -293,6 +334,79 @@ def prepare_split(corpus: str | Path, out: str | Path, config: SplitConfig | Non
 
 
 # ---- reading a split directory -----------------------------------------------------------------
+def part_corpus(split_dir: str | Path, part: str) -> Path:
+    """The leak-free corpus of an in-corpus part: `SPLITDIR/incorpus/{part}/corpus.jsonl`."""
+    return Path(split_dir) / "incorpus" / part / "corpus.jsonl"
+
+
+def part_index(split_dir: str | Path, part: str) -> Path:
+    """The evaluation index of an in-corpus part: `SPLITDIR/incorpus/{part}/index`."""
+    return Path(split_dir) / "incorpus" / part / "index"
+
+
+def split_indexes(split_dir: str | Path) -> list[tuple[str, Path, Path]]:
+    """(name, corpus, index) of every index a split is evaluated on, in build order: `SPLITDIR/index`
+    (out-of-corpus, survey and coverage suites), then each in-corpus part's leak-free index."""
+    split_dir = Path(split_dir)
+    return [("index", split_dir / "corpus.jsonl", split_dir / "index"),
+            *((f"incorpus {part}", part_corpus(split_dir, part), part_index(split_dir, part)) for part in PARTS)]
+
+
+def build_split_indexes(split_dir: str | Path, config: Any = None, *, cache_from: str | Path | None = None,
+                        force: bool = False, reporter: Any = None, encoder: Any = None,
+                        on_index: Any = None) -> list[Path]:
+    """Build every index of a split (`split_indexes`) that is not up to date: `SPLITDIR/index`
+    first (seeded from `cache_from` when given), then each in-corpus part's leak-free index seeded
+    from it, so that only their graphs are made again.
+
+    Args:
+        split_dir: a split directory from `prepare_split`.
+        config: a `graphbuild.build.BuildConfig` (its defaults when None), the same for every index.
+        cache_from: an index whose stored facets and vectors the first build copies.
+        force: rebuild indexes already built from their corpus with `config`.
+        reporter: progress of the builds; encoder: a loaded encoder to share (tests).
+        on_index: called with (name, index folder, built) for each index.
+    Returns:
+        The index folders, in build order.
+    Raises:
+        GraftError: not a split; the builds' own errors.
+    """
+    from graft.config import config_to_dict
+    from graphbuild.build import BuildConfig, build_index
+
+    read_split(split_dir)
+    config = config or BuildConfig()
+    seed = cache_from
+    out = []
+    for name, corpus, index in split_indexes(split_dir):
+        built = force or not _up_to_date(index, load_corpus(corpus).content_hash(), config_to_dict(config))
+        if built:
+            build_index(corpus, index, config, reporter=reporter, encoder=encoder, cache_from=seed)
+        if on_index is not None:
+            on_index(name, index, built)
+        seed = Path(split_dir) / "index"  # the parts share its facets and vectors
+        out.append(index)
+    return out
+
+
+def _up_to_date(index: Path, corpus_hash: str, config: dict[str, Any]) -> bool:
+    """Whether `index` is a finished build of the corpus with hash `corpus_hash` under `config`."""
+    try:
+        manifest = read_json(index / "manifest.json")
+        build = manifest["stages"]["build"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return (manifest.get("corpus_hash") == corpus_hash and not manifest.get("in_progress")
+            and build.get("config") == config)
+
+
+def expected_corpus_hash(meta: dict[str, Any], part: str | None) -> str:
+    """The corpus hash an index must have been built from: the split's (`part` None) or an
+    in-corpus part's leak-free corpus."""
+    return meta["corpus_hash"] if part is None else meta["incorpus_parts"][part]["corpus_hash"]
+
+
+
 def read_split(split_dir: str | Path) -> dict[str, Any]:
     """split.json of a split directory.
 
@@ -315,8 +429,11 @@ def read_split(split_dir: str | Path) -> dict[str, Any]:
         raise GraftError(f"{path}: expected a JSON object, got {type(meta).__name__}; re-run `graft eval prepare "
                          f"CORPUS --out {split_dir}`")
     if meta.get("format") != SPLIT_FORMAT or meta.get("format_version") != SPLIT_VERSION:
+        older = meta.get("format") == SPLIT_FORMAT and meta.get("format_version") == 1
         raise GraftError(f"{path}: split format {meta.get('format')!r} v{meta.get('format_version')} is not "
-                         f"{SPLIT_FORMAT!r} v{SPLIT_VERSION}; re-run `graft eval prepare`")
+                         f"{SPLIT_FORMAT!r} v{SPLIT_VERSION}" + (
+                             " (a split of the old in-corpus protocol, whose index holds the queries' gold links)"
+                             if older else "") + "; re-run `graft eval prepare`")
     return meta
 
 

@@ -4,7 +4,7 @@
 |---|---|---|
 | bm25 | BM25 (bm25s, English stopwords, no stemming) over title + abstract | same, the query's text |
 | dense | MiniLM cosine of title + abstract embeddings | same, the query's text embedded |
-| citation | the coupling / co-citation score row of the query | n/a: a held-out paper has no citations to the corpus without its reference list, which is the gold |
+| citation | the coupling / co-citation score row of the query (n/a on a leak-free in-corpus index: the query's links are its gold, hidden) | n/a: a held-out paper has no citations to the corpus without its reference list, which is the gold |
 | facet | graph teacher over facet-only graphs (beta = 0, rebuilt from the index's items) | teacher walk over those graphs from the query's facet-only edge rows |
 | teacher | the graph teacher over the index (the stored rows: what the generative retriever learns) | teacher walk from `ExternalScorer` rows built from title + abstract only (with the feedback pass) |
 | teacher-fb | the teacher walking the query's rows with the feedback pass (`CorpusScorer.feedback_rows`) | n/a: the teacher's out-of-corpus rows already have the pass |
@@ -391,6 +391,9 @@ def _citation(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int
         order = np.lexsort((cols, -vals))[:DEPTH]
         out.run[q.qid] = [(idx.paper_ids[int(cols[i])], float(vals[i])) for i in order if vals[i] > 0]
         advance(1)
+    if queries and not any(out.run.values()):
+        raise NotApplicable("citation-only has nothing to rank: the index holds none of the queries' citation "
+                            "links (leak-free, they are the gold), so their coupling and co-citation rows are empty")
     return out
 
 

@@ -79,6 +79,9 @@ class BuildConfig:
     n_candidates: int = 100  # facet-similar candidates per paper from the pooled prefilter
     citation_rescale: str = "pair"  # "pair": per-pair rescaling of log counts (README); "global": by the max
     block_rows: int | None = None  # prefilter rows per block; None sizes blocks to ~128 MiB
+    # direct citation links (either way) as graph candidates; off = the reference design: candidates
+    # are facet-similar, coupled and co-cited papers, and a direct link is left to be found (the gold)
+    direct_links: bool = False
     skip_bad: bool = False  # skip invalid corpus records (counted and listed) instead of stopping
     limit: int | None = None  # keep only the first N valid records
     llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
@@ -109,8 +112,9 @@ class BuildConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BuildConfig:
-        # indexes built before items took their title as context embedded them alone
-        return config_from_dict(cls, {"title_weight": 0.0, **data})
+        # indexes built before items took their title as context embedded them alone, and those
+        # built before direct links became optional took them as candidates
+        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, **data})
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:
@@ -119,7 +123,8 @@ class BuildConfig:
 
     def graph_params(self) -> GraphParams:
         return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
-                           n_candidates=self.n_candidates, block_rows=self.block_rows)
+                           n_candidates=self.n_candidates, block_rows=self.block_rows,
+                           direct_links=self.direct_links)
 
 
 @dataclass
@@ -194,7 +199,7 @@ def facet_graphs(
         a: the citation matrix; signals: its coupling / co-citation score.
     """
     n = a.shape[0]
-    links = citation_links(a, signals.score)  # candidates beyond the facet prefilter
+    links = citation_links(a, signals.score, direct=params.direct_links)  # candidates beyond the facet prefilter
     graphs = {}
     for facet in FACETS:
         sel = facet_of_item == facet

@@ -109,9 +109,13 @@ def citation_signals(a: sp.csr_matrix, rescale: str = "pair") -> CitationSignals
     )
 
 
-def citation_links(a: sp.csr_matrix, score: sp.csr_matrix) -> sp.csr_matrix:
-    """Pattern of citation-linked pairs: direct citations either way, coupled or co-cited papers."""
-    return ((sp.csr_matrix(a) + sp.csr_matrix(a).T + score) > 0).astype(np.float32).tocsr()
+def citation_links(a: sp.csr_matrix, score: sp.csr_matrix, *, direct: bool = False) -> sp.csr_matrix:
+    """Pattern of citation-linked pairs, the graph's candidates beyond facet similarity: coupled or
+    co-cited papers (`score` > 0), and with `direct` the direct citations either way too."""
+    linked = sp.csr_matrix(score, dtype=np.float32)
+    if direct:
+        linked = linked + sp.csr_matrix(a, dtype=np.float32) + sp.csr_matrix(a, dtype=np.float32).T
+    return (linked > 0).astype(np.float32).tocsr()
 
 
 def coupling_row_log(a: sp.csr_matrix, rescale: str = "pair") -> np.ndarray:

@@ -1,8 +1,13 @@
 """Typed top-K facet graph: w_f(i, j) = alpha * s_f(i, j) + beta * cite(i, j), top K out-edges per row.
 
 Candidates of row i are the union of its facet-similar papers (prefilter over pooled facet vectors)
-and its citation-linked papers (direct citations either way, coupling, co-citation). Every candidate
-is scored exactly; the K best by (-weight, column) are kept, so the result is deterministic.
+and its coupled or co-cited papers (shared references, shared citers); with `direct_links`, the
+papers it cites or is cited by too. Every candidate is scored exactly; the K best by (-weight,
+column) are kept, so the result is deterministic.
+
+A direct citation link is neither an edge term nor, by default, a candidate source: it is what the
+evaluation takes as the gold (the reference design uses it only as the out-of-corpus gold), and a
+graph that lists a paper's cited papers as candidates would find them through the link itself.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class GraphParams:
     beta: float = 0.25  # weight of the citation score in the edge weight (GRAFT paper)
     n_candidates: int = 100  # facet-similar candidates per paper from the pooled-vector prefilter
     block_rows: int | None = None  # rows per prefilter block; None sizes blocks to ~128 MiB
+    direct_links: bool = False  # direct citation links (either way) as extra candidates; off in the reference design
 
 
 def _top_k_rows(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:

@@ -246,6 +246,9 @@ def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp
     del old["title_weight"]  # an index built before the setting existed
     assert BuildConfig.from_dict(old).title_weight == 0.0
     assert BuildConfig().title_weight == 0.7
+    assert old["direct_links"] is False and BuildConfig().direct_links is False
+    del old["direct_links"]  # built when direct citation links were always candidates
+    assert BuildConfig.from_dict(old).direct_links is True
     for bad in (-0.5, 1e20):  # 1e20 (and NaN, infinity) emptied every graph
         with pytest.raises(ValueError, match=r"title_weight must lie in \[0, 100\]"):
             BuildConfig(title_weight=bad)

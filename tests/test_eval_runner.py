@@ -15,7 +15,7 @@ from conftest import REPO, cs768_path
 from typer.testing import CliRunner
 
 from eval.runner import RunOptions, load_queries, read_credits, run_paths, run_suite, score_run
-from eval.splits import SplitConfig, prepare_split, read_queries
+from eval.splits import SplitConfig, build_split_indexes, part_index, prepare_split, read_queries
 from eval.trec import read_qrels, read_run
 from graft.errors import GraftError
 from graft.index import Index
@@ -43,7 +43,12 @@ def write_dense_slice(path, tmp_path, n_core: int = 40, n: int = 120):
     return out
 
 
-SPLIT = SplitConfig(seed=0, n_ooc=10, n_survey=0, n_survey_dev=0)
+SPLIT = SplitConfig(seed=0, n_ooc=10, n_survey=0, n_survey_dev=0, incorpus_queries=48)
+
+
+def incorpus_index(split: Path) -> Path:
+    """The leak-free index the in-corpus test part is answered from."""
+    return part_index(split, "test")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +57,7 @@ def built(tmp_path_factory, encoder):
     corpus = write_dense_slice(cs768_path(), tmp)
     split = tmp / "split"
     prepare_split(corpus, split, SPLIT)
-    build_index(split / "corpus.jsonl", split / "index", BuildConfig(), encoder=encoder)
+    build_split_indexes(split, encoder=encoder)
     return corpus, split
 
 
@@ -76,6 +81,8 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     n_test = len(read_queries(split, "incorpus", part="test"))
     assert table["meta"]["queries"] == n_test > 20
     for name, row in rows.items():
+        if name == "citation":  # n/a leak-free (below)
+            continue
         assert 0.0 <= row["R@20"] <= row["R@50"] <= 1.0, name
         assert row["correct@20"] >= 0
         # every number comes from the run file: re-scoring it gives the same recall
@@ -85,7 +92,10 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
         test_qrels.write_text("".join(line + "\n" for line in (split / "incorpus" / "qrels.txt").read_text().splitlines()
                                       if line.split()[0] in ids))
         assert score_run(trec, test_qrels)["R@20"] == pytest.approx(row["R@20"])
-    assert rows["teacher"]["R@20"] > 0.1 and rows["citation"]["R@20"] > 0.1
+    assert rows["teacher"]["R@20"] > 0.1
+    # leak-free: the queries' citation links are hidden, so a citation-only ranking has nothing to go on
+    assert rows["citation"]["R@20"] is None and any(n.startswith("citation: citation-only has nothing to rank")
+                                                    for n in table["notes"])
     md = next(tmp_path.glob("eval_incorpus_*.md"))
     text = md.read_text()
     assert "graft eval run SPLIT" in text and table["meta"]["corpus_hash"][:16] in text and "| teacher |" in text
@@ -116,24 +126,11 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     # the first-5 run serves the next limit run of 5, forced or not, without touching the full one
     assert run_suite(split, "incorpus", RunOptions(systems=["teacher"], results_dir=tmp_path, limit=3),
                      encoder=encoder)["runs"]["teacher"] == str(meta_path.with_suffix(".trec"))
-    # another index over the same split writes runs named for it; the split's own are untouched
-    from eval.runner import index_key
-
-    other = tmp_path / "other index"
-    shutil.copytree(split / "index", other)
-    key = index_key(split, other)
-    assert key.startswith("other_index-") and index_key(split, split / "index") is None
-    elsewhere = run_suite(split, "incorpus", RunOptions(systems=["teacher", "bm25"], index_dir=other,
-                                                        results_dir=tmp_path / "other"), encoder=encoder)
-    assert elsewhere["runs"]["teacher"] == str(run_paths(split, "incorpus", "teacher", index_key=key)[0])
-    assert elsewhere["runs"]["bm25"] == str(run_paths(split, "incorpus", "bm25")[0])  # text only: the same run
-    assert json.loads(meta_path.read_text())["created"] == created
-
     # a rebuilt graph over the same corpus (another build, e.g. other settings) is never scored with
     # the older graph's runs: the teacher is recomputed, bm25 (text only) is reused
     rebuilt = tmp_path / "rebuilt"
     shutil.copytree(split, rebuilt)
-    manifest_file = rebuilt / "index" / "manifest.json"
+    manifest_file = incorpus_index(rebuilt) / "manifest.json"
     manifest = json.loads(manifest_file.read_text())
     manifest["stages"]["build"]["finished_at"] = "2000-01-01T00:00:00+00:00"
     manifest_file.write_text(json.dumps(manifest))
@@ -146,6 +143,19 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     assert before["teacher"]["build"]["finished_at"] != "2000-01-01T00:00:00+00:00"
     assert after["teacher"]["build"]["finished_at"] == "2000-01-01T00:00:00+00:00"
     assert after["bm25"] == before["bm25"] and after["bm25"]["build"] is None
+
+    # another index over the same split writes runs named for it; the split's own are untouched
+    from eval.runner import index_key
+
+    other = tmp_path / "other index"
+    shutil.copytree(split / "index", other)
+    key = index_key(split, other)
+    assert key.startswith("other_index-") and index_key(split, split / "index") is None
+    elsewhere = run_suite(split, "incorpus", RunOptions(systems=["teacher", "bm25"], index_dir=other,
+                                                        results_dir=tmp_path / "other"), encoder=encoder)
+    assert elsewhere["runs"]["teacher"] == str(run_paths(split, "incorpus", "teacher", index_key=key)[0])
+    assert elsewhere["runs"]["bm25"] == str(run_paths(split, "incorpus", "bm25")[0])  # text only: the same run
+    assert json.loads(meta_path.read_text())["created"] == created
 
     ooc = run_suite(split, "ooc", RunOptions(systems=["bm25", "dense", "citation", "teacher"], results_dir=tmp_path),
                     encoder=encoder)
@@ -272,7 +282,7 @@ def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monk
     table = run_suite(split, "incorpus", opts, encoder=encoder)
     rows = {r["system"]: r for r in table["rows"]}
     assert 0.0 < rows["teacher-fb"]["R@20"] <= rows["teacher-fb"]["R@50"] <= 1.0
-    idx = Index.open(split / "index")
+    idx = Index.open(incorpus_index(split))
     run = read_run(stored(table, "teacher-fb")[0])
     scorer = CorpusScorer(idx, feedback=3, citation_weight=0)
     queries = load_queries(split, "incorpus", "test", 12)
@@ -308,7 +318,7 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     table = run_suite(split, "incorpus", opts, encoder=encoder)
     rows = {r["system"]: r for r in table["rows"]}
     assert 0.0 < rows["teacher-cite"]["R@20"] <= rows["teacher-cite"]["R@50"] <= 1.0
-    idx = Index.open(split / "index")
+    idx = Index.open(incorpus_index(split))
     scorer = CorpusScorer(idx)  # graft query --paper's teacher: stored rows, the channel at W
     run = read_run(stored(table, "teacher-cite")[0])
     for q in load_queries(split, "incorpus", "test", 12):
@@ -320,7 +330,6 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     assert meta["citation"] == {"weight": CITATION_WEIGHT, "first": 3}
     credits = read_credits(stored(table, "teacher-cite")[1])
     assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
-    assert any(not f for hits in credits.values() for _, f in hits)  # hits surfaced by the channel alone
     att = run_suite(split, "attribution", RunOptions(systems=["teacher", "teacher-cite"], results_dir=tmp_path,
                                                      limit=12), encoder=encoder)
     rows = {(r["system"], r["setting"]): r for r in att["rows"]}
@@ -332,7 +341,8 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     ooc = run_suite(split, "ooc", RunOptions(systems=["teacher-cite"], results_dir=tmp_path, limit=5),
                     encoder=encoder)
     assert ooc["rows"][0]["R@20"] is not None
-    ctx = EvalContext(idx, encoder=encoder, split_dir=split)
+    main = Index.open(split / "index")  # out of corpus: the split's own index
+    ctx, scorer = EvalContext(main, encoder=encoder, split_dir=split), CorpusScorer(main)
     run = read_run(stored(ooc, "teacher-cite")[0])
     for q in load_queries(split, "ooc", "test", 5):
         want = scorer.query_rows(ctx.ooc_rows(q)[0], query_id=q.qid, k=20)
@@ -861,7 +871,7 @@ def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tm
     assert set(by) == {(w, g) for w in (0.0, 0.7) for g in ("full graphs (teacher)", "facet-only graphs (beta = 0)")}
     assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in saved["rows"])
     # the slice's index was built with w = 0.7: rebuilding its graphs at 0.7 gives its teacher's recall
-    idx = Index.open(split / "index")
+    idx = Index.open(incorpus_index(split))
     qrels = read_qrels(split / "incorpus" / "qrels.txt")
     queries = {r["qid"]: idx.row_of[r["paper_id"]] for r in read_queries(split, "incorpus", part="test")
                if qrels.get(r["qid"])}
@@ -885,7 +895,7 @@ def test_edge_mix_benchmark_rebuilds_the_index_at_its_own_setting(built, tmp_pat
         (0.75, 20, "the index's own"), (0.75, 20, "rebuilt"), (1.0, 20, "rebuilt"), (0.75, 5, "rebuilt"),
         (1.0, 5, "rebuilt")]
     assert all(0.0 <= r[f"{p}R@20"] <= r[f"{p}R@50"] <= 1.0 for r in rows for p in ("", "cite "))
-    idx = Index.open(split / "index")
+    idx = Index.open(incorpus_index(split))
     qrels = read_qrels(split / "incorpus" / "qrels.txt")
     queries = {r["qid"]: idx.row_of[r["paper_id"]] for r in read_queries(split, "incorpus", part="test")
                if qrels.get(r["qid"])}
@@ -1084,7 +1094,7 @@ def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
     for k in ("R@20", "R@50"):  # teacher-fb walks the `(graph)` rows
         assert by[teacher_fb][k] == by["out-rows + links of the first 3 (graph)"][k]
     assert by["graph rows"]["R@20 / graph rows"] == pytest.approx(1.0)
-    idx = Index.open(split / "index")
+    idx = Index.open(incorpus_index(split))
     qrels = read_qrels(split / "incorpus" / "qrels.txt")
     queries = sorted((r for r in read_queries(split, "incorpus", part="test") if qrels.get(r["qid"])),
                      key=lambda r: r["qid"])[:8]
@@ -1126,7 +1136,7 @@ def test_citation_channel_benchmark_rows(built, tmp_path) -> None:
                         "text-only, stand-in decoder, graph-rrf", "text-only, stand-in decoder, rrf",
                         "text-only, stand-in decoder, graph-walk"}
     assert all((s, 0.0) in by and (s, CITATION_WEIGHT) in by for s in settings)
-    idx = Index.open(split / "index")
+    idx = Index.open(incorpus_index(split))
     qrels = read_qrels(split / "incorpus" / "qrels.txt")
     queries = sorted((r for r in read_queries(split, "incorpus", part="test") if qrels.get(r["qid"])),
                      key=lambda r: r["qid"])[:8]
@@ -1232,7 +1242,8 @@ def test_a_run_of_other_systems_fills_the_same_table(built, encoder, tmp_path) -
     assert first["files"] == second["files"] == third["files"]
     saved = json.loads(Path(third["files"][1]).read_text())
     assert [r["system"] for r in saved["rows"]] == ["bm25", "citation", "teacher"]
-    assert saved["rows"][0]["R@20"] == first["rows"][0]["R@20"] and set(saved["runs"]) == {"bm25", "citation", "teacher"}
+    assert saved["rows"][0]["R@20"] == first["rows"][0]["R@20"] and set(saved["runs"]) == {"bm25", "teacher"}
+    assert saved["rows"][1]["R@20"] is None  # citation-only: n/a on the leak-free index (no run)
     assert any(n.startswith("bm25, citation: rows of an earlier run of this table (`run 2`") for n in saved["notes"])
     assert saved["meta"]["systems"] == ["teacher", "bm25", "citation"]
     assert "| citation |" in Path(third["files"][0]).read_text()
@@ -1252,3 +1263,63 @@ def test_a_run_of_other_systems_fills_the_same_table(built, encoder, tmp_path) -
     assert [r["system"] for r in short["rows"]] == ["dense"] and short["files"][0] != third["files"][0]
     assert [r["system"] for r in json.loads(Path(third["files"][1]).read_text())["rows"]] == [
         "bm25", "dense", "citation", "facet", "teacher"]
+
+
+@pytest.mark.slow
+def test_no_system_reads_a_query_s_own_citation_link(tmp_path, encoder) -> None:
+    """A planted leak: two corpora that differ only in one citation link, from an in-corpus query Q
+    to a paper G it did not cite. Leak-free, every system's answers to every query are the same
+    on both (the link is Q's gold, hidden from the index of Q's part); answered from an index of
+    the whole corpus (the old protocol, direct links as candidates), they are not."""
+    from eval.systems import SYSTEMS, EvalContext, NotApplicable, run_system
+
+    records = [json.loads(line) for line in write_dense_slice(cs768_path(), tmp_path).read_text().splitlines()]
+    ids = {r["id"] for r in records}
+    nbrs: dict[str, set[str]] = {r["id"]: set() for r in records}
+    for r in records:
+        for c in r["references"]:
+            if c in ids:
+                nbrs[r["id"]].add(c)
+                nbrs[c].add(r["id"])
+    by_degree = sorted(nbrs, key=lambda p: (-len(nbrs[p]), p))
+    q = by_degree[0]
+    threshold = len(nbrs[by_degree[7]])  # about eight queries, all in the test part
+    g = next(p for p in reversed(by_degree) if p not in nbrs[q] and p != q and 0 < len(nbrs[p]) < threshold - 1)
+    config = SplitConfig(seed=0, n_ooc=0, n_survey=0, n_survey_dev=0, incorpus_queries=0, dev_share=0.0,
+                         incorpus_min_neighbours=threshold)
+    splits = {}
+    for name, plant in (("without", False), ("with", True)):
+        corpus = tmp_path / f"{name}.jsonl"
+        corpus.write_text("".join(json.dumps({**r, "references": r["references"] + ([g] if plant and r["id"] == q
+                                                                                      else [])}) + "\n"
+                                  for r in records))
+        splits[name] = tmp_path / f"split-{name}"
+        prepare_split(corpus, splits[name], config)
+        build_split_indexes(splits[name], encoder=encoder, cache_from=splits.get("without", tmp_path / "no") / "index"
+                            if plant else None)
+    planted = read_qrels(splits["with"] / "incorpus" / "qrels.txt")
+    assert g in planted[q] and g not in read_qrels(splits["without"] / "incorpus" / "qrels.txt")[q]
+    queries = load_queries(splits["with"], "incorpus", "test", None)
+    assert q in {x.qid for x in queries} and queries == load_queries(splits["without"], "incorpus", "test", None)
+
+    def answers(index_dir: Path, systems: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
+        ctx = EvalContext(Index.open(index_dir), encoder=encoder)
+        out = {}
+        for system in systems:
+            try:
+                run = run_system(system, ctx, queries)
+            except NotApplicable:  # the generative systems: no model here
+                continue
+            out[system] = {qid: [d for d, _ in hits] for qid, hits in run.run.items()}
+        return out
+
+    leak_free = {name: answers(part_index(split, "test"), SYSTEMS) for name, split in splits.items()}
+    # citation-only is n/a: leak-free, the queries have no citation links at all
+    assert set(leak_free["with"]) == {"bm25", "dense", "facet", "teacher", "teacher-fb", "teacher-cite"}
+    assert leak_free["with"] == leak_free["without"]
+    # the old protocol: the index of the whole corpus holds the link, and its answers move
+    for name, split in splits.items():
+        build_index(split / "corpus.jsonl", tmp_path / f"leaky-{name}", BuildConfig(direct_links=True),
+                    encoder=encoder, cache_from=split / "index")
+    leaky = {name: answers(tmp_path / f"leaky-{name}", ("citation", "teacher", "teacher-cite")) for name in splits}
+    assert any(leaky["with"][s][q] != leaky["without"][s][q] for s in leaky["with"])

@@ -30,8 +30,9 @@ def test_split_is_deterministic_from_the_seed(split, tmp_path) -> None:
     out, meta = split
     again = tmp_path / "again"
     meta2 = prepare_split(cs768_path(), again, SplitConfig(seed=0, n_ooc=200, n_survey=10, n_survey_dev=5))
-    for rel in ("corpus.jsonl", "incorpus/queries.jsonl", "incorpus/qrels.txt", "ooc/queries.jsonl",
-                "ooc/qrels.txt", "survey/queries.jsonl", "survey/qrels.txt"):
+    for rel in ("corpus.jsonl", "incorpus/queries.jsonl", "incorpus/qrels.txt", "incorpus/dev/corpus.jsonl",
+                "incorpus/test/corpus.jsonl", "ooc/queries.jsonl", "ooc/qrels.txt", "survey/queries.jsonl",
+                "survey/qrels.txt"):
         assert (out / rel).read_bytes() == (again / rel).read_bytes(), rel
     assert meta2["corpus_hash"] == meta["corpus_hash"] and meta2["source_hash"] == meta["source_hash"]
     other = prepare_split(cs768_path(), tmp_path / "seed1", SplitConfig(seed=1, n_ooc=200, n_survey=10, n_survey_dev=5))
@@ -118,7 +119,7 @@ def test_survey_parts_dev_for_tuning_test_unchanged_by_it(split, tmp_path) -> No
 
 
 def test_incorpus_gold_is_the_citation_neighbourhood(split) -> None:
-    out, _ = split
+    out, meta = split
     corpus = _jsonl(out / "corpus.jsonl")
     nbrs: dict[str, set[str]] = {r["id"]: set() for r in corpus}
     for r in corpus:
@@ -127,7 +128,9 @@ def test_incorpus_gold_is_the_citation_neighbourhood(split) -> None:
             nbrs[c].add(r["id"])
     gold = read_qrels(out / "incorpus" / "qrels.txt")
     queries = read_queries(out, "incorpus")
-    assert {q["qid"] for q in queries} == {p for p, n in nbrs.items() if len(n) >= 5} == set(gold)
+    eligible = {p for p, n in nbrs.items() if len(n) >= 5}
+    assert {q["qid"] for q in queries} == set(gold) and set(gold) < eligible
+    assert len(queries) == 600 == meta["counts"]["incorpus_dev"] + meta["counts"]["incorpus_test"]
     for q in queries:
         assert gold[q["qid"]] == nbrs[q["paper_id"]]
     dev = [q for q in queries if q["split"] == "dev"]
@@ -135,6 +138,34 @@ def test_incorpus_gold_is_the_citation_neighbourhood(split) -> None:
     for part in ("dev", "test"):  # one part's qrels, for `graft eval score` of that part's run
         assert read_qrels(out / "incorpus" / f"qrels.{part}.txt") == {
             q["qid"]: gold[q["qid"]] for q in queries if q["split"] == part}
+
+
+def test_each_incorpus_part_has_a_corpus_without_its_queries_gold_links(split) -> None:
+    """Leak-free: a part's corpus is the split's corpus less every citation link of the part's
+    queries (their gold, either way), with every paper and text kept; the other links stay."""
+    from eval.splits import part_corpus
+
+    out, meta = split
+    corpus = _jsonl(out / "corpus.jsonl")
+    links = {(r["id"], c) for r in corpus for c in r["references"]}
+    gold = read_qrels(out / "incorpus" / "qrels.txt")
+    assert meta["counts"]["citation_links"] == len(links)
+    for part in ("dev", "test"):
+        mine = {q["qid"] for q in read_queries(out, "incorpus", part=part)}
+        records = _jsonl(part_corpus(out, part))
+        assert [(r["id"], r["title"], r["abstract"]) for r in records] == [
+            (r["id"], r["title"], r["abstract"]) for r in corpus]
+        kept = {(r["id"], c) for r in records for c in r["references"]}
+        assert kept == {(a, b) for a, b in links if a not in mine and b not in mine}
+        for q in mine:  # no gold pair survives, either way
+            assert not any((q, g) in kept or (g, q) in kept for g in gold[q])
+        hidden = meta["incorpus_parts"][part]["hidden_links"]
+        assert hidden == len(links) - len(kept) == meta["counts"][f"incorpus_{part}_hidden_links"]
+        assert 0 < hidden < 0.25 * len(links)
+        assert meta["incorpus_parts"][part]["corpus_hash"] == load_corpus(part_corpus(out, part)).content_hash()
+    other = {q["qid"] for q in read_queries(out, "incorpus", part="dev")}
+    test_links = {(r["id"], c) for r in _jsonl(part_corpus(out, "test")) for c in r["references"]}
+    assert any(a in other or b in other for a, b in test_links)  # dev queries keep theirs in the test corpus
 
 
 def test_a_corpus_with_full_text_keeps_it_in_the_split(tmp_path) -> None:
@@ -170,6 +201,8 @@ def test_bad_split_inputs_are_clear_errors(tmp_path) -> None:
         prepare_split(cs768_path(), tmp_path / "a-file" / "split")
     with pytest.raises(GraftError, match="seed -1 must be an integer >= 0"):
         SplitConfig(seed=-1)
+    with pytest.raises(GraftError, match="incorpus_queries = -1 must be >= 0"):
+        SplitConfig(incorpus_queries=-1)
     # the corpus itself, or other files, are never written over
     own = tmp_path / "own"
     own.mkdir()
@@ -188,6 +221,11 @@ def test_damaged_split_files_are_named(split, tmp_path) -> None:
     out, _ = split
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
+    old = json.loads((copy / "split.json").read_text())
+    (copy / "split.json").write_text(json.dumps({**old, "format_version": 1}))
+    with pytest.raises(GraftError, match="v1 is not 'graft-eval-split' v2 \\(a split of the old in-corpus protocol, "
+                                         "whose index holds the queries' gold links\\); re-run `graft eval prepare`"):
+        read_split(copy)
     for text, message in (('{"format": ', "cannot be read as JSON"), ("[1, 2]", "expected a JSON object, got list")):
         (copy / "split.json").write_text(text)
         with pytest.raises(GraftError, match=message):

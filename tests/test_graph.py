@@ -106,18 +106,27 @@ def test_top_k_rows_and_unique_equal_numpy_s_own() -> None:
         np.testing.assert_array_equal(_top_k_rows(rows, cols, w.astype(np.float64), k), want)
 
 
-def test_prefilter_keeps_citation_linked_candidates() -> None:
+def test_candidates_are_coupled_papers_and_direct_links_only_when_asked() -> None:
+    """Coupled papers are candidates beyond the facet prefilter; a direct citation link is one
+    only with `direct` (the reference design leaves it to be found: it is the evaluation's gold)."""
     rng = np.random.default_rng(5)
     n = 50
     owner, vecs = random_items(rng, n)
-    a = citation_matrix(np.array([0, 1]), np.array([40, 40]), n)  # 0 and 1 are coupled
+    a = citation_matrix(np.array([0, 1]), np.array([40, 40]), n)  # 0 and 1 cite 40: coupled
     sig = citation_signals(a)
-    links = citation_links(a, sig.score)
-    g = facet_graph(group_items(owner, vecs, n), sig.score, links,
-                    GraphParams(top_k=n, n_candidates=2))
-    # with only 2 facet candidates, the citation-linked pairs are still scored
-    assert g[0, 1] > 0 and g[0, 40] > 0 and g[1, 0] > 0
-    assert np.all(np.diff(g.indptr) <= 2 + 2)
+    items = group_items(owner, vecs, n)
+    params = GraphParams(top_k=n, n_candidates=2)
+    facet_cands = {r: set(row) for start, block in prefilter_blocks(items.pooled, items.pooled, 2)
+                   for r, row in enumerate(block.tolist(), start=start)}
+    assert 40 not in facet_cands[0] and 0 not in facet_cands[40]
+    assert 1 not in facet_cands[0] and 0 not in facet_cands[1]
+    g = facet_graph(items, sig.score, citation_links(a, sig.score), params)
+    assert g[0, 1] > 0 and g[1, 0] > 0  # coupled: scored although no facet candidate
+    assert g[0, 40] == 0 and g[40, 0] == 0  # a direct link alone makes no candidate
+    assert np.all(np.diff(g.indptr) <= 2 + 1)
+    direct = facet_graph(items, sig.score, citation_links(a, sig.score, direct=True), params)
+    assert direct[0, 40] > 0 and direct[40, 0] > 0 and direct[0, 1] > 0
+    assert np.all(np.diff(direct.indptr) <= 2 + 2)
 
 
 def test_rows_are_scored_as_pairs_are() -> None:

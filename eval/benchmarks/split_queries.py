@@ -19,7 +19,8 @@ def add_split_arguments(ap: argparse.ArgumentParser, *, table: str, part: str) -
         part: the default in-corpus part (dev for tuning, test for reported tables).
     """
     ap.add_argument("--split", required=True, help="split directory (graft eval prepare + graft build)")
-    ap.add_argument("--index", default=None, help="index directory (default SPLITDIR/index)")
+    ap.add_argument("--index", default=None, help="index directory (default: the part's leak-free index, "
+                    "SPLITDIR/incorpus/PART/index)")
     ap.add_argument("--part", default=part, choices=("dev", "test"), help="in-corpus queries: dev or test")
     ap.add_argument("--limit", type=int, default=None, help="only the first N queries by qid")
     ap.add_argument("--name", default=None, help=f"table name: {table}_{{name}}.md (default: the corpus)")
@@ -74,13 +75,13 @@ def open_split_queries(args: argparse.Namespace, *, paper_embeddings: bool = Fal
             message says to rebuild it).
     """
     from eval.runner import load_queries
-    from eval.splits import read_split
+    from eval.splits import part_index, read_split
     from eval.trec import read_qrels
     from graft.index import Index
 
     split_dir = Path(args.split)
     split = read_split(split_dir)
-    index_dir = Path(args.index) if args.index else split_dir / "index"
+    index_dir = Path(args.index) if args.index else part_index(split_dir, args.part)
     idx = Index.open(index_dir)
     if paper_embeddings and idx.paper_embeddings is None:
         raise SystemExit(f"{index_dir} has no embeddings/papers.npy: rebuild it with `graft build`")
