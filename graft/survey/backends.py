@@ -262,7 +262,12 @@ _SYSTEM = ("You help write a scientific literature survey from a given set of co
 
 
 def _data(obj: Any) -> str:
-    return "<data>\n" + json.dumps(obj, ensure_ascii=False, indent=1) + "\n</data>"
+    """`obj` as JSON inside <data>...</data>. `<`, `>` and `&` are written as JSON escapes
+    (\\u003c ...), so paper text holding `</data>` cannot close the block early; the JSON reads back
+    to the same data."""
+    text = json.dumps(obj, ensure_ascii=False, indent=1)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return "<data>\n" + text + "\n</data>"
 
 
 def parse_json_object(text: str) -> dict[str, Any]:

@@ -39,13 +39,22 @@ def md_escape(text: str) -> str:
     return re.sub(r"^(\d+)([.)])(\s)", r"\1\\\2\3", text)
 
 
-_TEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+#: TeX specials as commands; braces become \textbraceleft{} / \textbraceright{} because BibTeX counts
+#: every brace, escaped or not, and one unbalanced `\{` makes the whole file unparsable
+_TEX = {"\\": r"\textbackslash{}", "{": r"\textbraceleft{}", "}": r"\textbraceright{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
         "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 
 
 def tex_escape(text: str) -> str:
-    """Text as a literal BibTeX field value."""
+    """Text as a literal BibTeX field value: every brace it adds is balanced, whatever the input."""
     return "".join(_TEX.get(ch, ch) for ch in plain(text))
+
+
+def bib_author(name: str) -> str:
+    """One author for an `author = {A and B}` list: escaped, and braced whole when the name itself
+    holds the word "and", which BibTeX would otherwise read as two authors."""
+    text = tex_escape(name)
+    return "{" + text + "}" if re.search(r"\band\b", text, flags=re.IGNORECASE) else text
 
 
 def bib_key(paper_id: str) -> str:
@@ -147,7 +156,7 @@ def render_bibtex(index: Index, numbers: dict[str, int]) -> str:
         fields = [("title", "{" + tex_escape(papers["title"][row]) + "}")]
         authors = papers["authors"][row] if "authors" in papers.columns else None
         if authors is not None and len(authors):
-            fields.append(("author", " and ".join(tex_escape(a) for a in authors)))
+            fields.append(("author", " and ".join(bib_author(a) for a in authors)))
         if papers["year"][row]:
             fields.append(("year", str(papers["year"][row])))
         venue = papers["venue"][row] if "venue" in papers.columns else None
