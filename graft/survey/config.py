@@ -39,6 +39,7 @@ class SurveyConfig:
     section_pool: int = 12  # a section's own retrieval joining its share of the pool; papers kept after its rerank
     papers_per_section: int = 8  # papers a section writes about (its comparison table's rows)
     central: int = 3  # the topic's central papers (most linked within the pool) that are always discussed
+    tied_discussed: bool = False  # write about papers kept below the topic floor only for their citation ties (else: appendix)
     rerank: bool = True  # two-stage fusion rerank (off for the AutoSurvey-like baseline)
     recency_weight: float = 1.0  # weight of the recency ranking in the rerank's first stage (citations, similarity: 1)
     retrieval_weight: float = 0.0  # weight of the retrieval order in the rerank's first stage (0 = the reference method)

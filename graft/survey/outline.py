@@ -75,7 +75,10 @@ def title_chunks(title: str, max_words: int = 4) -> list[str]:
 def _case(phrase: str) -> str:
     """Sentence case that keeps acronyms and names: "Prototypical Networks" -> "Prototypical networks"."""
     ws = phrase.split()
-    out = [ws[0][:1].upper() + ws[0][1:]]
+    first = ws[0]
+    if re.fullmatch(r"[A-Z][a-z]+(?:-[A-Z][a-z]+)+", first):  # "Few-Shot" -> "Few-shot"
+        first = first[:1] + first[1:].lower()
+    out = [first[:1].upper() + first[1:]]
     for w in ws[1:]:
         out.append(w.lower() if re.fullmatch(r"[A-Z][a-z]+(?:-[A-Za-z][a-z]*)*", w) else w)
     return " ".join(out)
@@ -111,5 +114,7 @@ def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tupl
             idf = math.log((1 + total) / (1 + bg.get(key, 0))) + 1.0
             # a phrase several titles share names the group best; one word alone is rarely a heading
             scored.append(((df + in_titles) * idf * (0.5 if len(ws) == 1 else 1 + 0.3 * (len(ws) - 2)), chunk))
-    scored.sort(key=lambda x: (-x[0], x[1]))
+    # a phrase of two words or more, when there is one: one word alone ("Data") rarely names a theme
+    longer = [x for x in scored if len(x[1].split()) > 1]
+    scored = sorted(longer or scored, key=lambda x: (-x[0], x[1]))
     return _case(scored[0][1]) if scored else None

@@ -227,6 +227,8 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             # the topic's central papers of this share are discussed first, whatever the section's rerank says
             first = [c for c in share if c.paper_id in central and c.paper_id not in taken]
             rest = [c for c in sec_pool if c.paper_id not in taken and c.paper_id not in {x.paper_id for x in first}]
+            if not config.tied_discussed:  # relevance to the topic, not only to the section, decides
+                rest = [c for c in rest if float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor]
             papers = (first + rest)[: max(config.papers_per_section, len(first))]
             if not papers:
                 adv(1)
@@ -354,18 +356,20 @@ def coverage_report(chosen: TopicPool, sections: list[Section], section_pools: d
     titles = index.papers["title"].to_list()
     pooled = list(dict.fromkeys([c.paper_id for c in chosen.pool]
                                 + [c.paper_id for sp in section_pools.values() for c in sp]))
-    left = [{"paper_id": p, "title": titles[index.row(p)], "why": "in the reranked pool, not among its section's "
-             "best papers"} for p in pooled if p not in discussed][:k]
-    kept = {c.paper_id for c in chosen.pool}
-    dropped = [c for c in chosen.candidates if c.paper_id not in kept][: 3 * k]
     topic_vec = chosen.rank.topic_vec
     papers = chosen.rank.ctx.vectors.papers
+    left = [{"paper_id": p, "title": titles[index.row(p)], "why": "in the reranked pool, not among its section's "
+             "best papers"} for p in pooled if p not in discussed
+            and float(papers[index.row(p)] @ topic_vec) >= chosen.floor][:k]
+    kept = {c.paper_id for c in chosen.pool}
+    dropped = [c for c in chosen.candidates if c.paper_id not in kept or c.paper_id not in discussed][: 6 * k]
     off = []
     for c in dropped:
         cos = float(papers[index.row(c.paper_id)] @ topic_vec)
         if cos < chosen.floor:
+            tied = " (kept in the pool for its citation ties to the topic's papers)" if c.paper_id in kept else ""
             off.append({"paper_id": c.paper_id, "title": titles[index.row(c.paper_id)],
-                        "why": f"off-topic: cosine with the topic {cos:.2f} < {chosen.floor:.2f}"})
+                        "why": f"off-topic: cosine with the topic {cos:.2f} < {chosen.floor:.2f}{tied}"})
     thin = []
     for sec in sections:
         parts = {p.part for p in sec.paragraphs if any(not s.dropped for s in p.sentences)}

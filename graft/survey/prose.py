@@ -75,7 +75,9 @@ _LEAD = re.compile(
     r"to address (?:this|these|the above) (?:issue|issues|problem|problems|challenge|challenges|"
     r"limitation|limitations|gap|question)|in (?:this|the present|our) (?:paper|work|study|article|note)|"
     r"here|concretely|technically|empirically|theoretically|experimentally|besides|also|"
-    r"more specifically|more precisely|in other words|as such|to this aim)\s*,?\s+)+", re.I)
+    r"more specifically|more precisely|in other words|as such|to this aim|but|yet|still|again|"
+    r"in (?:our|their|this|the proposed) (?:approach|method|framework|setting|model|analysis|case))\s*,?\s+)+",
+    re.I)
 #: Openers that refer back to something the clause does not say (not self-contained).
 _ANAPHOR = re.compile(r"^(?:this|these|those|such|it|its|they|their|them|he|she|both|the latter|the former)\b"
                       r"(?!\s+(?:paper|work|study|article|note|thesis|report|survey|tutorial)\b)", re.I)

@@ -92,6 +92,12 @@ class SupportSettings:
     rivals: int = 8  # nearest graph neighbours of the cited paper that are its rivals
 
 
+#: Units of papers per (index path, corpus hash), shared by the support tests of one process: the
+#: surveys of an evaluation run over one index embed each paper's sentences once.
+_UNITS: dict[tuple[str, str], dict[int, tuple[list[str], list[Counter], np.ndarray]]] = {}
+_UNITS_LOCK = threading.Lock()
+
+
 class SupportTest:
     """The support test over one index (see the module docstring).
 
@@ -106,8 +112,10 @@ class SupportTest:
         self.index = index
         self.encode = encode
         self.settings = settings or SupportSettings()
-        self._units: dict[int, tuple[list[str], list[Counter], np.ndarray]] = {}
-        self._lock = threading.Lock()
+        key = (str(getattr(index, "path", id(index))), str(getattr(index, "manifest", {}).get("corpus_hash")))
+        with _UNITS_LOCK:
+            self._units = _UNITS.setdefault(key, {})
+        self._lock = _UNITS_LOCK
         self._idf: dict[str, float] | None = None
         self._graph: Any = None
         self._idf_default = 1.0

@@ -109,9 +109,9 @@ class Composer:
         """The paper's name; a short title in italics; else "one study" / "another study"."""
         if prof.name is not None:
             return prof.name
-        title = " ".join(plain_text(prof.title).split())
-        if 1 <= len(title.split()) <= 8 and "}" not in title and "{" not in title:
-            return PaperName("\\textit{" + title.rstrip(".") + "}")
+        title = short_title(prof.title)
+        if title:
+            return PaperName("\\textit{" + title + "}")
         return PaperName("one study" if nth == 0 else "another study")
 
     def pick(self, prof: Profile, facet: str, focus: np.ndarray, used: set[str],
@@ -209,9 +209,24 @@ class Composer:
                                                     for r in self.vectors.facet_items(c.paper_id, facet)]
                 cells[facet] = shorten(clean_clause(items[0][0])) if items else ""
             name = self.name_of(prof, 0)
-            rows.append(TableRow(paper_id=c.paper_id, name=name.text if prof.name or name.text.startswith("\\")
-                                 else "", cells=cells))
+            if not name.text.startswith("\\textit") and prof.name is None:  # no name: the title's first words
+                words_ = plain_text(prof.title).split()
+                name = PaperName("\\textit{" + " ".join(words_[:6]).replace("{", "").replace("}", "")
+                                 + (" …" if len(words_) > 6 else "") + "}")
+            rows.append(TableRow(paper_id=c.paper_id, name=name.text, cells=cells))
         return rows
+
+
+def short_title(title: str, max_words: int = 8) -> str | None:
+    """A title short enough to name a paper in a sentence: the whole title, or its part before a
+    colon, of at most `max_words` words; None when neither is."""
+    text = " ".join(plain_text(title).split()).rstrip(".")
+    if "{" in text or "}" in text:
+        return None
+    for cand in (text, text.split(":", 1)[0].strip()):
+        if 1 <= len(cand.split()) <= max_words:
+            return cand
+    return None
 
 
 def shorten(text: str, n: int = CELL_WORDS) -> str:
