@@ -50,8 +50,8 @@ class SurveyConfig:
     # the support test (graft.survey.support); defaults chosen on the dev half of the labelled set
     # of experiments/support_test.py (docs/results/support_test_cs768.md)
     support_threshold: float = 0.55  # combined score a clause needs with one sentence of the cited paper
-    support_margin: float = 0.0  # by how much the cited paper must beat its nearest graph neighbours
-    support_overlap_weight: float = 0.5  # weight of word overlap against cosine in that score
+    support_margin: float = 0.02  # by how much the cited paper must beat its nearest graph neighbours
+    support_overlap_weight: float = 0.7  # weight of word overlap against cosine in that score
     support_rivals: int = 8  # nearest graph neighbours of the cited paper a clause must fit worse
     min_relevance: float = 0.30  # cosine the best paper needs with the topic, else "off-topic"
     relative_relevance: float = 0.6  # rerank drops papers whose topic cosine is < this share of the best

@@ -87,8 +87,8 @@ class SupportSettings:
     part (experiments/support_test.py)."""
 
     threshold: float = 0.55  # s(clause, paper) needed: the combined score of the best unit
-    margin: float = 0.0  # by how much the paper must beat every rival (negative: a near-tie passes)
-    overlap_weight: float = 0.5  # weight of word overlap against cosine in a unit's score
+    margin: float = 0.02  # by how much the paper must beat every rival (negative: a near-tie passes)
+    overlap_weight: float = 0.7  # weight of word overlap against cosine in a unit's score
     rivals: int = 8  # nearest graph neighbours of the cited paper that are its rivals
 
 
