@@ -206,7 +206,10 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     chosen = topic_pool(topic, retriever, ctx, backend, config, reporter)
     pool, rank, floor = chosen.pool, chosen.rank, chosen.floor
     descriptions, attribution = chosen.descriptions, chosen.rank.attribution
-    central = central_papers(index, [c.paper_id for c in pool], config.central)
+    # central among the papers about the topic: a hub every paper cites (a library, an optimiser) is
+    # linked to the whole pool without being what the survey is about
+    on_topic = [c.paper_id for c in pool if float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor]
+    central = central_papers(index, on_topic, config.central)
     with reporter.stage("outline", total=1, unit="outlines") as adv:
         heads = level_one(topic, pool, backend, config.sections)
         adv(1)

@@ -205,7 +205,7 @@ def _third(text: str) -> str:
 def _lower_first(text: str) -> str:
     """Lower-case the first word unless it is a name or an acronym ("Transformers" stays)."""
     first = text.split(" ", 1)[0]
-    if re.fullmatch(r"[A-Z][a-z]+(?:-[a-z]+)?[,]?", first) and first.rstrip(",") not in ("I",):
+    if re.fullmatch(r"[A-Z][a-z]+(?:-[a-z]+)*[,]?", first) and first.rstrip(",") not in ("I",):
         return text[:1].lower() + text[1:]
     return text
 
