@@ -178,6 +178,18 @@ class OfflineBackend:
             out.append((title, f"{title}. {central}".strip()))
         return out[:n]
 
+    def retitle(self, topic: str, title: str, papers: Sequence[Candidate], avoid: set[str]) -> str:
+        """The heading of the papers a section finally discusses (its theme was named from its share
+        of the pool, which its own retrieval and the topic filter change): the noun phrase their
+        titles share, else the heading it had."""
+        index, vectors = self.ctx.index, self.ctx.vectors
+        titles = index.papers["title"].to_list()
+        background = corpus_background(index, vectors.item_text + titles)
+        texts = [" ".join(vectors.item_text[i] for i in vectors.facet_items(c.paper_id)) for c in papers]
+        new = phrase_heading([titles[index.row(c.paper_id)] for c in papers], texts, background,
+                             avoid={a.lower() for a in avoid}, topic=topic)
+        return new or title
+
     # ---- writing ----------------------------------------------------------------------------
     def write_section(self, topic: str, section: str, description: str,
                       papers: Sequence[Candidate]) -> list[SentenceDraft]:

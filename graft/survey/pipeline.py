@@ -237,6 +237,10 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
                 adv(1)
                 continue
             taken.update(c.paper_id for c in papers)
+            if hasattr(backend, "retitle"):  # the offline writer names the papers it discusses
+                used = {s.title for s in sections} | {h for h, _ in heads if h != title}
+                new = backend.retitle(topic, title, papers, used)
+                title = new if new not in used else title
             sections.append(Section(title=title, description=description, papers=[c.paper_id for c in papers]))
             jobs.append((title, description, papers))
             adv(1)
