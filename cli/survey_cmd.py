@@ -78,7 +78,7 @@ def demo_survey(index_dir: str | Path, reporter: Any = None, console: Any = None
     console = console or Console()
     try:
         result = run_survey(index_dir, topic, Path(index_dir) / "survey",
-                            SurveyConfig(sections=2, subsections=2, pool=24, section_pool=8), reporter,
+                            SurveyConfig(sections=2, pool=24, section_pool=8), reporter,
                             encoder=encoder)
     except SurveyError as exc:
         console.print(f"survey skipped: {exc}", highlight=False)
@@ -96,9 +96,10 @@ def print_survey_summary(result: Any, console: Any) -> None:
     t.add_column("")
     t.add_column("", justify="right")
     t.add_row("descriptions", str(len(result.descriptions)))
-    t.add_row("sections", f"{len(result.sections)} ({sum(len(s.subsections) for s in result.sections)} subsections)")
-    t.add_row("sentences", f"{v['sentences'] - v['sentences_dropped']} kept · {v['sentences_dropped']} dropped · "
-                           f"{v['sentences_rewritten']} rewritten")
+    t.add_row("sections", str(len(result.sections)))
+    t.add_row("sentences", f"{v['sentences'] - v['sentences_dropped']} kept · {v['sentences_dropped']} dropped")
+    t.add_row("clauses", f"{v['clauses']} · {v.get('first_check_passed', 0)} passed their first check · "
+                         f"{v.get('clauses_repaired', 0)} rewritten")
     t.add_row("citations, kept sentences", " · ".join(f"{n} {k}" for k, n in v["citations_kept"].items()))
     t.add_row("citations, all checked", " · ".join(f"{n} {k}" for k, n in v["citations"].items()))
     t.add_row("references", str(len(result.cited)))
@@ -120,9 +121,10 @@ def survey(
     base_url: str | None = typer.Option(None, "--base-url", help="openai: server URL up to /v1."),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="Environment variable with the API key."),
     sections: int = typer.Option(4, "--sections", min=1, help="Level-1 sections."),
-    subsections: int = typer.Option(2, "--subsections", min=1, help="Level-2 subsections per section (at most)."),
+    papers_per_section: int = typer.Option(_DEFAULTS.papers_per_section, "--papers-per-section", min=1,
+                                           help="Papers a section discusses (its comparison table's rows)."),
     verify_rounds: int = typer.Option(3, "--verify-rounds", min=1, max=10,
-                                      help="Evidence-and-rewrite rounds per failed citation."),
+                                      help="Check-and-rewrite rounds per clause whose citation fails."),
     retriever: str = typer.Option("teacher", "--retriever", help="teacher (graph walks), graft (trained model) or dense (MiniLM over title + abstract, no graph: the baseline)."),
     graph_seeds: int = typer.Option(20, "--graph-seeds", min=0,
                                     help="Widen graph retrievals through the citation ties of their best N papers "
@@ -144,20 +146,20 @@ def survey(
         help="Keep a paper below the topic-relevance floor when the graph expansion tied it to seed papers "
              "with at least this citation support (0 = off)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
-    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Subsections written / LLM requests at once."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Sections written / LLM requests at once."),
     device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "
                                "cuda:N, mps or auto."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Write a survey of TOPIC from the index's papers, every citation verified against the cited paper."""
+    """Write a survey of TOPIC from the index's papers: every clause cites one paper and is checked against it."""
     from cli.app import _fail, console
     from graft.errors import GraftError
     from graft.progress import Reporter
 
     try:
         config = SurveyConfig(llm=llm, model=model, base_url=base_url, api_key_env=api_key_env, sections=sections,
-                              subsections=subsections, verify_rounds=verify_rounds, retriever=retriever,
+                              papers_per_section=papers_per_section, verify_rounds=verify_rounds, retriever=retriever,
                               graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year,
                               max_concurrency=concurrency, recency_weight=recency_weight,
                               retrieval_weight=retrieval_weight, tie_support=tie_support)
@@ -169,8 +171,7 @@ def survey(
     if as_json:
         typer.echo(json.dumps({"out": str(result.out_dir), "files": {k: str(p) for k, p in result.paths.items()},
                                "title": result.title, "descriptions": result.descriptions,
-                               "outline": [{"title": s.title, "subsections": [x.title for x in s.subsections]}
-                                           for s in result.sections],
+                               "outline": [{"title": s.title, "papers": s.papers} for s in result.sections],
                                "references": result.cited, "verification": result.verification,
                                "timings_s": result.timings}, indent=2))
     elif not quiet:

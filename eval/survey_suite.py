@@ -29,8 +29,8 @@ from graft.progress import Reporter
 SYSTEMS = SURVEY_SYSTEMS
 
 #: Metric names of one row of the suite's table, in display order.
-METRICS = ("reference_recall", "pool_recall", "reference_precision", "fabricated_references", "claim_recall",
-           "claim_precision", "cited_papers", "sentences", "seconds")
+METRICS = ("reference_recall", "pool_recall", "reference_precision", "fabricated_references", "citation_support",
+           "first_check_support", "claim_recall", "claim_precision", "cited_papers", "sentences", "seconds")
 
 
 # ---- the suite -------------------------------------------------------------------------------
@@ -69,31 +69,66 @@ def system_config(system: str, base: Any) -> Any:
     raise InputValidationError(f"unknown survey system {system!r}; allowed: {', '.join(SYSTEMS)}")
 
 
-def judge_claims(survey: dict[str, Any], judge: Any) -> tuple[int, int, int, int]:
-    """AutoSurvey's claim protocol over one survey.json: (supported pairs, pairs, sentences whose
-    citations jointly support them, sentences). Only printed sentences and citations count."""
+def printed_clauses(survey: dict[str, Any]) -> list[tuple[list[tuple[str, str]], str]]:
+    """The printed sentences of a survey.json: ([(clause text, cited paper)], sentence text)."""
     from graft.survey.verify import SUPPORTED
 
-    pairs_ok = pairs = sent_ok = sents = 0
+    out = []
     for sec in survey["sections"]:
-        for sub in sec["subsections"]:
-            for s in sub["sentences"]:
+        for para in sec["paragraphs"]:
+            for s in para["sentences"]:
                 if s["dropped"]:
                     continue
-                cites = [c["paper_id"] for c in s["citations"] if c["status"] in (*SUPPORTED, "unverified")]
-                if not cites:
-                    continue
-                sents += 1
-                verdicts = [judge.check(s["text"], s["facet"], pid).supported for pid in cites]
-                pairs += len(verdicts)
-                pairs_ok += sum(verdicts)
-                sent_ok += any(verdicts)
-    return pairs_ok, pairs, sent_ok, sents
+                pairs = [(c["text"], c["citation"]["paper_id"]) for c in s["clauses"]
+                         if c["citation"]["status"] in (*SUPPORTED, "unverified")]
+                if pairs:
+                    out.append((pairs, " ".join(t for t, _ in pairs)))
+    return out
+
+
+def judge_claims(survey: dict[str, Any], judge: Any, support: Any, names: Any) -> dict[str, int]:
+    """Every printed (clause, citation) pair of one survey.json through the support test and the claim
+    judge (AutoSurvey's protocol, one claim per clause): counts of pairs the support test accepts,
+    pairs the judge accepts, sentences all of whose pairs the judge accepts, pairs and sentences.
+
+    Args:
+        judge: None (the support test judges) or an LLM backend (`judge(text, paper_id)`).
+        support: the index's `SupportTest`; names: paper id -> words naming it.
+    """
+    counts = {"supported": 0, "judged": 0, "sentences_ok": 0, "pairs": 0, "sentences": 0}
+    for pairs, _ in printed_clauses(survey):
+        counts["sentences"] += 1
+        ok_all = True
+        for text, pid in pairs:
+            counts["pairs"] += 1
+            ok = support.check(text, pid, rivals=[p for _, p in pairs if p != pid], ignore=names(pid)).supported
+            counts["supported"] += ok
+            if judge is not None:
+                opinion = judge.judge(text, pid)
+                ok = bool(opinion) if opinion is not None else ok
+            counts["judged"] += ok
+            ok_all &= ok
+        counts["sentences_ok"] += ok_all
+    return counts
+
+
+def labelled_support(index: Any, support: Any, encode: Any, papers: int, seed: int = 0) -> dict[str, Any]:
+    """The support test as the survey runs it, on `eval.support_set`'s labelled (clause, paper) pairs
+    of this index: precision, recall and counts."""
+    import numpy as np
+
+    from eval.support_set import precision_recall, support_cases
+
+    cases, counts = support_cases(index, papers=papers, seed=seed)
+    labels = np.array([c.label for c in cases])
+    pred = np.array([support.check(c.clause, c.paper_id, ignore=c.name.split()).supported for c in cases])
+    return {**precision_recall(labels, pred), "sources": counts["sources"]}
 
 
 def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit: int | None,
                  part: str = "test", reporter: Any = None, config: Any = None, out_dir: Path | None = None,
-                 judge_llm: Any = None, encoder: Any = None, as_of_year: bool = True) -> dict[str, Any]:
+                 judge_llm: Any = None, encoder: Any = None, as_of_year: bool = True,
+                 support_set: int = 100) -> dict[str, Any]:
     """Generate a survey on each held-out review-like paper's title with each system and score it.
 
     Args:
@@ -109,6 +144,8 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         encoder: a loaded sentence encoder to reuse.
         as_of_year: write each survey as of its hold-out's year (`until_year`), for both systems:
             a paper cannot cite later work, so later papers are never fair candidates.
+        support_set: source papers of the labelled (clause, paper) set the support test is also
+            measured on (`eval.support_set`; 0 = skip).
     Returns:
         {"rows": [{"system", metric: value}], "notes": [...], "runs": {system: TREC run file},
          "per_query": {system: [...]}}.
@@ -155,14 +192,14 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         with reporter.stage("dense index", total=idx.n, unit="papers") as adv:
             dense = DenseIndex(idx, scorer.encoder)
             adv(idx.n)
-    ctx = SurveyContext(index=idx, vectors=PaperVectors(idx), encode=scorer.encoder.encode, config=SurveyConfig())
+    ctx = SurveyContext(index=idx, vectors=PaperVectors(idx), encode=scorer.encoder.encode, config=base)
     if judge_llm is not None:
         judge = LLMBackend(ChatClient(judge_llm, cache=LLMCache.for_index(index_dir)), OfflineBackend(ctx),
                            name=f"judge:{judge_llm.model}")
         judge_label = f"LLM judge ({judge_llm.model})"
     else:
-        judge = OfflineBackend(ctx)
-        judge_label = "proxy: offline facet-aware checker"
+        judge = None
+        judge_label = "the support test (the same test graft-survey verifies with)"
     default_dir = "survey" if part == "test" else f"survey-{part}"
     out_dir = Path(out_dir) if out_dir is not None else split_dir / "runs" / default_dir
     corpus_ids = set(idx.paper_ids)
@@ -185,13 +222,14 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
                 seconds = time.perf_counter() - t0
                 cited = [r["paper_id"] for r in survey["references"]] if survey else []
                 pool = {c["paper_id"] for c in survey["pool"]} if survey else set()
-                shown = {c["paper_id"] for sec in (survey or {}).get("sections", []) for sub in sec["subsections"]
-                         for s in sub["sentences"] if not s["dropped"] for c in s["citations"]
-                         if c["status"] not in ("removed",)}
+                shown = {pid for pairs, _ in (printed_clauses(survey) if survey else []) for _, pid in pairs}
                 fabricated = len((set(cited) | shown) - corpus_ids)
                 g = gold.get(q["qid"], set())
                 hit = len(set(cited) & g)
-                pairs_ok, pairs, sent_ok, sents = judge_claims(survey, judge) if survey else (0, 0, 0, 0)
+                j = judge_claims(survey, judge, ctx.support, ctx.name_words) if survey else {
+                    "supported": 0, "judged": 0, "sentences_ok": 0, "pairs": 0, "sentences": 0}
+                v = (survey or {}).get("verification", {})
+                first = v.get("first_check", 0)
                 results.append({
                     "qid": q["qid"], "paper_id": q["paper_id"], "title": q["title"], "error": error,
                     "reference_recall": hit / len(g) if g else 0.0,
@@ -200,9 +238,13 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
                     "pool_recall": len(pool & g) / len(g) if g else 0.0,
                     "reference_precision": hit / len(cited) if cited else 0.0,
                     "fabricated_references": fabricated,
-                    "claim_recall": sent_ok / sents if sents else 0.0,
-                    "claim_precision": pairs_ok / pairs if pairs else 0.0,
-                    "cited_papers": len(cited), "gold": len(g), "sentences": sents, "seconds": seconds,
+                    # the share of printed (clause, citation) pairs the support test accepts, and (verified
+                    # surveys) the share that passed at their first check, before any rewrite
+                    "citation_support": j["supported"] / j["pairs"] if j["pairs"] else 0.0,
+                    "first_check_support": v.get("first_check_passed", 0) / first if first else float("nan"),
+                    "claim_recall": j["sentences_ok"] / j["sentences"] if j["sentences"] else 0.0,
+                    "claim_precision": j["judged"] / j["pairs"] if j["pairs"] else 0.0,
+                    "cited_papers": len(cited), "gold": len(g), "sentences": j["sentences"], "seconds": seconds,
                 })
                 run[q["qid"]] = [(pid, 1.0 / rank) for rank, pid in enumerate(cited, 1)]
                 adv(1)
@@ -213,8 +255,9 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         row: dict[str, Any] = {"system": system, "queries": len(results),
                                "failed": sum(r["error"] is not None for r in results)}
         for m in METRICS:
-            vals = [r[m] for r in results]
-            row[m] = float(np.sum(vals)) if m == "fabricated_references" else float(np.mean(vals)) if vals else 0.0
+            vals = [r[m] for r in results if not (isinstance(r[m], float) and np.isnan(r[m]))]
+            row[m] = (float(np.sum(vals)) if m == "fabricated_references" else float(np.mean(vals)) if vals
+                      else float("nan"))
         rows.append(row)
     notes = [
         f"claim recall / precision judge: {judge_label}",
@@ -236,11 +279,23 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
         notes.append(
             f"reference recall graft-survey / baseline-survey = {comparison['ratio']:.2f} ({spread}); per hold-out "
             f"{comparison['wins']} higher, {comparison['ties']} equal, {comparison['losses']} lower")
+    notes.append("citation_support: share of printed (clause, citation) pairs the support test accepts (each clause "
+                 "against its cited paper, rivals: the paper's nearest graph neighbours and the sentence's other "
+                 "papers); first_check_support: the share of graft-survey's clauses that passed their first check, "
+                 "before any rewrite (nan: no verification)")
     if judge_llm is None:
-        notes.append("the offline judge is the same facet-aware checker graft-survey verifies with, so "
-                     "graft-survey's claim scores are high by construction; the baseline's are the informative ones")
+        notes.append("graft-survey prints only pairs the support test accepted, so its citation_support and claim "
+                     "scores are 1 by construction; the baseline's and first_check_support are the informative ones")
+    labelled = None
+    if support_set > 0:
+        with reporter.stage("labelled support set", total=1, unit="sets") as adv:
+            labelled = labelled_support(idx, ctx.support, scorer.encoder.encode, support_set)
+            adv(1)
+        notes.append(
+            f"support test on {labelled['n']} labelled (clause, paper) pairs of this index ({labelled['sources']} "
+            f"source papers; eval.support_set): precision {labelled['precision']:.3f}, recall {labelled['recall']:.3f}")
     return {"rows": rows, "notes": notes, "runs": runs, "per_query": per_query, "comparison": comparison,
-            "queries": len(queries)}
+            "queries": len(queries), "labelled_support": labelled}
 
 
 def recall_ratio(system: list[float], baseline: list[float], *, resamples: int = 2000,
@@ -279,7 +334,8 @@ def markdown_table(result: dict[str, Any]) -> str:
         cells = []
         for h in head:
             v = r.get(h, "")
-            cells.append(f"{v:.3f}" if isinstance(v, float) and h not in ("fabricated_references", "cited_papers",
+            cells.append("–" if isinstance(v, float) and v != v else
+                         f"{v:.3f}" if isinstance(v, float) and h not in ("fabricated_references", "cited_papers",
                                                                            "sentences", "seconds")
                          else f"{v:.1f}" if isinstance(v, float) else str(v))
         lines.append("| " + " | ".join(cells) + " |")

@@ -784,7 +784,7 @@ def _commands(cmd, path=()):
 #: Numeric options that must carry a declared range (shown in --help, checked before a command runs).
 RANGED = {"--k", "--beams", "--limit", "--batch-size", "--top-k", "--alpha", "--title-weight", "--llm-concurrency",
           "--text-neighbours", "--feedback", "--citation-weight", "--ooc", "--survey", "--survey-dev", "--dev-share",
-          "--min-neighbours", "--sections", "--subsections", "--verify-rounds", "--graph-seeds", "--concurrency",
+          "--min-neighbours", "--sections", "--papers-per-section", "--verify-rounds", "--graph-seeds", "--concurrency",
           "--max-edges", "--max-steps", "--per-device-batch-size", "--save-every-steps", "--recency-weight",
           "--retrieval-weight", "--tie-support", "--epochs", "--lr"}
 

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     name = args.name or corpus_name(split)
 
     def run(system: str, config: SurveyConfig, out: Path) -> list[dict[str, Any]]:
-        res = survey_suite(split_dir, index_dir, systems=[system], limit=args.limit, part=args.part,
+        res = survey_suite(split_dir, index_dir, systems=[system], limit=args.limit, part=args.part, support_set=0,
                            config=config, out_dir=out, encoder=encoder)
         return res["per_query"][system]
 

@@ -1,14 +1,18 @@
 """Survey backends behind one interface: the offline extractive writer and the LLM writer.
 
-Every backend answers the same six questions: `expand` (topic -> descriptions), `rerank`
-(description, candidates -> order), `outline` (papers -> headings), `write` (a subsection's papers
--> cited sentences), `check` (is a sentence supported by one cited paper?) and `rewrite` (a
-sentence and evidence -> a supported sentence).
+Every backend answers the same questions: `expand` (topic -> descriptions), `rerank`
+(description, candidates -> order), `outline` (papers -> headings), `write_section` (a section's
+papers -> facet-ordered sentences whose every clause cites one paper), `judge` (does a paper say
+what a clause says? an LLM's opinion, None offline) and `rewrite` (a clause that failed its check
+and the cited paper's own sentences -> a clause that paper supports).
+
+Every clause, whoever wrote it, is checked by the same support test (`graft.survey.support`); an
+LLM's judgement is asked in addition, never instead.
 
 - `OfflineBackend` needs no LLM: descriptions from the pseudo-relevant papers' facet items,
-  outlines from clustering facet items, sentences composed from the papers' own facet items, and a
-  facet-aware consistency check (a method claim against method items, a result claim against
-  result items, numbers must occur in the paper).
+  headings from the noun phrases the papers' titles share, sections composed from the papers' own
+  sentences (`graft.survey.writer`), and a failed clause restated from the cited paper's sentence
+  closest to it.
 - `LLMBackend` asks a chat model (OpenAI-compatible HTTP through `graft.llm.ChatClient`, or a local
   transformers model through `LocalChat`), with every answer cached in `INDEX/cache/llm.sqlite`. An
   answer that fails its JSON schema is not repaired: that step falls back to the offline backend and
@@ -33,33 +37,16 @@ from graft.facets import FACETS
 from graft.index import Index
 from graft.llm import CACHE_RELPATH, ChatClient, LLMCache, LLMConfig, LLMError, canonical_request, request_key
 from graft.models import model_folder_problem
-from graft.survey.compose import (
-    claim_facet,
-    document_frequencies,
-    heading,
-    key_phrases,
-    numbers,
-    spherical_kmeans,
-    third_person,
-)
+from graft.survey.compose import claim_facet, document_frequencies, heading, key_phrases, spherical_kmeans
 from graft.survey.config import SurveyConfig, SurveyError
+from graft.survey.outline import phrase_heading
+from graft.survey.prose import as_clause, clean_clause
 from graft.survey.retrieve import PaperVectors, papers_until
-from graft.survey.types import Candidate, SentenceDraft
+from graft.survey.support import SupportSettings, SupportTest
+from graft.survey.types import Candidate, ClauseDraft, SentenceDraft
+from graft.survey.writer import Composer
 
-
-@dataclass
-class Verdict:
-    supported: bool
-    score: float
-    facet: str  # the facet the claim was checked against
-
-
-@dataclass
-class Evidence:
-    paper_id: str
-    text: str  # the evidence item (a facet item of the paper)
-    facet: str
-    score: float  # cosine with the sentence
+PARTS = ("problem", "method", "result", "gap")
 
 
 @dataclass
@@ -79,6 +66,24 @@ class SurveyContext:
         """Papers the survey may cite (config.until_year), None = all."""
         return papers_until(self.index, self.config.until_year)
 
+    @cached_property
+    def support(self) -> SupportTest:
+        """The support test every clause is checked with (`SurveyConfig.support_*`)."""
+        c = self.config
+        return SupportTest(self.index, self.encode, SupportSettings(
+            threshold=c.support_threshold, margin=c.support_margin, overlap_weight=c.support_overlap_weight,
+            rivals=c.support_rivals))
+
+    @cached_property
+    def composer(self) -> Composer:
+        """The papers' names, restored sentences and the offline section writer."""
+        return Composer(self.index, self.vectors, self.encode)
+
+    def name_words(self, paper_id: str) -> list[str]:
+        """Words that name a paper in prose (its authors' surnames or short name): not claims."""
+        prof = self.composer.profile(paper_id)
+        return (prof.name.text.split() if prof.name else []) + prof.title.split()[:0]
+
 
 #: Phrase document frequencies over an index's facet items, per (index path, corpus hash): headings
 #: weigh a cluster's phrases against the whole corpus, so corpus-wide words ("language") rank low.
@@ -95,10 +100,9 @@ def corpus_background(index: Index, texts: Sequence[str]) -> tuple[Any, int]:
 
 
 class OfflineBackend:
-    """The extractive writer and facet-aware verifier (no LLM)."""
+    """The extractive writer (no LLM)."""
 
     name = "offline"
-    co_cite = 0.6  # cosine at which another paper of the subsection is cited beside a sentence's source
 
     def __init__(self, ctx: SurveyContext) -> None:
         self.ctx = ctx
@@ -138,121 +142,73 @@ class OfflineBackend:
     # ---- outline ---------------------------------------------------------------------------
     def outline(self, topic: str, papers: Sequence[Candidate], n: int,
                 avoid: set[str] = frozenset()) -> list[tuple[str, str]]:
-        """Headings from clustering the papers' problem, method and contribution items: one
-        (heading, description) per cluster, largest cluster first; the heading is the cluster's key
-        phrases, the description the heading plus the item nearest the cluster centre."""
+        """Themes of the papers: the papers clustered by their mean facet vectors, one (heading,
+        description) per cluster, largest first. The heading is the noun phrase the cluster's titles
+        share most (`outline.phrase_heading`), else its key phrase; the description the heading plus
+        the item nearest the cluster's centre."""
         vectors = self.ctx.vectors
-        rows = [i for c in papers for f in ("problem", "method", "contribution")
-                for i in vectors.facet_items(c.paper_id, f)]
-        if not rows:
+        index = self.ctx.index
+        ids = [c.paper_id for c in papers]
+        if not ids:
             return []
-        x = vectors.items[rows]
-        labels = spherical_kmeans(x, min(n, max(1, len(papers) // 2)), seed=self.ctx.config.seed)
-        texts = [vectors.item_text[i] for i in rows]
-        owner = [self.ctx.index.paper_ids[int(vectors.item_owner[i])] for i in rows]
-        titles = self.ctx.index.papers["title"].to_list()
-        background = corpus_background(self.ctx.index, vectors.item_text + titles)
-        clusters = sorted(set(labels.tolist()), key=lambda j: (-(labels == j).sum(), j))
+        x = vectors.papers[[index.row(p) for p in ids]]
+        labels = spherical_kmeans(x, min(n, max(1, len(ids) // 3)), seed=self.ctx.config.seed)
+        titles = index.papers["title"].to_list()
+        background = corpus_background(index, vectors.item_text + titles)
+        used = {a.lower() for a in avoid}
         out: list[tuple[str, str]] = []
-        # phrases of headings already used elsewhere in the outline are not reused
-        used = {p.strip() for h in avoid for p in h.lower().split(" and ")}
-        topic_words = set(topic.lower().split())
-        for j in clusters:
-            # a cluster's phrases come from its items and, twice over, its papers' titles (short, topical)
-            members = [t for t, lab in zip(texts, labels) if lab == j]
-            member_papers = list(dict.fromkeys(p for p, lab in zip(owner, labels) if lab == j))
-            member_titles = [titles[self.ctx.index.row(p)] for p in member_papers]
-            phrases = key_phrases(members + member_titles * 2, background, n=2, avoid=used | topic_words)
-            used.update(phrases)
+        for j in sorted(set(labels.tolist()), key=lambda j: (-(labels == j).sum(), j)):
+            members = [p for p, lab in zip(ids, labels) if lab == j]
+            member_titles = [titles[index.row(p)] for p in members]
+            items = [" ".join(vectors.item_text[i] for i in vectors.facet_items(p)) for p in members]
+            title = phrase_heading(member_titles, items, background, avoid=used, topic=topic)
+            if title is None:
+                texts = [vectors.item_text[i] for p in members for f in ("problem", "method", "contribution")
+                         for i in vectors.facet_items(p, f)]
+                phrases = key_phrases(texts + member_titles * 2, background, n=1,
+                                      avoid=used | set(topic.lower().split()))
+                title = heading(phrases) if phrases else None
+            if title is None or title.lower() in used:
+                continue
+            used.add(title.lower())
             centre = x[labels == j].sum(axis=0)
             centre /= max(float(np.linalg.norm(centre)), 1e-12)
-            idx = np.flatnonzero(labels == j)
-            central = texts[int(idx[int(np.argmax(x[idx] @ centre))])]
-            title = heading(phrases)
-            # a phrase may hold "and" itself ("branch and bound"), which `used` splits apart: the
-            # whole heading is checked too, so no two headings of the outline are the same
-            if title in avoid or any(title == t for t, _ in out):
-                continue
-            out.append((title, f"{title}. {central}"))
+            rows = [i for p in members for i in vectors.facet_items(p)]
+            central = vectors.item_text[rows[int(np.argmax(vectors.items[rows] @ centre))]] if rows else ""
+            out.append((title, f"{title}. {central}".strip()))
         return out[:n]
 
+    def retitle(self, topic: str, title: str, papers: Sequence[Candidate], avoid: set[str]) -> str:
+        """The heading of the papers a section finally discusses (its theme was named from its share
+        of the pool, which its own retrieval and the topic filter change): the noun phrase their
+        titles share, else the heading it had."""
+        index, vectors = self.ctx.index, self.ctx.vectors
+        titles = index.papers["title"].to_list()
+        background = corpus_background(index, vectors.item_text + titles)
+        texts = [" ".join(vectors.item_text[i] for i in vectors.facet_items(c.paper_id)) for c in papers]
+        new = phrase_heading([titles[index.row(c.paper_id)] for c in papers], texts, background,
+                             avoid={a.lower() for a in avoid}, topic=topic)
+        return new or title
+
     # ---- writing ----------------------------------------------------------------------------
-    def write(self, topic: str, section: str, subsection: str, description: str,
-              papers: Sequence[Candidate]) -> list[SentenceDraft]:
-        """Sentences composed from the papers' own facet items, each citing its source paper and,
-        when their same-facet items are close (cosine >= 0.6), up to two other papers of the
-        subsection. The facets that surfaced a paper are written first."""
-        vectors = self.ctx.vectors
-        focus = self.ctx.vec(description)
-        drafts: list[SentenceDraft] = []
-        seen: set[str] = set()
-        for pos, cand in enumerate(papers):
-            order = ["method", "result"]
-            lead = max(cand.facets, key=lambda f: cand.facets[f], default=None) if cand.facets else None
-            if lead in ("problem", "contribution"):
-                order.append(lead)
-            if pos == 0 and "problem" not in order:
-                order.insert(0, "problem")
-            for facet in order:
-                rows = vectors.facet_items(cand.paper_id, facet)
-                if not rows:
-                    continue
-                best = rows[int(np.argmax(vectors.items[rows] @ focus))]
-                text = third_person(vectors.item_text[best])
-                key = text.lower()
-                if len(text.split()) < 5 or key in seen or text.rstrip(".").endswith(":"):
-                    continue
-                seen.add(key)
-                cites = [cand.paper_id]
-                others = [c.paper_id for c in papers if c.paper_id != cand.paper_id]
-                if others:
-                    sims = vectors.best_item_similarity(vectors.items[best], others, facet)
-                    for k in np.argsort(-sims, kind="stable")[:2]:
-                        if sims[k] >= self.co_cite:
-                            cites.append(others[int(k)])
-                drafts.append(SentenceDraft(text=text, citations=cites, facet=facet))
-        return drafts
+    def write_section(self, topic: str, section: str, description: str,
+                      papers: Sequence[Candidate]) -> list[SentenceDraft]:
+        """Facet-ordered sentences from the papers' own sentences (`graft.survey.writer`)."""
+        return self.ctx.composer.write_section(description, papers)
 
     # ---- verification ------------------------------------------------------------------------
-    def check(self, text: str, facet: str, paper_id: str) -> Verdict:
-        """Facet-aware consistency: the claim type (by cue words, else the writer's facet) picks the
-        cited paper's items it is compared with; supported when one of them has cosine >= the
-        threshold and every number of the claim occurs in the paper's text."""
-        kind = claim_facet(text, default=facet)
-        v = self.ctx.vec(text)
-        # the claim type by its cue words, and the facet the sentence was written as (they differ when
-        # an item's wording has cues of another facet); the better match decides
-        kinds = [kind] if kind == facet or facet not in FACETS else [kind, facet]
-        scores = [float(self.ctx.vectors.best_item_similarity(v, [paper_id], k)[0]) for k in kinds]
-        score, kind = max(zip(scores, kinds), key=lambda x: x[0])
-        ok = score >= self.ctx.config.support_threshold
-        nums = numbers(text)
-        if ok and nums:
-            node = self.ctx.index.row(paper_id)
-            papers = self.ctx.index.papers
-            source = " ".join([papers["title"][node] or "", papers["abstract"][node] or ""] +
-                              [self.ctx.vectors.item_text[i] for i in self.ctx.vectors.facet_items(paper_id)])
-            ok = nums <= numbers(source)
-        return Verdict(ok, round(score, 4), kind)
+    def judge(self, text: str, paper_id: str) -> bool | None:
+        """No second opinion offline: the support test decides alone."""
+        return None
 
-    def evidence(self, text: str, facet: str, exclude: set[str], prefer: Sequence[str] = ()) -> list[Evidence]:
-        """Corpus items of the claim's facet nearest the sentence, one per paper; papers of the
-        survey's pool (`prefer`) first when they are about as close."""
-        kind = claim_facet(text, default=facet)
-        v = self.ctx.vec(text)
-        hits = self.ctx.vectors.search_items(v, kind, self.ctx.config.evidence_k * 4, exclude,
-                                             allowed=self.ctx.allowed)
-        pool = set(prefer)
-        hits.sort(key=lambda h: (-(h[2] + (0.05 if h[0] in pool else 0.0)), h[0]))
-        return [Evidence(pid, self.ctx.vectors.item_text[row], kind, round(s, 4))
-                for pid, row, s in hits[: self.ctx.config.evidence_k]]
-
-    def rewrite(self, text: str, facet: str, evidence: Sequence[Evidence]) -> SentenceDraft | None:
-        """The sentence restated from the best evidence item, citing that item's paper."""
-        if not evidence:
+    def rewrite(self, text: str, facet: str, paper_id: str, evidence: Sequence[str]) -> ClauseDraft | None:
+        """The clause restated from the cited paper's sentence closest to it (`evidence[0]`)."""
+        if not evidence or not clean_clause(evidence[0]):
             return None
-        best = evidence[0]
-        return SentenceDraft(text=third_person(best.text), citations=[best.paper_id], facet=best.facet)
+        prof = self.ctx.composer.profile(paper_id)
+        name = self.ctx.composer.name_of(prof, 0)
+        kind = claim_facet(evidence[0], default=facet)
+        return ClauseDraft(text=as_clause(evidence[0], name, kind), paper_id=paper_id, facet=kind, source="evidence")
 
 
 # ---- LLM backends ----------------------------------------------------------------------------
@@ -262,7 +218,12 @@ _SYSTEM = ("You help write a scientific literature survey from a given set of co
 
 
 def _data(obj: Any) -> str:
-    return "<data>\n" + json.dumps(obj, ensure_ascii=False, indent=1) + "\n</data>"
+    """`obj` as JSON inside <data>...</data>. `<`, `>` and `&` are written as JSON escapes
+    (\\u003c ...), so paper text holding `</data>` cannot close the block early; the JSON reads back
+    to the same data."""
+    text = json.dumps(obj, ensure_ascii=False, indent=1)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return "<data>\n" + text + "\n</data>"
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -392,8 +353,12 @@ class LLMBackend:
         self._bump(f"{step}_offline_fallbacks")
 
     def _paper(self, c: Candidate, key: str) -> dict[str, Any]:
-        f = self.offline.ctx.index.paper_facets(c.paper_id)
-        return {"key": key, "title": c.title, "year": c.year, **{x: f[x][:2] for x in FACETS}}
+        """A paper as the prompts show it: key, name to use, title, year and its facet items."""
+        ctx = self.offline.ctx
+        f = ctx.index.paper_facets(c.paper_id)
+        prof = ctx.composer.profile(c.paper_id)
+        name = ctx.composer.name_of(prof, 0).text
+        return {"key": key, "name": name, "title": c.title, "year": c.year, **{x: f[x][:2] for x in FACETS}}
 
     def expand(self, topic: str, n: int, pseudo: Sequence[Candidate]) -> list[str]:
         obj = self._ask("expand", f"Write {n - 1} short descriptions (one sentence each) of distinct aspects "
@@ -421,10 +386,13 @@ class LLMBackend:
 
     def outline(self, topic: str, papers: Sequence[Candidate], n: int,
                 avoid: set[str] = frozenset()) -> list[tuple[str, str]]:
-        obj = self._ask("outline", f"Propose {n} section headings for a survey of the topic that organise "
-                        "these papers, each with a one-sentence description. JSON: "
-                        '{"sections": [{"title": "...", "description": "..."}]}',
-                        {"topic": topic, "avoid_headings": sorted(avoid), "papers": [c.title for c in papers[:40]]})
+        obj = self._ask("outline", f"Propose {n} sections for a survey of the topic, each a theme shared by "
+                        "several of these papers (use their problem and method items). Each heading is a short "
+                        "noun phrase of at most five words with no repeated word; each has a one-sentence "
+                        'description. JSON: {"sections": [{"title": "...", "description": "..."}]}',
+                        {"topic": topic, "avoid_headings": sorted(avoid),
+                         "papers": [{"title": c.title, **{f: self.offline.ctx.index.paper_facets(c.paper_id)[f][:1]
+                                                          for f in ("problem", "method")}} for c in papers[:40]]})
         secs = obj.get("sections") if obj else None
         ok = isinstance(secs, list) and secs and all(
             isinstance(s, dict) and isinstance(s.get("title"), str) and s["title"].strip()
@@ -435,63 +403,76 @@ class LLMBackend:
         return [(" ".join(s["title"].split()), " ".join(s["description"].split()) or s["title"])
                 for s in secs][:n]
 
-    def write(self, topic: str, section: str, subsection: str, description: str,
-              papers: Sequence[Candidate]) -> list[SentenceDraft]:
+    def write_section(self, topic: str, section: str, description: str,
+                      papers: Sequence[Candidate]) -> list[SentenceDraft]:
+        """The section in four paragraphs (problems, methods grouped and compared, results, open
+        gaps), every sentence a list of clauses that each cite exactly one paper."""
         keys = {f"P{i + 1}": c.paper_id for i, c in enumerate(papers)}
-        obj = self._ask("write", "Write the subsection as 4-8 factual sentences. Every sentence cites the "
-                        "keys of the papers that support it. Use only these papers. JSON: "
-                        '{"sentences": [{"text": "...", "cites": ["P1"]}]}',
-                        {"topic": topic, "section": section, "subsection": subsection,
-                         "papers": [self._paper(c, k) for k, c in zip(keys, papers)]})
-        sents = obj.get("sentences") if obj else None
-        ok = isinstance(sents, list) and sents and all(
-            isinstance(s, dict) and isinstance(s.get("text"), str) and isinstance(s.get("cites"), list)
-            for s in sents)
+        obj = self._ask(
+            "write",
+            "Write this section of the survey from the papers' facet items, in four paragraphs in this order: "
+            "problem (the problems the papers address), method (their methods, similar ones grouped and "
+            "compared side by side), result (the results they report), gap (open questions they state). "
+            "Each sentence is a list of clauses; each clause is about exactly ONE paper, states only what that "
+            "paper's items say, names the paper by its name, and cites that paper's key. A sentence about "
+            "two papers has two clauses joined by a connective given as the second clause's lead (\"while\", "
+            "\"and\", \"whereas\"). No other citations, author names, years or links in the text. JSON: "
+            '{"paragraphs": [{"part": "problem", "sentences": [{"clauses": [{"text": "...", "cite": "P1"}, '
+            '{"lead": "while", "text": "...", "cite": "P2"}]}]}]}',
+            {"topic": topic, "section": section, "papers": [self._paper(c, k) for k, c in zip(keys, papers)]})
+        paras = obj.get("paragraphs") if obj else None
+        ok = isinstance(paras, list) and paras and all(
+            isinstance(p, dict) and p.get("part") in PARTS and isinstance(p.get("sentences"), list)
+            and all(isinstance(x, dict) and isinstance(x.get("clauses"), list) and x["clauses"]
+                    and all(isinstance(c, dict) and isinstance(c.get("text"), str) and isinstance(c.get("cite"), str)
+                            for c in x["clauses"]) for x in p["sentences"]) for p in paras)
         if not ok:
             self._fallback("write")
-            return self.offline.write(topic, section, subsection, description, papers)
-        out = []
-        for s in sents:
-            text = re.sub(r"\s*\[(P\d+(\s*,\s*P\d+)*)\]", "", " ".join(s["text"].split())).strip()
-            # keys the model invented are kept as given so verification removes them, logged
-            cites = [keys.get(str(k), f"unknown:{k}") for k in s["cites"]]
-            if text:
-                out.append(SentenceDraft(text=text, citations=list(dict.fromkeys(cites)),
-                                         facet=claim_facet(text)))
+            return self.offline.write_section(topic, section, description, papers)
+        out: list[SentenceDraft] = []
+        for p in sorted(paras, key=lambda p: PARTS.index(p["part"])):
+            for x in p["sentences"]:
+                clauses = []
+                for c in x["clauses"]:
+                    text = " ".join(c["text"].split()).strip().rstrip(".")
+                    lead = " ".join(str(c.get("lead") or "").split())[:20] if clauses else ""
+                    if not text:
+                        continue
+                    # a key the model invented is kept as given so verification removes it, logged
+                    pid = keys.get(c["cite"].strip(), f"unknown:{c['cite']}")
+                    clauses.append(ClauseDraft(text=text, paper_id=pid, facet=claim_facet(text), lead=lead,
+                                               source="llm"))
+                if clauses:
+                    out.append(SentenceDraft(clauses, p["part"]))
         return out
 
-    def check(self, text: str, facet: str, paper_id: str) -> Verdict:
-        kind = claim_facet(text, default=facet)
+    def judge(self, text: str, paper_id: str) -> bool | None:
+        """The model's opinion whether the paper says what the clause says (None: no usable answer)."""
         node = self.offline.ctx.index.row(paper_id)
         papers = self.offline.ctx.index.papers
-        obj = self._ask("check", "Does the paper support the claim? JSON: {\"supported\": true or false}",
+        obj = self._ask("check", "Does the paper say what the claim says? JSON: {\"supported\": true or false}",
                         {"claim": text, "paper": {"title": papers["title"][node],
                                                   "abstract": (papers["abstract"][node] or "")[:1500]}})
         if obj is None or not isinstance(obj.get("supported"), bool):
             self._fallback("check")
-            return self.offline.check(text, facet, paper_id)
-        return Verdict(obj["supported"], 1.0 if obj["supported"] else 0.0, kind)
+            return None
+        return obj["supported"]
 
-    def evidence(self, text: str, facet: str, exclude: set[str], prefer: Sequence[str] = ()) -> list[Evidence]:
-        return self.offline.evidence(text, facet, exclude, prefer)
-
-    def rewrite(self, text: str, facet: str, evidence: Sequence[Evidence]) -> SentenceDraft | None:
+    def rewrite(self, text: str, facet: str, paper_id: str, evidence: Sequence[str]) -> ClauseDraft | None:
+        """The clause rewritten by the model so that the cited paper's own sentences (`evidence`) say it."""
         if not evidence:
             return None
-        keys = {f"E{i + 1}": e for i, e in enumerate(evidence)}
-        obj = self._ask("rewrite", "Rewrite the claim so that the evidence supports it; cite the keys of the "
-                        'evidence used. JSON: {"text": "...", "cites": ["E1"]}',
-                        {"claim": text, "evidence": [{"key": k, "text": e.text} for k, e in keys.items()]})
-        if (obj is None or not isinstance(obj.get("text"), str) or not obj["text"].strip()
-                or not isinstance(obj.get("cites"), list)):
+        ctx = self.offline.ctx
+        name = ctx.composer.name_of(ctx.composer.profile(paper_id), 0).text
+        obj = self._ask("rewrite", "Rewrite the claim about the paper so that the paper's own sentences support "
+                        "it; name the paper by its name; no citations, author names, years or links. "
+                        'JSON: {"text": "..."}',
+                        {"claim": text, "paper": {"name": name, "sentences": list(evidence[:3])}})
+        if obj is None or not isinstance(obj.get("text"), str) or not obj["text"].strip():
             self._fallback("rewrite")
-            return self.offline.rewrite(text, facet, evidence)
-        cites = [keys[k].paper_id for k in obj["cites"] if isinstance(k, str) and k in keys]
-        if not cites:
-            self._fallback("rewrite")
-            return self.offline.rewrite(text, facet, evidence)
-        new = " ".join(obj["text"].split())
-        return SentenceDraft(text=new, citations=list(dict.fromkeys(cites)), facet=claim_facet(new, facet))
+            return self.offline.rewrite(text, facet, paper_id, evidence)
+        new = " ".join(obj["text"].split()).rstrip(".")
+        return ClauseDraft(text=new, paper_id=paper_id, facet=claim_facet(new, facet), source="llm")
 
 
 def make_backend(ctx: SurveyContext, device: str = "cpu") -> OfflineBackend | LLMBackend:

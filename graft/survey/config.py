@@ -24,7 +24,7 @@ class SurveyConfig:
     model: str | None = None  # local: model folder (None = SmolLM2-135M-Instruct); openai: served name
     base_url: str | None = None  # openai: URL up to /v1
     api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable holding the key
-    max_concurrency: int = 4  # subsections written / LLM requests in flight at once
+    max_concurrency: int = 4  # sections written / LLM requests in flight at once
     max_new_tokens: int = 512  # tokens per LLM answer (local and openai backends)
     retriever: str = "teacher"  # teacher (graph walks), graft (trained model in INDEX/model) or dense
     descriptions: int = 3  # topic descriptions from query expansion, the topic itself included
@@ -35,10 +35,11 @@ class SurveyConfig:
     citation_weight: float = 0.0  # W of the citation channel in a description's fusion (0 = off; lowered the dev ratio)
     until_year: int | None = None  # write "as of" this year: cite no paper published after it
     pool: int = 40  # papers kept after the two-stage rerank for the level-1 outline
-    sections: int = 4  # level-1 sections
-    subsections: int = 2  # level-2 subsections per section (at most)
+    sections: int = 4  # sections (themes of the retrieved papers)
     section_pool: int = 12  # a section's own retrieval joining its share of the pool; papers kept after its rerank
-    papers_per_subsection: int = 4  # papers a subsection writes about
+    papers_per_section: int = 8  # papers a section writes about (its comparison table's rows)
+    central: int = 3  # the topic's central papers (most linked within the pool) that are always discussed
+    tied_discussed: bool = False  # write about papers kept below the topic floor only for their citation ties (else: appendix)
     rerank: bool = True  # two-stage fusion rerank (off for the AutoSurvey-like baseline)
     recency_weight: float = 1.0  # weight of the recency ranking in the rerank's first stage (citations, similarity: 1)
     retrieval_weight: float = 0.0  # weight of the retrieval order in the rerank's first stage (0 = the reference method)
@@ -46,10 +47,15 @@ class SurveyConfig:
     llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
     verify: bool = True  # adaptive citation verification (off for the baseline)
     verify_rounds: int = 3  # K: evidence-and-rewrite rounds per failed citation (reference method)
-    support_threshold: float = 0.65  # offline checker: cosine a claim needs with one item of its facet
+    # the support test (graft.survey.support); defaults chosen on the dev half of the labelled set
+    # of experiments/support_test.py (docs/results/support_test_cs768.md)
+    support_threshold: float = 0.55  # combined score a clause needs with one sentence of the cited paper
+    support_margin: float = 0.02  # by how much the cited paper must beat its nearest graph neighbours
+    support_overlap_weight: float = 0.7  # weight of word overlap against cosine in that score
+    support_rivals: int = 8  # nearest graph neighbours of the cited paper a clause must fit worse
     min_relevance: float = 0.30  # cosine the best paper needs with the topic, else "off-topic"
     relative_relevance: float = 0.6  # rerank drops papers whose topic cosine is < this share of the best
-    evidence_k: int = 5  # evidence items retrieved for a failed sentence
+    evidence_k: int = 3  # sentences of the cited paper a failed clause is rewritten from
     seed: int = 0  # clustering seed (outline)
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes recorded with the run
 
@@ -61,8 +67,8 @@ class SurveyConfig:
             problems.append(f"llm={self.llm!r} (allowed: {', '.join(BACKENDS)})")
         if self.retriever not in SURVEY_RETRIEVERS:
             problems.append(f"retriever={self.retriever!r} (allowed: {', '.join(SURVEY_RETRIEVERS)})")
-        for name in ("descriptions", "per_description", "pool", "sections", "subsections", "section_pool",
-                     "papers_per_subsection", "max_concurrency", "evidence_k", "max_new_tokens"):
+        for name in ("descriptions", "per_description", "pool", "sections", "section_pool",
+                     "papers_per_section", "max_concurrency", "evidence_k", "max_new_tokens"):
             if getattr(self, name) < 1:
                 problems.append(f"{name}={getattr(self, name)!r} (an integer >= 1)")
         for name, off in (("text_neighbours", "turns text coupling off"), ("feedback", "turns the second pass off"),
@@ -71,13 +77,19 @@ class SurveyConfig:
                           ("retrieval_weight", "leaves the retrieval order out"), ("tie_support", "turns it off")):
             if getattr(self, name) < 0:
                 problems.append(f"{name}={getattr(self, name)!r} (>= 0; 0 {off})")
+        if self.central < 0:
+            problems.append(f"central={self.central!r} (an integer >= 0; 0 turns it off)")
+        if self.support_rivals < 0:
+            problems.append(f"support_rivals={self.support_rivals!r} (an integer >= 0; 0 = threshold only)")
+        if not -1 <= self.support_margin <= 1:
+            problems.append(f"support_margin={self.support_margin!r} (in [-1, 1])")
         if self.seed < 0:
             problems.append(f"seed={self.seed!r} (an integer >= 0)")
         if self.until_year is not None and not 1 <= self.until_year <= 9999:
             problems.append(f"until_year={self.until_year!r} (a year such as 2021, or None)")
         if not 1 <= self.verify_rounds <= 10:
             problems.append(f"verify_rounds={self.verify_rounds!r} (an integer in 1..10; 3 in the reference method)")
-        for name in ("relative_relevance", "support_threshold", "min_relevance"):
+        for name in ("relative_relevance", "support_threshold", "min_relevance", "support_overlap_weight"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name}={getattr(self, name)!r} (in [0, 1])")
         if not 0 < self.llm_rerank_keep <= 1:

@@ -1,13 +1,18 @@
-"""Outlines: level-1 sections over the reranked pool, level-2 subsections per section, and the
-assignment of a section's papers to its subsections."""
+"""Outlines: the sections over the reranked pool, their headings (noun phrases the section's titles
+share), and the assignment of papers to sections."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from graft.survey.latex import plain_text
 from graft.survey.types import Candidate
+from graft.text import normalize_text
 
 
 def level_one(topic: str, pool: Sequence[Candidate], backend, sections: int) -> list[tuple[str, str]]:
@@ -16,19 +21,9 @@ def level_one(topic: str, pool: Sequence[Candidate], backend, sections: int) -> 
     return out or [(topic, topic)]
 
 
-def level_two(topic: str, section: str, papers: Sequence[Candidate], backend, subsections: int,
-              avoid: set[str] = frozenset()) -> list[tuple[str, str]]:
-    """Subsection (heading, description) pairs of one section; a section with few papers gets one
-    subsection named after the section."""
-    if subsections <= 1 or len(papers) < 4:
-        return [(section, section)]
-    out = backend.outline(f"{topic} {section}", papers, subsections, avoid)
-    return out or [(section, section)]
-
-
 def assign(papers: Sequence[Candidate], descriptions: Sequence[str], encode, paper_vectors: np.ndarray,
            row_of: dict[str, int], per_part: int, taken: set[str] = frozenset()) -> list[list[Candidate]]:
-    """Give each part (subsection) its papers: every paper goes to the description it is closest to,
+    """Give each part (section) its papers: every paper goes to the description it is closest to,
     each part keeps its `per_part` best, papers already written about elsewhere (`taken`) last."""
     if not descriptions:
         return []
@@ -43,3 +38,83 @@ def assign(papers: Sequence[Candidate], descriptions: Sequence[str], encode, pap
         part.sort(key=lambda x: (x[2].paper_id in taken, -x[0], x[1]))
         out.append([c for _, _, c in part[:per_part]])
     return out
+
+
+#: Words that end a noun phrase in a title ("Networks *for* Few-Shot Learning").
+_BREAK = frozenset("""
+a an the and or but for with via using of on in to from by through toward towards under as at is are be without
+beyond into onto over we do does can how what when where why not your our their its is it this that these those
+versus vs against than all any more less very than about between among across within while after before is
+make makes making learn learning based new novel improved improving efficient towards revisited simple
+""".split()) - frozenset({"learning"})
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+\-]*")
+
+
+def title_chunks(title: str, max_words: int = 4) -> list[str]:
+    """The noun phrases of a title: maximal runs of words between punctuation and function words
+    ("Prototypical Networks for Few-shot Learning" -> "Prototypical Networks", "Few-shot Learning"),
+    at most `max_words` long."""
+    out: list[str] = []
+    for piece in re.split(r"[:;,.?!()\[\]{}\"“”/|]|\s[-–—]\s", plain_text(title)):
+        run: list[str] = []
+        after = ""  # the word before the run: after "to" a run is a verb phrase ("to Generate Biographies")
+        for w in piece.split():
+            token = w.strip("'\"")
+            if not _WORD.fullmatch(token) or token.lower() in _BREAK:
+                if run and after != "to":
+                    out.append(" ".join(run))
+                run = []
+                after = token.lower()
+            else:
+                run.append(token)
+        if run and after != "to":
+            out.append(" ".join(run))
+    return [c for c in out if 1 <= len(c.split()) <= max_words]
+
+
+def _case(phrase: str) -> str:
+    """Sentence case that keeps acronyms and names: "Prototypical Networks" -> "Prototypical networks"."""
+    ws = phrase.split()
+    first = ws[0]
+    if re.fullmatch(r"[A-Z][a-z]+(?:-[A-Z][a-z]+)+", first):  # "Few-Shot" -> "Few-shot"
+        first = first[:1] + first[1:].lower()
+    out = [first[:1].upper() + first[1:]]
+    for w in ws[1:]:
+        out.append(w.lower() if re.fullmatch(r"[A-Z][a-z]+(?:-[A-Za-z][a-z]*)*", w) else w)
+    return " ".join(out)
+
+
+def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tuple[Any, int], *,
+                   avoid: set[str] = frozenset(), topic: str = "") -> str | None:
+    """A short noun phrase naming a group of papers: the title phrase (`title_chunks`) that the most
+    of the group's titles and texts share, weighted by its rarity in the corpus (`background`: phrase
+    document frequencies) and its length. None when no phrase qualifies. A heading repeats no word,
+    is not the topic, and is not in `avoid` (headings used elsewhere, lower case)."""
+    bg, total = background
+    total = max(total, 1)
+    topic_words = set(normalize_text(topic).split())
+    docs = [normalize_text(f"{t} {x}") for t, x in zip(titles, texts)]
+    heads = [normalize_text(t) for t in titles]
+    need = 2 if len(titles) >= 2 else 1
+    scored: list[tuple[float, str]] = []
+    seen: set[str] = set()
+    for title in titles:
+        for chunk in title_chunks(title):
+            key = normalize_text(chunk)
+            ws = key.split()
+            if not ws or key in seen or len(set(ws)) < len(ws) or key in avoid or set(ws) <= topic_words:
+                continue
+            if all(len(w) < 3 or w.isdigit() for w in ws):
+                continue
+            seen.add(key)
+            df = sum(f" {key} " in f" {d} " for d in docs)
+            in_titles = sum(f" {key} " in f" {h} " for h in heads)
+            if df < need:
+                continue
+            idf = math.log((1 + total) / (1 + bg.get(key, 0))) + 1.0
+            # a phrase several titles share names the group best; one word alone is rarely a heading
+            scored.append(((df + in_titles) * idf * (0.5 if len(ws) == 1 else 1 + 0.3 * (len(ws) - 2)), chunk))
+    # a phrase of two words or more, when there is one: one word alone ("Data") rarely names a theme
+    longer = [x for x in scored if len(x[1].split()) > 1]
+    scored = sorted(longer or scored, key=lambda x: (-x[0], x[1]))
+    return _case(scored[0][1]) if scored else None

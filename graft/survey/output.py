@@ -17,7 +17,8 @@ from typing import Any
 from graft.index import Index
 from graft.store import atomic_path, folder_problem, json_text
 from graft.survey.config import SurveyError
-from graft.survey.types import Section, Sentence
+from graft.survey.latex import to_markdown
+from graft.survey.types import Clause, Section, Sentence, join_clauses
 from graft.survey.verify import SUPPORTED
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~!$&])")
@@ -39,13 +40,22 @@ def md_escape(text: str) -> str:
     return re.sub(r"^(\d+)([.)])(\s)", r"\1\\\2\3", text)
 
 
-_TEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+#: TeX specials as commands; braces become \textbraceleft{} / \textbraceright{} because BibTeX counts
+#: every brace, escaped or not, and one unbalanced `\{` makes the whole file unparsable
+_TEX = {"\\": r"\textbackslash{}", "{": r"\textbraceleft{}", "}": r"\textbraceright{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
         "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 
 
 def tex_escape(text: str) -> str:
-    """Text as a literal BibTeX field value."""
+    """Text as a literal BibTeX field value: every brace it adds is balanced, whatever the input."""
     return "".join(_TEX.get(ch, ch) for ch in plain(text))
+
+
+def bib_author(name: str) -> str:
+    """One author for an `author = {A and B}` list: escaped, and braced whole when the name itself
+    holds the word "and", which BibTeX would otherwise read as two authors."""
+    text = tex_escape(name)
+    return "{" + text + "}" if re.search(r"\band\b", text, flags=re.IGNORECASE) else text
 
 
 def bib_key(paper_id: str) -> str:
@@ -69,71 +79,119 @@ def bib_keys(paper_ids: list[str]) -> dict[str, str]:
     return keys
 
 
-#: abbreviations whose full stop ends a sentence's text without ending the sentence
-_ABBREVIATED = re.compile(r"(?:\bet al|\be\.g|\bi\.e|\betc|\bvs|\bcf)\.$", re.IGNORECASE)
+def md_text(text: str) -> str:
+    """Paper text as Markdown: LaTeX math as `$...$`, text commands as emphasis, the rest literal
+    (`md_escape`); no backslash of the source shows."""
+    return to_markdown(plain(text), md_escape)
 
 
-def without_full_stop(text: str) -> str:
-    """A sentence without its final full stop, where the citation goes before it; a stop that ends
-    an abbreviation ("et al.") stays."""
-    return text if _ABBREVIATED.search(text) else text.rstrip(".")
+def shown(clause: Clause) -> bool:
+    """A clause is printed when its citation is supported, or unverified with verification off."""
+    return clause.citation.status in SUPPORTED or clause.citation.status == "unverified"
 
 
-def shown_citations(sentence: Sentence) -> list[str]:
-    """The citations printed for a sentence: supported ones, or unverified ones when verification is off."""
-    return [c.paper_id for c in sentence.citations if c.status in SUPPORTED or c.status == "unverified"]
+def printed(sentence: Sentence) -> list[Clause]:
+    return [] if sentence.dropped else [c for c in sentence.clauses if shown(c)]
 
 
 def numbering(sections: list[Section]) -> dict[str, int]:
-    """Reference numbers in order of first citation."""
+    """Reference numbers in order of first citation (prose, then tables)."""
     order: dict[str, int] = {}
     for sec in sections:
-        for sub in sec.subsections:
-            for s in sub.sentences:
-                if s.dropped:
-                    continue
-                for pid in shown_citations(s):
-                    order.setdefault(pid, len(order) + 1)
+        for s in sec.sentences():
+            for c in printed(s):
+                order.setdefault(c.citation.paper_id, len(order) + 1)
+        for row in sec.table:
+            order.setdefault(row.paper_id, len(order) + 1)
     return order
 
 
-def render_markdown(title: str, sections: list[Section], index: Index, numbers: dict[str, int],
-                    note: str) -> str:
+def render_sentence(sentence: Sentence, numbers: dict[str, int]) -> str:
+    """One sentence: each clause followed by its own citation, "A [1], while B [2]."; "" when no clause
+    is printed (never a sentence with an empty citation)."""
+    clauses = printed(sentence)
+    if not clauses:
+        return ""
+    parts = [(c.lead, md_text(c.text).rstrip(" ."), str(numbers[c.citation.paper_id])) for c in clauses]
+    return join_clauses(parts, md_text(sentence.opener) if sentence.opener else "")
+
+
+def _cell(text: str) -> str:
+    # a pipe inside math would end the cell: Markdown's escape holds there too
+    return re.sub(r"(?<!\\)\|", r"\\|", md_text(text)) if text else "—"
+
+
+def render_table(sec: Section, numbers: dict[str, int], i: int) -> list[str]:
+    if not sec.table:
+        return []
+    lines = [f"*Table {i}. {md_escape(sec.title)}: the papers' own problem, method and result statements "
+             "(shortened).*", "", "| Paper | Problem | Method | Result |", "|---|---|---|---|"]
+    for row in sec.table:
+        who = f"{md_text(row.name)} [{numbers[row.paper_id]}]" if row.name else f"[{numbers[row.paper_id]}]"
+        lines.append(f"| {who} | {_cell(row.cells.get('problem', ''))} | {_cell(row.cells.get('method', ''))} | "
+                     f"{_cell(row.cells.get('result', ''))} |")
+    return lines + [""]
+
+
+def render_coverage(coverage: dict[str, Any] | None, numbers: dict[str, int]) -> list[str]:
+    """The "Coverage and blind spots" appendix."""
+    if not coverage:
+        return []
+    lines = ["## Coverage and blind spots", ""]
+    central = coverage.get("central", [])
+    if central:
+        lines.append("Central papers (most linked by citations within the retrieved papers): " + "; ".join(
+            f"{md_text(c['title'])}" + (f" [{numbers[c['paper_id']]}], in \"{md_escape(c['section'])}\""
+                                          if c.get("section") and c["paper_id"] in numbers else " (not discussed)")
+            for c in central) + ".")
+        lines.append("")
+    if coverage.get("left_out"):
+        lines += ["Strong candidates left out (retrieved and reranked, but not written about):", ""]
+        lines += [f"- {md_text(x['title'])} (`{md_escape(x['paper_id'])}`): {md_escape(x['why'])}"
+                  for x in coverage["left_out"]]
+        lines.append("")
+    if coverage.get("off_topic"):
+        lines += ["Kept out as off-topic (retrieved, but too far from the topic):", ""]
+        lines += [f"- {md_text(x['title'])} (`{md_escape(x['paper_id'])}`): {md_escape(x['why'])}"
+                  for x in coverage["off_topic"]]
+        lines.append("")
+    thin = coverage.get("thin_sections", [])
+    if thin:
+        lines += ["Thin sections:", ""]
+        for t in thin:
+            bits = [f"{t['papers']} paper{'s' if t['papers'] != 1 else ''} discussed"]
+            if t["missing"]:
+                bits.append("no " + " or ".join(f"{m} statement" for m in t["missing"]) + " passed the checks")
+            lines.append(f"- {md_escape(t['section'])}: " + "; ".join(bits))
+        lines.append("")
+    else:
+        lines += ["Every section discusses at least three papers and states their problems, methods and results.", ""]
+    return lines
+
+
+def render_markdown(title: str, sections: list[Section], index: Index, numbers: dict[str, int], note: str,
+                    coverage: dict[str, Any] | None = None) -> str:
     lines = [f"# {md_escape(title)}", "", f"*{md_escape(note)}*", ""]
     for i, sec in enumerate(sections, 1):
         lines += [f"## {i} {md_escape(sec.title)}", ""]
-        for j, sub in enumerate(sec.subsections, 1):
-            if len(sec.subsections) > 1 or sub.title != sec.title:
-                lines += [f"### {i}.{j} {md_escape(sub.title)}", ""]
-            # one paragraph per group of sentences about the same papers
-            paragraphs: list[list[str]] = [[]]
-            cited_here: set[str] = set()
-            for s in sub.sentences:
-                if s.dropped:
-                    continue
-                shown = shown_citations(s)
-                if len(paragraphs[-1]) >= 3 and shown[0] not in cited_here:
-                    paragraphs.append([])
-                    cited_here = set()
-                cited_here.update(shown)
-                refs = sorted({numbers[p] for p in shown})
-                text = without_full_stop(md_escape(s.text))
-                paragraphs[-1].append(f"{text} [{', '.join(str(n) for n in refs)}].")
-            for para in paragraphs:
-                if para:
-                    lines += [" ".join(para), ""]
+        for para in sec.paragraphs:
+            text = " ".join(t for t in (render_sentence(s, numbers) for s in para.sentences) if t)
+            if text:
+                lines += [text, ""]
+        lines += render_table(sec, numbers, i)
+    lines += render_coverage(coverage, numbers)
     lines += ["## References", ""]
     papers = index.papers
     for pid, n in sorted(numbers.items(), key=lambda x: x[1]):
         row = index.row(pid)
         year = papers["year"][row]
         venue = papers["venue"][row] if "venue" in papers.columns else None
-        bits = [md_escape(papers["title"][row])]
+        bits = [md_text(papers["title"][row])]
         if venue:
             bits.append(md_escape(venue))
         if year:
             bits.append(str(year))
-        lines.append(f"{n}. {'. '.join(bits)}. `{pid}`")
+        lines.append(f"{n}. {'. '.join(bits)}. `{md_escape(pid).replace('`', '')}`")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -147,7 +205,7 @@ def render_bibtex(index: Index, numbers: dict[str, int]) -> str:
         fields = [("title", "{" + tex_escape(papers["title"][row]) + "}")]
         authors = papers["authors"][row] if "authors" in papers.columns else None
         if authors is not None and len(authors):
-            fields.append(("author", " and ".join(tex_escape(a) for a in authors)))
+            fields.append(("author", " and ".join(bib_author(a) for a in authors)))
         if papers["year"][row]:
             fields.append(("year", str(papers["year"][row])))
         venue = papers["venue"][row] if "venue" in papers.columns else None
@@ -161,22 +219,21 @@ def render_bibtex(index: Index, numbers: dict[str, int]) -> str:
 
 def survey_json(topic: str, title: str, sections: list[Section], numbers: dict[str, int],
                 meta: dict[str, Any]) -> dict[str, Any]:
-    repaired = []
+    changes = []
     for sec in sections:
-        for sub in sec.subsections:
-            for s in sub.sentences:
-                for c in s.citations:
-                    if c.status in ("repaired", "replaced", "removed"):
-                        repaired.append({"sentence": s.text, "paper_id": c.paper_id, "status": c.status,
-                                         "replaced": c.replaced, "note": c.note})
+        for s in sec.sentences():
+            for c in s.clauses:
+                if c.citation.status in ("repaired", "removed"):
+                    changes.append({"clause": c.text, "original": c.original, "paper_id": c.citation.paper_id,
+                                    "status": c.citation.status, "note": c.citation.note})
     return {
         "topic": topic,
         "title": title,
-        "outline": [{"title": sec.title, "description": sec.description,
-                     "subsections": [sub.title for sub in sec.subsections]} for sec in sections],
+        "outline": [{"title": sec.title, "description": sec.description, "papers": sec.papers,
+                     "paragraphs": [p.part for p in sec.paragraphs]} for sec in sections],
         "sections": [asdict(sec) for sec in sections],
         "references": [{"number": n, "paper_id": pid} for pid, n in sorted(numbers.items(), key=lambda x: x[1])],
-        "citation_changes": repaired,
+        "citation_changes": changes,
         **meta,
     }
 
@@ -209,7 +266,7 @@ def _check_targets(out_dir: Path) -> None:
 
 
 def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Section], index: Index,
-                  note: str, meta: dict[str, Any]) -> dict[str, Path]:
+                  note: str, meta: dict[str, Any], coverage: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write survey.md, references.bib and survey.json into `out_dir`; returns their paths.
 
     The three are written in full beside their targets first and only then renamed onto them, one
@@ -222,7 +279,7 @@ def write_outputs(out_dir: Path, *, topic: str, title: str, sections: list[Secti
         SurveyError: the folder or a file cannot be written.
     """
     numbers = numbering(sections)
-    texts = {"markdown": render_markdown(title, sections, index, numbers, note),
+    texts = {"markdown": render_markdown(title, sections, index, numbers, note, coverage),
              "bibtex": render_bibtex(index, numbers),
              "json": json_text(survey_json(topic, title, sections, numbers, meta))}
     paths = {kind: out_dir / name for kind, name in OUTPUT_FILES.items()}

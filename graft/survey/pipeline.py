@@ -1,15 +1,17 @@
 """`write_survey`: the survey writer end to end (DESIGN.md, "Survey writer").
 
 topic -> query expansion -> facet-attributed retrieval (fused over descriptions) -> two-stage fusion
-rerank -> level-1 outline -> per section: retrieval + rerank -> level-2 outline -> subsections
-written in parallel -> adaptive citation verification -> survey.md, references.bib, survey.json.
+rerank -> sections (themes of the pool) -> per section: retrieval + rerank, the topic's central
+papers first -> sections written in parallel, facet by facet (problems, methods, results, open
+gaps), every clause citing one paper -> clause-by-clause citation verification -> comparison
+tables -> survey.md (with a coverage appendix), references.bib, survey.json.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,13 @@ from graft.progress import Reporter
 from graft.survey.backends import SurveyContext, make_backend
 from graft.survey.config import SurveyConfig, SurveyError
 from graft.survey.expand import expand_topic
-from graft.survey.outline import assign, level_one, level_two
+from graft.survey.outline import assign, level_one
 from graft.survey.output import check_out_dir, numbering, plain, write_outputs
 from graft.survey.rerank import relevant, two_stage_rerank
 from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever, fuse_with_pool, papers_until
-from graft.survey.types import Candidate, Section, Subsection
-from graft.survey.verify import drop_duplicates, mark_unverified, summarize, verify_all
-from graft.survey.write import write_parts
+from graft.survey.types import Candidate, Section
+from graft.survey.verify import Verifier, drop_duplicates, mark_unverified, summarize, verify_all
+from graft.survey.write import paragraphs, write_sections
 
 #: Longest topic accepted, in characters (a topic is a phrase or a title, not a document).
 MAX_TOPIC_CHARS = 500
@@ -204,53 +206,59 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     chosen = topic_pool(topic, retriever, ctx, backend, config, reporter)
     pool, rank, floor = chosen.pool, chosen.rank, chosen.floor
     descriptions, attribution = chosen.descriptions, chosen.rank.attribution
+    # central among the papers about the topic: a hub every paper cites (a library, an optimiser) is
+    # linked to the whole pool without being what the survey is about
+    on_topic = [c.paper_id for c in pool if float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor]
+    central = central_papers(index, on_topic, config.central)
     with reporter.stage("outline", total=1, unit="outlines") as adv:
         heads = level_one(topic, pool, backend, config.sections)
         adv(1)
 
     sections: list[Section] = []
-    jobs = []
+    jobs: list[tuple[str, str, list[Candidate]]] = []
     taken: set[str] = set()
-    used_heads = {h for h, _ in heads}
     # every pool paper belongs to the section whose description it is closest to; a section ranks its
     # share of the pool together with the best `section_pool` papers of its own fresh retrieval
     shares = assign(pool, [d for _, d in heads], encode, vectors.papers, row_of, len(pool))
+    section_pools: dict[str, list[Candidate]] = {}
     with reporter.stage("sections", total=len(heads), unit="sections") as adv:
         for (title, description), share in zip(heads, shares):
             own = retriever.search([description], config.per_description)[: config.section_pool]
             found = fuse_with_pool(own, share, ctx.vec(description), vectors.papers, row_of)
             sec_pool = rank(found, description, config.section_pool)
-            subs = level_two(topic, title, sec_pool, backend, config.subsections, used_heads)
-            used_heads.update(h for h, _ in subs)
-            parts = assign(sec_pool, [d for _, d in subs], encode, vectors.papers, row_of,
-                           config.papers_per_subsection, taken)
-            section = Section(title=title, description=description, papers=[c.paper_id for c in sec_pool])
-            for (sub_title, sub_desc), papers in zip(subs, parts):
-                if not papers:
-                    continue
-                taken.update(c.paper_id for c in papers)
-                sub = Subsection(title=sub_title, papers=[c.paper_id for c in papers])
-                section.subsections.append(sub)
-                jobs.append((sub, title, sub_title, sub_desc, papers))
-            if section.subsections:
-                sections.append(section)
+            section_pools[title] = sec_pool
+            # the topic's central papers of this share are discussed first, whatever the section's rerank says
+            first = [c for c in share if c.paper_id in central and c.paper_id not in taken]
+            rest = [c for c in sec_pool if c.paper_id not in taken and c.paper_id not in {x.paper_id for x in first}]
+            if not config.tied_discussed:  # relevance to the topic, not only to the section, decides
+                rest = [c for c in rest if float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor]
+            papers = (first + rest)[: max(config.papers_per_section, len(first))]
+            if not papers:
+                adv(1)
+                continue
+            taken.update(c.paper_id for c in papers)
+            if hasattr(backend, "retitle"):  # the offline writer names the papers it discusses
+                used = {s.title for s in sections} | {h for h, _ in heads if h != title}
+                new = backend.retitle(topic, title, papers, used)
+                title = new if new not in used else title
+            sections.append(Section(title=title, description=description, papers=[c.paper_id for c in papers]))
+            jobs.append((title, description, papers))
             adv(1)
 
-    with reporter.stage("write", total=len(jobs), unit="subsections") as adv:
-        written = write_parts([(t, st, d, p) for _, t, st, d, p in jobs], backend, topic=topic,
-                              max_concurrency=config.max_concurrency, attribution=attribution, progress=adv)
-    for (sub, *_), sentences in zip(jobs, written):
-        sub.sentences = sentences
-    all_sentences = [s for sec in sections for sub in sec.subsections for s in sub.sentences]
+    with reporter.stage("write", total=len(jobs), unit="sections") as adv:
+        written = write_sections(jobs, backend, topic=topic, max_concurrency=config.max_concurrency,
+                                 attribution=attribution, progress=adv)
+    for sec, sentences in zip(sections, written):
+        sec.paragraphs = paragraphs(sentences)
+    all_sentences = [s for sec in sections for s in sec.sentences()]
     if not all_sentences:
         raise SurveyError(f"the retrieved papers gave no sentence to write about {topic!r}; try a broader topic")
 
     corpus_ids = set(index.paper_ids)
-    pool_ids = list(dict.fromkeys([c.paper_id for c in pool] + [p for sec in sections for p in sec.papers]))
     with reporter.stage("verify", total=len(all_sentences), unit="sentences") as adv:
         if config.verify:
-            verification = verify_all(all_sentences, backend, rounds=config.verify_rounds, pool=pool_ids,
-                                      attribution=attribution, corpus_ids=corpus_ids,
+            verifier = Verifier(ctx, backend, rounds=config.verify_rounds, evidence_k=config.evidence_k)
+            verification = verify_all(all_sentences, verifier, corpus_ids=corpus_ids,
                                       max_concurrency=config.max_concurrency, progress=adv)
         else:
             verification = mark_unverified(all_sentences, corpus_ids)
@@ -261,21 +269,18 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     if not kept:
         raise SurveyError(f"no sentence about {topic!r} could be verified against its cited papers; "
                           "try a broader topic or a corpus that covers it")
-    # a subsection whose every sentence was dropped (e.g. repeating what its papers gave another
-    # subsection) has nothing to show: it leaves the outline, its sentences stay on record
-    emptied = [{"section": sec.title, "subsection": sub.title, "sentences": [asdict(x) for x in sub.sentences]}
-               for sec in sections for sub in sec.subsections if all(x.dropped for x in sub.sentences)]
     for sec in sections:
-        sec.subsections = [sub for sub in sec.subsections if not all(x.dropped for x in sub.sentences)]
-    sections = [sec for sec in sections if sec.subsections]
+        discussed = {p for s in sec.sentences() if not s.dropped for p in s.cited()}
+        sec.table = [row for row in ctx.composer.table([c for c in jobs[sections.index(sec)][2]])
+                     if row.paper_id in discussed]
+    verification["table_cells"] = check_table(sections, ctx) if config.verify else {"checked": 0, "passed": 0}
+    sections = [sec for sec in sections if any(not s.dropped for s in sec.sentences())]
 
     title = f"{topic}: a survey"
     backend_stats = dict(getattr(backend, "stats", {}))
+    coverage = coverage_report(chosen, sections, section_pools, central, index)
     with reporter.stage("output", total=3, unit="files") as adv:
-        note = (f"Generated by GRAFT from the {index.n} papers of index {index.path.name} "
-                f"({backend.name} writer, {config.retriever} retrieval); "
-                + (f"every citation checked against the cited paper, up to {config.verify_rounds} rounds."
-                   if config.verify else "citations NOT verified."))
+        note = checked_note(index, backend.name, config, verification)
         meta = {
             "config": config_to_dict(config),
             "index": {"path": str(index.path), "papers": index.n, "corpus_hash": index.manifest.get("corpus_hash")},
@@ -283,15 +288,105 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             "descriptions": descriptions,
             "relevance_floor": round(floor, 4),
             "pool": [c.to_json() for c in pool],
+            "central": central,
             "verification": verification,
-            "subsections_emptied": emptied,
+            "coverage": coverage,
             "backend_stats": backend_stats,
         }
         paths = write_outputs(out_dir, topic=topic, title=title, sections=sections, index=index, note=note,
-                              meta=meta)
+                              meta=meta, coverage=coverage)
         adv(3)
     cited = [pid for pid, _ in sorted(numbering(sections).items(), key=lambda x: x[1])]
     timings = reporter.timings()
     timings["total"] = time.perf_counter() - t0
     return SurveyResult(out_dir=out_dir, paths=paths, title=title, descriptions=descriptions, sections=sections,
                         cited=cited, verification=verification, backend_stats=backend_stats, timings=timings)
+
+
+def central_papers(index: Index, pool: list[str], n: int) -> list[str]:
+    """The `n` papers of the pool most linked by citations to the rest of the pool (at least one
+    link), most linked first (ties: pool order): the topic's central papers."""
+    if n <= 0 or not pool:
+        return []
+    rows = np.array([index.row(p) for p in pool])
+    links = index.citation_links[rows][:, rows]
+    degree = np.asarray(links.sum(axis=1)).ravel()
+    order = sorted(range(len(pool)), key=lambda i: (-degree[i], i))
+    return [pool[i] for i in order[:n] if degree[i] > 0]
+
+
+def check_table(sections: list[Section], ctx: SurveyContext) -> dict[str, int]:
+    """Run every table cell (a paper's own facet item, shortened) through the support test against
+    its row's paper; a cell that fails is emptied. Returns {"checked", "passed"}."""
+    checked = passed = 0
+    for sec in sections:
+        for row in sec.table:
+            for facet, text in row.cells.items():
+                if not text:
+                    continue
+                checked += 1
+                v = ctx.support.check(text.rstrip(" …"), row.paper_id, ignore=ctx.name_words(row.paper_id))
+                if v.supported:
+                    passed += 1
+                else:
+                    row.cells[facet] = ""
+    return {"checked": checked, "passed": passed}
+
+
+def checked_note(index: Index, backend: str, config: SurveyConfig, verification: dict[str, Any]) -> str:
+    """The survey's header: what it was made from, and what was checked and how."""
+    made = (f"Written by GRAFT's {backend} writer from the {index.n} papers of index {index.path.name} "
+            f"({config.retriever} retrieval).")
+    if not config.verify:
+        return made + " Citations were NOT checked."
+    v = verification
+    kept = v["citations_kept"]
+    n_kept = kept.get("verified", 0) + kept.get("repaired", 0)
+    judge = "" if backend == "offline" else f", and {backend} was asked whether the paper says it"
+    return (made + f" Each citation marks one clause about one paper, and each of the {n_kept} printed (clause, "
+            f"paper) pairs was checked against that paper's title, abstract and facet items: the clause's content "
+            f"words and meaning (MiniLM) must match one of the paper's sentences, better than they match the "
+            f"paper's {config.support_rivals} nearest neighbours in the facet graph, with every number found in the "
+            f"paper{judge}. {v['first_check_passed']} of {v['first_check']} clauses passed at once; "
+            f"{v['clauses_repaired']} were rewritten from the cited paper's own sentences and checked again; "
+            f"{v['citations'].get('removed', 0)} citations that still failed were removed with their clauses "
+            f"(survey.json lists each). Table cells are the papers' own facet items, shortened, checked the same "
+            f"way ({v.get('table_cells', {}).get('passed', 0)} of {v.get('table_cells', {}).get('checked', 0)} "
+            f"passed).")
+
+
+def coverage_report(chosen: TopicPool, sections: list[Section], section_pools: dict[str, list[Candidate]],
+                    central: list[str], index: Index, k: int = 5) -> dict[str, Any]:
+    """What the survey covers and leaves out: strong candidates not discussed (in a pool but not
+    written about, or kept out as off-topic), thin sections, and where the central papers are."""
+    discussed = {p for sec in sections for s in sec.sentences() if not s.dropped for p in s.cited()}
+    titles = index.papers["title"].to_list()
+    pooled = list(dict.fromkeys([c.paper_id for c in chosen.pool]
+                                + [c.paper_id for sp in section_pools.values() for c in sp]))
+    topic_vec = chosen.rank.topic_vec
+    papers = chosen.rank.ctx.vectors.papers
+    left = [{"paper_id": p, "title": titles[index.row(p)], "why": "in the reranked pool, not among its section's "
+             "best papers"} for p in pooled if p not in discussed
+            and float(papers[index.row(p)] @ topic_vec) >= chosen.floor][:k]
+    kept = {c.paper_id for c in chosen.pool}
+    dropped = [c for c in chosen.candidates if c.paper_id not in kept or c.paper_id not in discussed][: 6 * k]
+    off = []
+    for c in dropped:
+        cos = float(papers[index.row(c.paper_id)] @ topic_vec)
+        if cos < chosen.floor:
+            tied = " (kept in the pool for its citation ties to the topic's papers)" if c.paper_id in kept else ""
+            off.append({"paper_id": c.paper_id, "title": titles[index.row(c.paper_id)],
+                        "why": f"off-topic: cosine with the topic {cos:.2f} < {chosen.floor:.2f}{tied}"})
+    thin = []
+    for sec in sections:
+        parts = {p.part for p in sec.paragraphs if any(not s.dropped for s in p.sentences)}
+        n = len({p for s in sec.sentences() if not s.dropped for p in s.cited()})
+        missing = [p for p in ("problem", "method", "result") if p not in parts]
+        if n < 3 or missing:
+            thin.append({"section": sec.title, "papers": n, "missing": missing})
+    where = {}
+    for p in central:
+        where[p] = next((sec.title for sec in sections if p in {x for s in sec.sentences() if not s.dropped
+                                                               for x in s.cited()}), None)
+    return {"left_out": left, "off_topic": off[:k], "thin_sections": thin,
+            "central": [{"paper_id": p, "title": titles[index.row(p)], "section": where[p]} for p in central]}

@@ -25,63 +25,129 @@ class Candidate:
 
 @dataclass
 class Round:
-    """One verification round of one (sentence, cited paper) pair."""
+    """One verification round of one (clause, cited paper) pair."""
 
     round: int
     paper_id: str
     supported: bool
-    score: float
-    facet: str  # the claim facet the check compared against
-    judge: str  # "offline" or the LLM model name
-    action: str = ""  # what followed a failure: rewrite, replace, remove
+    score: float  # the support test's score of the paper for the clause
+    facet: str  # the facet the clause states
+    judge: str  # "support test", or "support test + <LLM model>" when an LLM judged too
+    action: str = ""  # what followed a failure: repair, remove
+    reason: str = ""  # why the check failed ("" when it passed)
+    rival: str | None = None  # the paper the support test compared against most closely
+    rival_score: float = 0.0
 
 
 @dataclass
 class Citation:
-    """One citation of a sentence and how verification treated it."""
+    """The citation of one clause and how verification treated it."""
 
     paper_id: str
     facets: dict[str, float] = field(default_factory=dict)  # facets that surfaced the paper
-    status: str = "pending"  # verified | repaired | replaced | removed | unverified
-    replaced: str | None = None  # the paper id this citation took the place of
+    status: str = "pending"  # verified | repaired | removed | unverified
+    replaced: str | None = None  # kept for survey.json readers: the paper id this citation took the place of
     note: str = ""
 
 
 @dataclass
-class Sentence:
-    """A factual sentence of a subsection with its citations and verification history."""
+class Clause:
+    """A clause about one paper, citing that paper only."""
 
-    text: str
-    citations: list[Citation]
-    facet: str  # the claim type: problem, method, result or contribution
-    original: str | None = None  # the text before a rewrite
+    text: str  # as printed, without its citation marker (may hold LaTeX, rendered at output)
+    citation: Citation
+    facet: str  # the facet the clause states: problem, method, result or contribution
+    lead: str = ""  # the connective printed before it ("while", "and"; "" for a sentence's first clause)
+    source: str = ""  # where the words come from: item, abstract, llm, evidence
+    original: str | None = None  # the text before a repair
     rounds: list[Round] = field(default_factory=list)
-    dropped: bool = False  # left out of survey.md: no supported citation, or a duplicate
-    note: str = ""  # why it was dropped
 
-    def cited(self) -> list[str]:
-        return [c.paper_id for c in self.citations if c.status != "removed"]
+    @property
+    def kept(self) -> bool:
+        return self.citation.status != "removed"
 
 
 @dataclass
-class Subsection:
-    title: str
-    papers: list[str]
+class Sentence:
+    """A sentence of the survey: one or more clauses, each citing its own paper."""
+
+    clauses: list[Clause]
+    part: str  # the paragraph it belongs to: problem, method, result or gap
+    opener: str = ""  # a transition printed before the first clause ("Similarly,")
+    dropped: bool = False  # left out of survey.md: no clause kept, or a duplicate
+    note: str = ""  # why it was dropped
+
+    def kept_clauses(self) -> list[Clause]:
+        return [c for c in self.clauses if c.kept]
+
+    def cited(self) -> list[str]:
+        return list(dict.fromkeys(c.citation.paper_id for c in self.kept_clauses()))
+
+    @property
+    def text(self) -> str:
+        """The sentence as plain text with `[paper id]` markers (for logs and survey.json)."""
+        return join_clauses([(c.lead, c.text, c.citation.paper_id) for c in self.kept_clauses()], self.opener)
+
+
+def join_clauses(parts: list[tuple[str, str, str]], opener: str = "") -> str:
+    """Clauses (lead, text, marker) as one sentence: "A [1], while B [2]." The first clause's first
+    letter is upper-cased; a clause without a lead is joined by a semicolon."""
+    out = []
+    for i, (lead, text, marker) in enumerate(parts):
+        piece = f"{text} [{marker}]"
+        if i == 0:
+            piece = (f"{opener} " if opener else "") + piece
+        else:
+            piece = (f", {lead} " if lead else "; ") + piece
+        out.append(piece)
+    sentence = "".join(out).strip()
+    return (sentence[:1].upper() + sentence[1:] + ".") if sentence else ""
+
+
+@dataclass
+class Paragraph:
+    """The sentences of one part of a section: problem, method, result or gap."""
+
+    part: str
     sentences: list[Sentence] = field(default_factory=list)
+
+
+@dataclass
+class TableRow:
+    """A row of a section's comparison table: one paper's facet items, shortened."""
+
+    paper_id: str
+    name: str
+    cells: dict[str, str]  # facet -> text ("" when the paper has none or it failed the check)
 
 
 @dataclass
 class Section:
     title: str
     description: str
-    papers: list[str]
-    subsections: list[Subsection] = field(default_factory=list)
+    papers: list[str]  # the papers the section writes about, most central first
+    paragraphs: list[Paragraph] = field(default_factory=list)
+    table: list[TableRow] = field(default_factory=list)
+
+    def sentences(self) -> list[Sentence]:
+        return [s for p in self.paragraphs for s in p.sentences]
+
+
+@dataclass
+class ClauseDraft:
+    """A clause a writer or a rewrite returns: text about one paper, that paper, the facet it states."""
+
+    text: str
+    paper_id: str
+    facet: str
+    lead: str = ""
+    source: str = ""
 
 
 @dataclass
 class SentenceDraft:
-    """What a writer or a rewrite returns: text, cited paper ids, claim facet."""
+    """What a writer returns for one sentence: its clauses and the paragraph it goes to."""
 
-    text: str
-    citations: list[str]
-    facet: str
+    clauses: list[ClauseDraft]
+    part: str
+    opener: str = ""

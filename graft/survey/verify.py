@@ -1,19 +1,20 @@
-"""Adaptive citation verification.
+"""Citation verification, clause by clause.
 
-Every (sentence, cited paper) pair is checked by the backend (`check`). On failure, evidence for the
-sentence is retrieved from the corpus (`evidence`: facet items of the claim's facet nearest the
-sentence), and
+A clause cites one paper, and the (clause, paper) pair is what is checked:
 
-- if another citation of the sentence already supports it, the failed citation is *replaced* by the
-  best evidence paper, which is checked in the next round;
-- otherwise the sentence is *rewritten* with the evidence (`rewrite`) and its new citations are
-  checked in the next round;
+1. the clause must not name a source in its words ("Smith et al. (2099)", "arXiv:2099.99999", a
+   URL, a bracketed number): a citation is made through the clause's citation only;
+2. the support test (`graft.survey.support`) must find the cited paper saying it, better than the
+   paper's nearest graph neighbours and the other papers of the same sentence;
+3. with an LLM backend, the model is asked as well, and a "no" fails the clause.
 
-up to K rounds (K = 3 in the reference method). A citation still unsupported after K rounds is
-*removed*; a sentence left without a supported citation is dropped from survey.md. Nothing is left
-unverified silently: every citation ends as verified, repaired (its sentence was rewritten),
-replaced, removed, or — only when verification is switched off — unverified, and each round's
-verdict is logged on the sentence.
+A clause that fails is *rewritten* from the cited paper's own sentences closest to it (the LLM
+first, where there is one; the paper's own sentence, restated, after that) and checked again, up to
+K rounds (K = 3 in the reference method). A clause still unsupported after K rounds is *removed*.
+A sentence with no clause left is dropped from survey.md, whatever happened to its clauses.
+Nothing is left unverified silently: every citation ends as verified, repaired (its clause was
+rewritten), removed, or — only when verification is switched off — unverified, and each round's
+verdict is logged on the clause.
 """
 
 from __future__ import annotations
@@ -24,109 +25,131 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from graft.survey.types import Citation, Round, Sentence
+from graft.survey.support import citation_like
+from graft.survey.types import Clause, Round, Sentence
 
 #: Citation states that count as supported in the final survey.
-SUPPORTED = ("verified", "repaired", "replaced")
+SUPPORTED = ("verified", "repaired")
 
 
 def resolve(sentence: Sentence, corpus_ids: set[str]) -> int:
     """Remove citations that are not corpus papers (an LLM writer may invent keys); returns how many."""
     n = 0
-    for c in sentence.citations:
-        if c.paper_id not in corpus_ids and c.status != "removed":
-            c.status = "removed"
-            c.note = "not a corpus paper"
+    for c in sentence.clauses:
+        if c.citation.paper_id not in corpus_ids and c.citation.status != "removed":
+            c.citation.status = "removed"
+            c.citation.note = "not a corpus paper"
             n += 1
     return n
 
 
-def verify_sentence(sentence: Sentence, backend: Any, *, rounds: int, pool: Sequence[str],
-                    attribution: dict[str, dict[str, float]], corpus_ids: set[str]) -> None:
-    """Verify one sentence in place (see the module docstring)."""
-    resolve(sentence, corpus_ids)
-    origin = {id(c): "original" for c in sentence.citations}
-    rewritten = False
-    for r in range(1, rounds + 1):
-        pending = [c for c in sentence.citations if c.status == "pending"]
-        failed: list[Citation] = []
-        for c in pending:
-            v = backend.check(sentence.text, sentence.facet, c.paper_id)
-            sentence.rounds.append(Round(r, c.paper_id, v.supported, v.score, v.facet, backend.name))
-            if v.supported:
-                kind = origin.get(id(c), "original")
-                c.status = {"original": "verified", "replacement": "replaced", "rewrite": "repaired"}[kind]
-                if kind == "original" and rewritten:
-                    c.status = "repaired"
-            else:
-                failed.append(c)
-        if not failed:
-            return
-        if r == rounds:
-            for c in failed:
-                c.status = "removed"
-                c.note = f"unsupported after {rounds} round(s)"
-                _mark(sentence, r, c.paper_id, "remove")
-            break
-        cited = {c.paper_id for c in sentence.citations}
-        evidence = backend.evidence(sentence.text, sentence.facet, exclude=cited, prefer=pool)
-        if any(c.status in SUPPORTED for c in sentence.citations):
-            for c in failed:
-                c.status = "removed"
-                _mark(sentence, r, c.paper_id, "replace")
-                ev = next((e for e in evidence if e.paper_id not in cited), None)
-                if ev is None:
-                    c.note = f"unsupported in round {r}; no evidence paper to replace it"
-                    continue
-                c.note = f"unsupported in round {r}; replaced by {ev.paper_id}"
-                cited.add(ev.paper_id)
-                new = Citation(paper_id=ev.paper_id, facets=dict(attribution.get(ev.paper_id, {})),
-                               replaced=c.paper_id)
-                origin[id(new)] = "replacement"
-                sentence.citations.append(new)
-            continue
-        draft = backend.rewrite(sentence.text, sentence.facet, evidence)
-        for c in failed:
-            c.status = "removed"
-            c.note = f"unsupported in round {r}; sentence rewritten with evidence" if draft else \
-                f"unsupported in round {r}; no evidence found"
-            _mark(sentence, r, c.paper_id, "rewrite" if draft else "remove")
-        if draft is None:
-            break
-        sentence.original = sentence.original or sentence.text
-        sentence.text, sentence.facet = draft.text, draft.facet
-        rewritten = True
-        for pid in dict.fromkeys(draft.citations):
-            if pid in {c.paper_id for c in sentence.citations if c.status != "removed"}:
-                continue
-            new = Citation(paper_id=pid, facets=dict(attribution.get(pid, {})))
-            origin[id(new)] = "rewrite"
-            sentence.citations.append(new)
-        resolve(sentence, corpus_ids)
-    if not any(c.status in SUPPORTED for c in sentence.citations):
-        sentence.dropped = True
-        sentence.note = "no supported citation"
+class Verifier:
+    """Checks and repairs clauses (see the module docstring).
 
-
-def _mark(sentence: Sentence, r: int, paper_id: str, action: str) -> None:
-    for rd in reversed(sentence.rounds):
-        if rd.round == r and rd.paper_id == paper_id:
-            rd.action = action
-            return
-
-
-def verify_all(sentences: Sequence[Sentence], backend: Any, *, rounds: int, pool: Sequence[str],
-               attribution: dict[str, dict[str, float]], corpus_ids: set[str], max_concurrency: int = 1,
-               progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Verify every sentence (in parallel up to `max_concurrency`) and count the outcomes.
-
-    Returns:
-        {"citations": status -> count, "sentences_dropped", "sentences_rewritten", "checks"}.
+    Args:
+        ctx: the survey context (its `support` test and names of papers).
+        backend: the writer backend (`judge`, `rewrite`).
+        rounds: K, the check-and-rewrite rounds per clause.
+        evidence_k: sentences of the cited paper a rewrite is given.
     """
+
+    def __init__(self, ctx: Any, backend: Any, *, rounds: int, evidence_k: int = 3) -> None:
+        self.ctx, self.backend, self.rounds, self.evidence_k = ctx, backend, rounds, evidence_k
+        self.judge_name = "support test" + ("" if backend.name == "offline" else f" + {backend.name}")
+
+    def check(self, clause: Clause, others: Sequence[str]) -> Round:
+        """One check of a clause against its cited paper; `others`: the sentence's other papers."""
+        pid = clause.citation.paper_id
+        named = citation_like(clause.text)
+        if named:
+            return Round(0, pid, False, 0.0, clause.facet, self.judge_name,
+                         reason=f"names a source in its text ({named!r})")
+        v = self.ctx.support.check(clause.text, pid, rivals=others, ignore=self.ctx.name_words(pid))
+        reason, supported = v.reason, v.supported
+        if supported:
+            opinion = self.backend.judge(clause.text, pid)
+            if opinion is False:
+                supported, reason = False, f"{self.backend.name} judged the paper does not say it"
+        return Round(0, pid, supported, v.score, clause.facet, self.judge_name, reason=reason, rival=v.rival,
+                     rival_score=v.rival_score)
+
+    def evidence(self, clause: Clause) -> list[str]:
+        """The cited paper's own sentences closest to the clause, best first."""
+        sup = self.ctx.support
+        node = self.ctx.index.row(clause.citation.paper_id)
+        texts = sup.units(node)[0]
+        if not texts:
+            return []
+        import numpy as np
+
+        vec = np.asarray(self.ctx.encode([clause.text])[0], dtype=np.float32)
+        terms = sup.clause_terms(clause.text, self.ctx.name_words(clause.citation.paper_id))
+        overlap, cos = sup.unit_scores(vec, terms, node)
+        w = sup.settings.overlap_weight
+        order = np.argsort(-(w * overlap + (1 - w) * cos), kind="stable")
+        # the title is a unit to match against but no statement to restate
+        title = str(self.ctx.index.papers["title"][node] or "")
+        return [texts[i] for i in order if texts[i] != " ".join(title.split())][: self.evidence_k]
+
+    def verify_clause(self, clause: Clause, others: Sequence[str]) -> None:
+        """Check, rewrite and re-check one clause in place, up to K rounds."""
+        if clause.citation.status == "removed":
+            return
+        for r in range(1, self.rounds + 1):
+            verdict = self.check(clause, others)
+            verdict.round = r
+            clause.rounds.append(verdict)
+            if verdict.supported:
+                clause.citation.status = "repaired" if clause.original is not None else "verified"
+                return
+            if r == self.rounds:
+                break
+            evidence = self.evidence(clause)
+            # the LLM rewrites first; from the second rewrite on, the paper's own sentence is restated
+            backend = self.backend if r == 1 else self.ctx_offline()
+            draft = backend.rewrite(clause.text, clause.facet, clause.citation.paper_id, evidence)
+            if draft is None or not draft.text.strip():
+                verdict.action = "remove"
+                break
+            verdict.action = "repair"
+            clause.original = clause.original or clause.text
+            clause.text, clause.facet, clause.source = draft.text, draft.facet, draft.source
+        clause.citation.status = "removed"
+        clause.citation.note = (f"unsupported after {len(clause.rounds)} round(s): "
+                                f"{clause.rounds[-1].reason if clause.rounds else 'not checked'}")
+        if clause.rounds:
+            clause.rounds[-1].action = "remove"
+
+    def ctx_offline(self) -> Any:
+        return getattr(self.backend, "offline", self.backend)
+
+    def verify_sentence(self, sentence: Sentence, corpus_ids: set[str]) -> None:
+        """Verify every clause of a sentence; drop the sentence when none is left."""
+        resolve(sentence, corpus_ids)
+        cited = [c.citation.paper_id for c in sentence.clauses if c.kept]
+        for clause in sentence.clauses:
+            others = [p for p in cited if p != clause.citation.paper_id]
+            self.verify_clause(clause, others)
+        drop_if_empty(sentence)
+
+
+def drop_if_empty(sentence: Sentence) -> None:
+    """A sentence with no clause left is never printed (it would show an empty citation)."""
+    if not sentence.kept_clauses() and not sentence.dropped:
+        sentence.dropped = True
+        sentence.note = "no supported clause"
+
+
+def verify_all(sentences: Sequence[Sentence], verifier: Verifier, *, corpus_ids: set[str], max_concurrency: int = 1,
+               progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Verify every sentence (in parallel up to `max_concurrency`) and count the outcomes."""
     lock = threading.Lock()
+    # the support test embeds each paper's sentences once: all cited papers in one encoder call
+    papers = [c.citation.paper_id for s in sentences for c in s.clauses if c.citation.paper_id in corpus_ids]
+    verifier.ctx.support.prepare([verifier.ctx.index.row(p) for p in dict.fromkeys(papers)])
 
     def one(s: Sentence) -> None:
-        verify_sentence(s, backend, rounds=rounds, pool=pool, attribution=attribution, corpus_ids=corpus_ids)
+        verifier.verify_sentence(s, corpus_ids)
         if progress is not None:
             with lock:
                 progress(1)
@@ -144,19 +167,16 @@ def mark_unverified(sentences: Sequence[Sentence], corpus_ids: set[str]) -> dict
     """Verification switched off: resolve ids and label every remaining citation `unverified`."""
     for s in sentences:
         resolve(s, corpus_ids)
-        for c in s.citations:
-            if c.status == "pending":
-                c.status = "unverified"
-                c.note = "verification switched off"
-        if not s.cited():
-            s.dropped = True
-            s.note = "no corpus paper cited"
+        for c in s.clauses:
+            if c.citation.status == "pending":
+                c.citation.status = "unverified"
+                c.citation.note = "verification switched off"
+        drop_if_empty(s)
     return summarize(sentences)
 
 
 def drop_duplicates(sentences: Sequence[Sentence]) -> int:
-    """Drop kept sentences whose text repeats an earlier kept one (a rewrite can restate a sentence
-    written elsewhere); returns how many."""
+    """Drop kept sentences whose text repeats an earlier kept one; returns how many."""
     seen: set[str] = set()
     n = 0
     for s in sentences:
@@ -172,19 +192,23 @@ def drop_duplicates(sentences: Sequence[Sentence]) -> int:
 
 
 def summarize(sentences: Sequence[Sentence]) -> dict[str, Any]:
-    """Counts of the verification: `citations` by outcome over every sentence checked, dropped ones
-    included; `citations_kept` over the sentences survey.md prints (not the dropped or duplicate ones), whose
-    removed citations are left out of the printed text."""
-    counts = Counter(c.status for s in sentences for c in s.citations)
-    kept = Counter(c.status for s in sentences if not s.dropped for c in s.citations)
+    """Counts of the verification: `citations` by outcome over every clause checked, dropped
+    sentences included; `citations_kept` over the printed sentences; `first_check` how the (clause,
+    citation) pairs fared at their first check."""
+    clauses = [c for s in sentences for c in s.clauses]
+    counts = Counter(c.citation.status for c in clauses)
+    kept = Counter(c.citation.status for s in sentences if not s.dropped for c in s.clauses)
+    first = [c.rounds[0] for c in clauses if c.rounds]
     return {
         "citations": dict(sorted(counts.items())),
         "citations_kept": dict(sorted(kept.items())),
+        "clauses": len(clauses),
+        "first_check_passed": sum(r.supported for r in first),
+        "first_check": len(first),
         "sentences": len(sentences),
         "sentences_dropped": sum(s.dropped for s in sentences),
         "sentences_duplicate": sum(s.note.startswith("duplicate") for s in sentences),
-        "sentences_rewritten": sum(s.original is not None for s in sentences),
-        "checks": sum(len(s.rounds) for s in sentences),
-        "rounds_used": dict(sorted(Counter(max((r.round for r in s.rounds), default=0)
-                                           for s in sentences).items())),
+        "clauses_repaired": sum(c.original is not None for c in clauses),
+        "checks": sum(len(c.rounds) for c in clauses),
+        "rounds_used": dict(sorted(Counter(len(c.rounds) for c in clauses).items())),
     }
