@@ -761,8 +761,8 @@ def test_a_build_on_the_onnx_backend_records_it_and_equals_the_torch_build(tmp_p
         assert ga.nnz == gb.nnz == 12 * 11
         assert abs(sp.csr_matrix(ga - gb)).max() < 1e-4
 
-    # eval/benchmarks/index_agreement.py says the same of these two, and counts a cut graph's edges
-    from eval.benchmarks.index_agreement import agreement, main
+    # experiments/index_agreement.py says the same of these two, and counts a cut graph's edges
+    from experiments.index_agreement import agreement, main
 
     assert main([str(tmp_path / "onnx"), str(tmp_path / "torch"), "--results", str(tmp_path / "res")]) == 0
     same = json.loads((tmp_path / "res" / "index_agreement.json").read_text())
@@ -1016,9 +1016,9 @@ def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encod
 
 
 def test_build_scale_benchmark_smoke(tmp_path) -> None:
-    """eval/benchmarks/build_scale.py on a cs768 slice: the stage table, the graph stage against the
+    """experiments/build_scale.py on a cs768 slice: the stage table, the graph stage against the
     dense baseline, the rebuild from checkpoints, and the backend it was asked for in name and index."""
-    from eval.benchmarks.build_scale import main
+    from experiments.build_scale import main
 
     assert main(["--corpus", str(cs768_path()), "--index", str(tmp_path / "idx"), "--limit", "60",
                  "--encoder-backend", "torch", "--results", str(tmp_path)]) == 0
@@ -1031,9 +1031,9 @@ def test_build_scale_benchmark_smoke(tmp_path) -> None:
 
 
 def test_incremental_build_benchmark_smoke(tmp_path) -> None:
-    """eval/benchmarks/incremental_build.py on a cs768 slice: the newest papers held back, then added
+    """experiments/incremental_build.py on a cs768 slice: the newest papers held back, then added
     to the index, which then equals a build from scratch (the build's own encoder, ONNX Runtime)."""
-    from eval.benchmarks.incremental_build import main
+    from experiments.incremental_build import main
 
     assert main(["--corpus", str(cs768_path()), "--limit", "30", "--added", "8", "--work", str(tmp_path / "work"),
                  "--results", str(tmp_path)]) == 0
@@ -1051,10 +1051,10 @@ def test_incremental_build_benchmark_smoke(tmp_path) -> None:
 
 
 def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
-    """eval/benchmarks/graph_scoring.py on the 400-paper index: every way of scoring and ranking
+    """experiments/graph_scoring.py on the 400-paper index: every way of scoring and ranking
     gives the index's graph, and the graph module is restored afterwards."""
     import graphbuild.graph as graph
-    from eval.benchmarks.graph_scoring import WAYS, main
+    from experiments.graph_scoring import WAYS, main
 
     kept = graph.score_gathered, graph._unique, graph._top_k_rows
     assert main(["--index", str(cs768_index[0]), "--facets", "method,result", "--rounds", "1",
@@ -1070,12 +1070,12 @@ def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
 
 
 def test_graph_scale_benchmark_smoke(cs768_index, tmp_path) -> None:
-    """eval/benchmarks/graph_scale.py on 500 real sentence vectors and the 400-paper index: the
+    """experiments/graph_scale.py on 500 real sentence vectors and the 400-paper index: the
     argpartition selection finds the same candidates as best_columns, the IVF index with every list
     probed finds the exact ones too and with one list fewer of them, every way of scoring pairs gives
     the same similarities, and the graph module is restored afterwards."""
     import graphbuild.graph as graph
-    from eval.benchmarks.graph_scale import main
+    from experiments.graph_scale import main
 
     kept = graph.prefilter_blocks
     assert main(["--index", str(cs768_index[0]), "--work", str(tmp_path / "work"), "--limit-texts", "500",

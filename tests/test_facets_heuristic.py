@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from eval.benchmarks.facet_extraction import GOLD_ASPECT, load_gold
+from experiments.facet_extraction import GOLD_ASPECT, load_gold
 from eval.textmetrics import joined_rouge_l
 from graft.facets import FACETS
 from graft.text import normalize_text, split_sentences

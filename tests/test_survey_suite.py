@@ -179,9 +179,9 @@ def test_cli_survey_suite_with_an_llm_judge(split, tmp_path) -> None:
 
 
 def test_survey_tuning_benchmark_rows(split, tmp_path) -> None:
-    """`eval.benchmarks.survey_tuning`: the default writer and a one-setting variant against the
+    """`experiments.survey_tuning`: the default writer and a one-setting variant against the
     baseline on the same hold-outs, written as a table."""
-    from eval.benchmarks.survey_tuning import main, parse_combo, parse_settings
+    from experiments.survey_tuning import main, parse_combo, parse_settings
     from graft.survey.config import SurveyConfig
 
     assert parse_settings(["graph_seeds=0,40", "relative_relevance=0.5", "verify=false"], SurveyConfig()) == [
@@ -220,9 +220,9 @@ def test_survey_tuning_benchmark_rows(split, tmp_path) -> None:
 
 
 def test_survey_pool_benchmark_measures_the_writers_own_pool(split, tmp_path) -> None:
-    """`eval.benchmarks.survey_pool`: the pool it measures is the one `write_survey` draws on (the
+    """`experiments.survey_pool`: the pool it measures is the one `write_survey` draws on (the
     survey suite's pool recall, hold-out for hold-out), and a changed setting gets its own row."""
-    from eval.benchmarks.survey_pool import main
+    from experiments.survey_pool import main
     from eval.survey_suite import survey_suite
 
     split_dir, _, _ = split

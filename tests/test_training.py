@@ -551,9 +551,9 @@ def test_gpu_benchmark_script_smoke(index80, tmp_path) -> None:
 
 
 def test_learn_pairs_benchmark_smoke(index80, tmp_path) -> None:
-    """eval/benchmarks/learn_pairs.py with the tiny model: its sampled pairs are learned and decoded
+    """experiments/learn_pairs.py with the tiny model: its sampled pairs are learned and decoded
     back under the tries (every target the top beam), and the table is written."""
-    from eval.benchmarks.learn_pairs import main
+    from experiments.learn_pairs import main
     from training.check import sample_pairs
 
     table = sample_pairs(read_pairs(index80 / "train" / "pairs.parquet"), 10, seed=0)
@@ -628,6 +628,6 @@ def test_the_gpu_training_run_imports_without_polars_or_marisa_trie() -> None:
 
     script = ("import sys; sys.modules['polars'] = None; sys.modules['marisa_trie'] = None\n"
               "import training.trainer, training.data, training.checkpoints, training.base_models, graft.prompts\n"
-              "import eval.benchmarks.gpu_train\n")
+              "import experiments.gpu.gpu_train\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
