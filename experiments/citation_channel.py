@@ -32,13 +32,7 @@ import sys
 import time
 from typing import Any
 
-from experiments.common import (
-    add_split_arguments,
-    open_split_queries,
-    parser,
-    split_report,
-    write_tables,
-)
+from experiments.common import open_split_queries, split_parser, split_report, write_tables
 
 
 def weight_list(ap: argparse.ArgumentParser, text: str) -> list[float]:
@@ -82,10 +76,9 @@ def stand_in_rows(scorer: Any, node: int, length: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="citation_channel", part="dev")
     ap.add_argument("--weights", default="0,1,2,3,4,6", help="W of the channel (comma-separated; 0 is always run)")
     ap.add_argument("--list-length", type=int, default=30, help="L: papers per facet list of the stand-in decoder")
-    add_split_arguments(ap, table="citation_channel", part="dev")
     args = ap.parse_args(argv)
     weights = weight_list(ap, args.weights)
     if args.list_length < 1:

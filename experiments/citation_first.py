@@ -16,20 +16,12 @@ from __future__ import annotations
 import sys
 import time
 
-from experiments.common import (
-    add_split_arguments,
-    int_list,
-    open_split_queries,
-    parser,
-    split_report,
-    write_tables,
-)
+from experiments.common import int_list, open_split_queries, split_parser, split_report, write_tables
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="citation_first", part="dev")
     ap.add_argument("--first", default="2,3,4,5,8", help="R: first results the channel is made from (comma-separated)")
-    add_split_arguments(ap, table="citation_first", part="dev")
     args = ap.parse_args(argv)
     firsts = int_list(ap, args.first, "--first")
 

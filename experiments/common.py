@@ -50,6 +50,13 @@ def add_split_arguments(ap: argparse.ArgumentParser, *, table: str, part: str) -
     add_results_argument(ap)
 
 
+def split_parser(doc: str | None, *, table: str, part: str) -> argparse.ArgumentParser:
+    """`parser` with `add_split_arguments`: the parser of an experiment over a split's queries."""
+    ap = parser(doc)
+    add_split_arguments(ap, table=table, part=part)
+    return ap
+
+
 def int_list(ap: argparse.ArgumentParser, text: str, flag: str, *, required: bool = True) -> list[int]:
     """An option's comma-separated integers >= 1, in the order given; anything else is a usage error
     (`ap.error`), and so is an empty list when `required`."""

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common import add_split_arguments, open_split_queries, parser, write_tables
+from experiments.common import open_split_queries, split_parser, write_tables
 
 
 def facet_lists_from_pairs(pairs: Any, docids: Any, row_of: dict[str, int], walk: dict[str, Any],
@@ -136,10 +136,9 @@ def ceiling_recalls(lists: dict[str, dict[str, list[int]]], queries: list[Any], 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="distill_ceiling", part="test")
     ap.add_argument("--base-model", default="smollm2-135m", help="tokenizer of the DocIDs")
     ap.add_argument("--max-edges", default="10,20", help="comma-separated N of the coverage-aware pairs")
-    add_split_arguments(ap, table="distill_ceiling", part="test")
     args = ap.parse_args(argv)
 
     from eval.metrics import KS

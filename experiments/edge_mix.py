@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 
 from experiments.common import (
-    add_split_arguments,
     float_list,
     int_list,
     open_split_queries,
-    parser,
+    split_parser,
     split_report,
     write_tables,
 )
@@ -49,10 +48,9 @@ def both_teachers(graphs: dict[str, Any], queries: dict[str, int], gold: dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="edge_mix", part="dev")
     ap.add_argument("--alphas", default="0.5,0.6,0.75,0.9,1.0", help="comma-separated α (β = 1 − α)")
     ap.add_argument("--top-k", default="20", help="comma-separated top-K out-edges per paper and facet")
-    add_split_arguments(ap, table="edge_mix", part="dev")
     args = ap.parse_args(argv)
     alphas = float_list(ap, args.alphas, "--alphas")
     top_ks = list(dict.fromkeys(int_list(ap, args.top_k, "--top-k")))

@@ -27,20 +27,12 @@ from __future__ import annotations
 import sys
 import time
 
-from experiments.common import (
-    add_split_arguments,
-    int_list,
-    open_split_queries,
-    parser,
-    split_report,
-    write_tables,
-)
+from experiments.common import int_list, open_split_queries, split_parser, split_report, write_tables
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="incorpus_feedback", part="dev")
     ap.add_argument("--feedback", default="3,5", help="R: first papers whose links are used (comma-separated)")
-    add_split_arguments(ap, table="incorpus_feedback", part="dev")
     args = ap.parse_args(argv)
     feedback = int_list(ap, args.feedback, "--feedback")
 

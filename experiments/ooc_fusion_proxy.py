@@ -40,22 +40,14 @@ import sys
 import time
 
 from experiments.citation_channel import stand_in_rows, text_only_rows
-from experiments.common import (
-    add_split_arguments,
-    int_list,
-    open_split_queries,
-    parser,
-    split_report,
-    write_tables,
-)
+from experiments.common import int_list, open_split_queries, split_parser, split_report, write_tables
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="ooc_fusion_proxy", part="dev")
     ap.add_argument("--list-length", type=int, default=30, help="L: papers per facet list of the stand-in decoder")
     ap.add_argument("--feedback", default="3", help="R of the walk's links row (comma-separated)")
     ap.add_argument("--text-weight", default="1,2,3", help="W_t of the text channel (comma-separated)")
-    add_split_arguments(ap, table="ooc_fusion_proxy", part="dev")
     args = ap.parse_args(argv)
     feedback = int_list(ap, args.feedback, "--feedback")
     text_weights = int_list(ap, args.text_weight, "--text-weight")

@@ -20,21 +20,13 @@ import sys
 import time
 
 from experiments.citation_channel import weight_list
-from experiments.common import (
-    add_split_arguments,
-    int_list,
-    open_split_queries,
-    parser,
-    split_report,
-    write_tables,
-)
+from experiments.common import int_list, open_split_queries, split_parser, split_report, write_tables
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="text_channel", part="dev")
     ap.add_argument("--weights", default="0.5,1,2", help="W_t of the text channel (comma-separated; 0 is added)")
     ap.add_argument("--neighbours", default="10,20", help="M: nearest papers in the channel's run (comma-separated)")
-    add_split_arguments(ap, table="text_channel", part="dev")
     args = ap.parse_args(argv)
     weights = weight_list(ap, args.weights)
     neighbours = int_list(ap, args.neighbours, "--neighbours")

@@ -37,20 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common import (
-    add_split_arguments,
-    int_list,
-    open_split_queries,
-    parser,
-    write_tables,
-)
+from experiments.common import int_list, open_split_queries, split_parser, write_tables
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="text_coupling", part="dev")
     ap.add_argument("--feedback", default="10,20", help="pseudo-reference counts R (comma-separated)")
     ap.add_argument("--neighbours", default="20,100", help="text-coupling neighbour counts M (comma-separated)")
-    add_split_arguments(ap, table="text_coupling", part="dev")
     args = ap.parse_args(argv)
     feedback = int_list(ap, args.feedback, "--feedback", required=False)
     neighbours = int_list(ap, args.neighbours, "--neighbours", required=False)

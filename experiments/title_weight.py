@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common import add_split_arguments, open_split_queries, parser, write_tables
+from experiments.common import open_split_queries, split_parser, write_tables
 
 
 def teacher_recalls(graphs: dict[str, Any], queries: dict[str, int], gold: dict[str, set[int]],
@@ -43,9 +43,8 @@ def teacher_recalls(graphs: dict[str, Any], queries: dict[str, int], gold: dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__)
+    ap = split_parser(__doc__, table="title_weight", part="dev")
     ap.add_argument("--weights", default="0,0.5,0.7,1.0", help="comma-separated title weights w")
-    add_split_arguments(ap, table="title_weight", part="dev")
     args = ap.parse_args(argv)
 
     from eval.runner import corpus_name
