@@ -21,12 +21,27 @@ CS768 = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
 ENCODER_FIXTURES = {"encoder", "onnx_encoder"}
 
 
+def _shared_fixture_module(item) -> str | None:
+    """The test module of a module- or session-scoped fixture the test asks for that its own module
+    defines (an index built once for the module), or None."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in getattr(info, "name2fixturedefs", {}).values():
+        for fixturedef in defs:
+            if fixturedef.scope in ("module", "session") and fixturedef.baseid.endswith(".py"):
+                return fixturedef.baseid
+    return None
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark `slow` every test whose fixtures load the sentence encoder (`make check` leaves them
-    out; `make test` runs them)."""
+    out; `make test` runs them). For `pytest -n N --dist loadgroup`, the tests of a module that share
+    a fixture built once for it go to one worker together; the others are spread one by one."""
     for item in items:
         if ENCODER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        module = _shared_fixture_module(item)
+        if module is not None:
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def cs768_path() -> Path:
