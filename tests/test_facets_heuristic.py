@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from experiments.facet_extraction import GOLD_ASPECT, load_gold
 from eval.textmetrics import joined_rouge_l
+from experiments.facet_extraction import GOLD_ASPECT, load_gold
 from graft.facets import FACETS
 from graft.text import normalize_text, split_sentences
 from graphbuild.corpus import load_aclsum

@@ -222,8 +222,8 @@ def test_survey_tuning_benchmark_rows(split, tmp_path) -> None:
 def test_survey_pool_benchmark_measures_the_writers_own_pool(split, tmp_path) -> None:
     """`experiments.survey_pool`: the pool it measures is the one `write_survey` draws on (the
     survey suite's pool recall, hold-out for hold-out), and a changed setting gets its own row."""
-    from experiments.survey_pool import main
     from eval.survey_suite import survey_suite
+    from experiments.survey_pool import main
 
     split_dir, _, _ = split
     assert main(["--split", str(split_dir), "--queries", "test", "--set", "tie_support=2",
