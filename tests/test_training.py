@@ -535,15 +535,12 @@ def test_accelerate_entry_point_runs_single_process(index80, capsys) -> None:
 
 
 def test_gpu_benchmark_script_smoke(index80, tmp_path) -> None:
-    """The GPU script's --smoke mode: tiny shapes, tiny models, CPU; checks it writes its tables."""
-    import importlib.util
+    """experiments/gpu/gpu_train.py --smoke: tiny shapes, tiny models, CPU; checks it writes its tables."""
+    from experiments.gpu.gpu_train import main
 
-    spec = importlib.util.spec_from_file_location("gpu_train", REPO / "eval" / "benchmarks" / "gpu_train.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     out = tmp_path / "out"
-    assert mod.main(["run", "--smoke", "--index", str(index80), "--out", str(out), "--work", str(tmp_path / "work"),
-                     "--quiet"]) == 0
+    assert main(["run", "--smoke", "--index", str(index80), "--out", str(out), "--work", str(tmp_path / "work"),
+                 "--quiet"]) == 0
     report = json.loads((out / "gpu_train.json").read_text())
     assert {r["model"] for r in report["speed"]} == {"smollm2-135m", "llama-3.2-1b-arch"}
     assert all(r["trainer_tokens_per_s"] > 0 and r["bare_tokens_per_s"] > 0 for r in report["speed"])
