@@ -493,6 +493,7 @@ def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monke
                 np.testing.assert_allclose(a[0][f], b_[0][f], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(tmp_path, monkeypatch) -> None:
     """--cache-from: a slice of an indexed corpus plus papers the index lacks copies the slice's
     facets and vectors from it, extracts and embeds only the others, equals a build from scratch of
@@ -1022,6 +1023,7 @@ def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encod
     assert scorer.text_neighbours == 0 and "papers.npy" in scorer.text_coupling_off
 
 
+@pytest.mark.slow
 def test_build_scale_benchmark_smoke(tmp_path) -> None:
     """experiments/build_scale.py on a cs768 slice: the stage table, the graph stage against the
     dense baseline, the rebuild from checkpoints, and the backend it was asked for in name and index."""
@@ -1037,6 +1039,7 @@ def test_build_scale_benchmark_smoke(tmp_path) -> None:
     assert Index.open(tmp_path / "idx").manifest["embedding"]["backend"] == "torch"
 
 
+@pytest.mark.slow
 def test_incremental_build_benchmark_smoke(tmp_path) -> None:
     """experiments/incremental_build.py on a cs768 slice: the newest papers held back, then added
     to the index, which then equals a build from scratch (the build's own encoder, ONNX Runtime)."""

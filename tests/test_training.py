@@ -127,6 +127,7 @@ def test_unknown_base_model_is_refused_with_the_fix(tmp_path) -> None:
         load_tokenizer(str(tmp_path / "afile"))
 
 
+@pytest.mark.slow
 def test_a_base_model_folder_without_usable_weights_is_refused_and_other_weights_are_another_model(
         tokenizer, tmp_path) -> None:
     """A folder with config.json but no weights is refused before any work (`graft train` checks it
@@ -158,6 +159,7 @@ def test_a_base_model_folder_without_usable_weights_is_refused_and_other_weights
     assert describe_base_model(str(folder))["path"] == before["path"]
 
 
+@pytest.mark.slow
 def test_training_that_diverges_saves_no_model(tokenizer, tmp_path) -> None:
     """A loss of nan or inf means the weights are lost: no model is saved as finished."""
     from training.trainer import TrainingDiverged
@@ -364,6 +366,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_kill_and_resume_reaches_the_same_step_and_weights(tokenizer, tmp_path) -> None:
     data = _hand_pairs(tokenizer, 40)
     config = TrainConfig(max_steps=12, batch_size=4, lr=1e-3, save_every_steps=4, logging_steps=2)
