@@ -22,9 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 CS768 = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
 
 
-#: Fixtures that load the sentence encoder (and so build indexes or embed text): a test that asks for
-#: one, directly or through another fixture, is an integration test and is marked `slow`.
-ENCODER_FIXTURES = {"encoder", "onnx_encoder"}
+#: Fixtures that load the sentence encoder, or build an index, a split or an encoder export once for
+#: their module (the test modules' `built`, `split`, `stored`): a test that asks for one, directly or
+#: through another fixture, is an integration test and is marked `slow`.
+SLOW_FIXTURES = {"encoder", "onnx_encoder", "built", "split", "stored"}
 
 
 def _shared_fixture_module(item) -> str | None:
@@ -39,11 +40,11 @@ def _shared_fixture_module(item) -> str | None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark `slow` every test whose fixtures load the sentence encoder (`make check` leaves them
-    out; `make test` runs them). For `pytest -n N --dist loadgroup`, the tests of a module that share
+    """Mark `slow` every test that asks for one of `SLOW_FIXTURES` (`make check` leaves them out;
+    `make test` runs them). For `pytest -n N --dist loadgroup`, the tests of a module that share
     a fixture built once for it go to one worker together; the others are spread one by one."""
     for item in items:
-        if ENCODER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         module = _shared_fixture_module(item)
         if module is not None:
