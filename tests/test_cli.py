@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import re
 import typing
+from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import polars as pl
 import pytest
-from conftest import REPO, cs768_path
+from conftest import REPO, cached_folder, cs768_path
 from test_build import write_slice
 from typer.testing import CliRunner
 
@@ -21,13 +22,19 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(request, tmp_path_factory):
+    """`graft build --json` of an 80-paper cs768 slice: the index and its summary (kept in pytest's
+    cache: `cached_folder`)."""
     tmp = tmp_path_factory.mktemp("cli")
     corpus = write_slice(cs768_path(), 80, tmp)
-    out = tmp / "idx"
-    res = runner.invoke(app, ["build", str(corpus), "--out", str(out), "--json"])
-    assert res.exit_code == 0, res.output
-    return out, json.loads(res.stdout)
+
+    def make(folder: Path) -> None:
+        res = runner.invoke(app, ["build", str(corpus), "--out", str(folder / "idx"), "--json"])
+        assert res.exit_code == 0, res.output
+        (folder / "summary.json").write_text(res.stdout)
+
+    folder = cached_folder(request, tmp_path_factory, "cli-build-80", [corpus], make)
+    return folder / "idx", json.loads((folder / "summary.json").read_text())
 
 
 def test_build_json_summary(built) -> None:

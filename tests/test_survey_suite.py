@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
-from conftest import cs768_path
+from conftest import cached_folder, cs768_path
 
 from graft.errors import InputValidationError
 
@@ -27,15 +28,23 @@ def write_dense_slice(tmp_path, n_reviews: int = 2, n_other: int = 30):
 
 
 @pytest.fixture(scope="module")
-def split(tmp_path_factory, encoder):
+def split(request, tmp_path_factory, encoder):
+    """The survey split of the dense slice with its index (kept in pytest's cache: `cached_folder`)."""
     from eval.splits import SplitConfig, prepare_split
     from graphbuild.build import BuildConfig, build_index
 
     tmp = tmp_path_factory.mktemp("survey-suite")
     corpus, reviews = write_dense_slice(tmp)
-    info = prepare_split(corpus, tmp / "split", SplitConfig(n_ooc=0, n_survey=2, survey_min_refs=20))
-    build_index(tmp / "split" / "corpus.jsonl", tmp / "split" / "index", BuildConfig(), encoder=encoder)
-    return tmp / "split", info, reviews
+    config = SplitConfig(n_ooc=0, n_survey=2, survey_min_refs=20)
+
+    def make(folder: Path) -> None:
+        info = prepare_split(corpus, folder / "split", config)
+        build_index(folder / "split" / "corpus.jsonl", folder / "split" / "index", BuildConfig(), encoder=encoder)
+        (folder / "info.json").write_text(json.dumps(info))
+
+    folder = cached_folder(request, tmp_path_factory, "survey-split", [corpus, repr(config), repr(BuildConfig())],
+                           make)
+    return folder / "split", json.loads((folder / "info.json").read_text()), reviews
 
 
 def test_split_layout(split) -> None:
