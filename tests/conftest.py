@@ -39,6 +39,7 @@ def _shared_fixture_module(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark `slow` every test that asks for one of `SLOW_FIXTURES` (`make check` leaves them out;
     `make test` runs them). For `pytest -n N --dist loadgroup`, the tests of a module that share
