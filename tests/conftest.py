@@ -17,6 +17,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # one process a core (`make test` runs `pytest -n 2`): intra-op threads would only contend
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
+    # pytest-xdist's workers start with COLUMNS=80 and LINES=24, which would fix the width of the
+    # CLI's console when it is imported; a worker should see the terminal a plain run sees
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 REPO = Path(__file__).resolve().parent.parent
 CS768 = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
