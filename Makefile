@@ -22,17 +22,17 @@ demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/graft demo
 
 # The whole suite (what CI runs) over TEST_WORKERS processes (pytest-xdist): most tests run on one
-# thread, so one process would leave the second core of a 2-core machine idle. Tests that share a
-# fixture built once for their module stay on one worker (tests/conftest.py).
+# thread, so one process would leave the second core of a 2-core machine idle. Each test file runs
+# on one worker, so a fixture built once for its module is built once.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The quick lane while editing: lint, then every test not marked slow (integration tests that build
 # indexes, load the sentence encoder or train a model; `make test` runs them too).
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

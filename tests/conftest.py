@@ -32,28 +32,12 @@ CS768 = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
 SLOW_FIXTURES = {"encoder", "onnx_encoder", "built", "split", "stored"}
 
 
-def _shared_fixture_module(item) -> str | None:
-    """The test module of a module- or session-scoped fixture the test asks for that its own module
-    defines (an index built once for the module), or None."""
-    info = getattr(item, "_fixtureinfo", None)
-    for defs in getattr(info, "name2fixturedefs", {}).values():
-        for fixturedef in defs:
-            if fixturedef.scope in ("module", "session") and fixturedef.baseid.endswith(".py"):
-                return fixturedef.baseid
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark `slow` every test that asks for one of `SLOW_FIXTURES` (`make check` leaves them out;
-    `make test` runs them). For `pytest -n N --dist loadgroup`, the tests of a module that share
-    a fixture built once for it go to one worker together; the others are spread one by one."""
+    `make test` runs them)."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        module = _shared_fixture_module(item)
-        if module is not None:
-            item.add_marker(pytest.mark.xdist_group(module))
 
 
 #: What a built fixture depends on besides its inputs: the code that builds it and the libraries
