@@ -610,7 +610,7 @@ def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path,
     summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
     assert summary.removed == ["docids", "model", "graph.graphml"] and not (out / "model").exists()
     assert not (out / "graph.graphml").exists() and (out / "graph.txt").read_text() == "the user's"
-    console = Console(record=True, width=300)
+    console = Console(record=True, width=1000)  # the message names the index twice: no wrap for a long tmp path
     print_build_summary(summary, console)
     assert f"removed docids, model, graph.graphml of the graph this build replaced: `graft train {out}` trains the " \
         f"generative retriever on the new one; `graft export {out}` exports it" in console.export_text()
