@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import importlib.metadata
@@ -69,8 +70,9 @@ def cached_folder(request, tmp_path_factory, name: str, inputs: list[Path | str]
     """A folder that `make(folder)` fills (an index built for a test module), made once for each
     version of the code (`code_digest`) and of `inputs` (files by content, strings as they are) and
     kept in pytest's cache (.pytest_cache/d/fixtures; `pytest --cache-clear` or any change to the
-    code makes it again). Each session gets its own copy, so tests may write into it. Without the
-    cache plugin (`-p no:cacheprovider`) it is made in a temporary folder every time."""
+    code makes it again), by one process at a time: a pytest-xdist worker that needs it while
+    another makes it waits and copies it. Each session gets its own copy, so tests may write into
+    it. Without the cache plugin (`-p no:cacheprovider`) it is made in a temporary folder every time."""
     cache = getattr(request.config, "cache", None)
     if cache is None:
         folder = tmp_path_factory.mktemp(name)
@@ -82,18 +84,19 @@ def cached_folder(request, tmp_path_factory, name: str, inputs: list[Path | str]
         h.update(b"\0")
     root = cache.mkdir("fixtures")
     done = root / f"{name}-{h.hexdigest()[:24]}"
-    if not (done / ".complete").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{done.name}.", dir=root))
-        try:
-            make(tmp)
-            (tmp / ".complete").touch()
-            for old in root.glob(f"{name}-*"):  # other versions of this fixture
-                shutil.rmtree(old, ignore_errors=True)
-            if not (done / ".complete").is_file():  # another run may have made it meanwhile
-                shutil.rmtree(done, ignore_errors=True)
+    # one process makes it while the others (pytest-xdist's workers, other runs) wait, then copy it
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (done / ".complete").is_file():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{done.name}.", dir=root))
+            try:
+                make(tmp)
+                (tmp / ".complete").touch()
+                for old in root.glob(f"{name}-*"):  # other versions of this fixture
+                    shutil.rmtree(old, ignore_errors=True)
                 os.replace(tmp, done)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
     copy = tmp_path_factory.mktemp(name) / "copy"
     shutil.copytree(done, copy)
     return copy
