@@ -560,6 +560,10 @@ from cli.survey_cmd import demo_survey, survey  # noqa: E402
 
 app.command("survey")(survey)
 
+from cli.serve_cmd import serve  # noqa: E402
+
+app.command("serve")(serve)
+
 app.add_typer(eval_app, name="eval")
 
 
