@@ -33,6 +33,8 @@ PIVOT_DEPTH = 100
 TEXT_WORDS = 25
 #: The view modes: the query's ranking, or "same problem, different method".
 MODES = ("related", "pivot")
+#: Edges between results shown, per result (each pair's strongest facet, heaviest pairs first).
+SIDE_EDGES = 2
 
 _WORD = re.compile(r"\w+")
 
@@ -168,7 +170,7 @@ class Explorer:
              mode: str = "related") -> dict[str, Any]:
         """The graph around a paper: the centre, its `k` results (as `graft query --json --explain`,
         with each hit's facet label), and the edges among them: each result's facet credits to
-        the centre (weight, hops), the facet graph's edges between results, and citation links.
+        the centre (weight, hops), the facet graph's strongest edges between results, and citation links.
         `mode` "pivot": the results at depth `PIVOT_DEPTH` with a problem credit, ranked by their
         problem weight less their method weight (same problem, different method).
 
@@ -214,7 +216,8 @@ class Explorer:
 
     def _edges(self, centre_id: str | None, hits: list[Any]) -> list[dict[str, Any]]:
         """The view's edges: centre -> each hit per crediting facet (its evidence), facet edges
-        between hits (the heavier direction of the stored top-k rows), citation links among all."""
+        between hits (each pair's strongest facet, either direction of the stored top-k rows; the
+        heaviest `SIDE_EDGES` per hit), citation links among all."""
         idx = self.index
         centre = centre_id or "query"
         edges = []
@@ -226,12 +229,17 @@ class Explorer:
         ids = [h.paper_id for h in hits]
         rows = np.array([idx.row_of[p] for p in ids], dtype=np.int64)
         if len(rows) > 1:
+            # between results: each pair's strongest facet edge, the heaviest SIDE_EDGES per result
+            stack = []
             for facet in FACETS:
                 sub = idx.graphs[facet][rows][:, rows].toarray()
-                sub = np.maximum(sub, sub.T)
-                for i, j in zip(*np.nonzero(np.triu(sub, 1))):
-                    edges.append({"source": ids[i], "target": ids[j], "facet": facet,
-                                  "weight": round(float(sub[i, j]), 4), "hops": 1, "centre": False})
+                stack.append(np.triu(np.maximum(sub, sub.T), 1))
+            weights = np.stack(stack)
+            best, facet_of = weights.max(axis=0), weights.argmax(axis=0)
+            pairs = sorted(zip(*np.nonzero(best)), key=lambda ij: (-best[ij], ij))[:SIDE_EDGES * len(ids)]
+            for i, j in pairs:
+                edges.append({"source": ids[i], "target": ids[j], "facet": FACETS[int(facet_of[i, j])],
+                              "weight": round(float(best[i, j]), 4), "hops": 1, "centre": False})
         allrows = rows if centre_id is None else np.concatenate([[idx.row_of[centre_id]], rows])
         allids = ids if centre_id is None else [centre_id, *ids]
         if len(allrows) > 1:

@@ -171,7 +171,8 @@ function renderGraph(view, hide, t0) {
     {selector: "node[centre = 1]", style: {"background-color": "#222", width: 26, height: 26, "font-size": 10,
       "font-weight": "bold"}},
     {selector: "node:selected", style: {"border-width": 3, "border-color": "#f0a500"}},
-    {selector: "edge", style: {"curve-style": "bezier", width: "data(width)", opacity: 0.85}},
+    {selector: "edge", style: {"curve-style": "bezier", "control-point-step-size": 6, width: "data(width)",
+      opacity: 0.85}},
     {selector: "edge[centre = 0]", style: {opacity: 0.3}},
     {selector: "edge[hops = 2]", style: {"line-style": "dotted"}},
     {selector: "edge[facet = 'citation']", style: {"line-style": "dashed", "line-color": COLOURS.citation,
@@ -182,8 +183,8 @@ function renderGraph(view, hide, t0) {
   if (state.cy) state.cy.destroy();
   const cy = cytoscape({container: $("graph"), elements: {nodes: nodes, edges: edges}, style: style,
     layout: {name: "concentric", concentric: (n) => n.data("centre") ? 2 : 1, levelWidth: () => 1,
-             minNodeSpacing: 18, animate: false},
-    wheelSensitivity: 0.3});
+             minNodeSpacing: 40, animate: false},
+  });
   state.cy = cy;
   window.graftCy = cy;
   applyToggles(hide);
@@ -237,7 +238,7 @@ async function showCard(id) {
 }
 
 function fillCard(c) {
-  $("card").hidden = false;
+  $("card-hint").hidden = true;
   $("card-title").textContent = c.title || c.id || "";
   $("card-meta").textContent = c.meta || "";
   const re = $("recentre");
