@@ -83,9 +83,12 @@ def _too_long(exc: GraftError) -> int:
     return 413 if "characters long" in str(exc) else 400
 
 
-def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = True) -> Starlette:
-    """The explorer of `index_dir` (read-only), writing surveys under `surveys_dir`."""
-    explorer = Explorer(index_dir)
+def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = True, survey_config: Any = None,
+               encoder: Any = None) -> Starlette:
+    """The explorer of `index_dir` (read-only), writing surveys under `surveys_dir` (with
+    `survey_config`, a `SurveyConfig`, or `graft survey`'s defaults; `encoder`: the sentence encoder
+    the surveys use, else their own)."""
+    explorer = Explorer(index_dir, survey_config=survey_config, encoder=encoder)
     if warm:
         explorer.warm()
     from graft.survey.pipeline import clean_topic

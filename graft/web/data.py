@@ -52,8 +52,9 @@ class Explorer:
     teacher and the title search loaded once (`warm`). Calls are serialised: the index's lazily
     loaded parts are built once whatever the number of browser tabs."""
 
-    def __init__(self, index_dir: str | Path) -> None:
+    def __init__(self, index_dir: str | Path, *, survey_config: Any = None, encoder: Any = None) -> None:
         self.index = Index.open(index_dir)
+        self.survey_config, self.encoder = survey_config, encoder
         self._lock = threading.RLock()
         self._related: dict[int, Any] = {}
 
@@ -312,10 +313,11 @@ class Explorer:
     # ---- surveys -----------------------------------------------------------------------------
     def write_survey(self, topic: str, out: Path, reporter: Any) -> Any:
         """Write a survey of `topic` into `out` as `graft survey INDEX TOPIC --out OUT` does (its
-        defaults, offline writer); returns its `SurveyResult`."""
+        defaults, offline writer, unless the explorer was given a `SurveyConfig`); returns its
+        `SurveyResult`."""
         from cli.survey_cmd import run_survey
 
-        return run_survey(self.index.path, topic, out, None, reporter)
+        return run_survey(self.index.path, topic, out, self.survey_config, reporter, encoder=self.encoder)
 
 
 def check_text(q: Any) -> str:
