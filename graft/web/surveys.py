@@ -104,7 +104,7 @@ class Surveys:
             name, n = base, 1
             while name in self._jobs or (self.folder / name).exists():
                 n += 1
-                name = f"{base[:56]}-{n}"
+                name = f"{base[:56].rstrip('-')}-{n}"
             job = self._jobs[name] = Job(name=name, topic=topic)
             self._queue.put(job)
             if self._thread is None:
