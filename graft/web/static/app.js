@@ -194,6 +194,7 @@ function renderGraph(view, hide, t0) {
     window.graft.timings.push(ms);
     window.graft.ready += 1;
     window.graft.centre = c.id;
+    window.graft.paintedAt = performance.now();
     document.body.dataset.ready = String(window.graft.ready);
   });
 }
