@@ -62,7 +62,9 @@ function writeUrl(q, push) {
 
 function controlsFrom(q) {
   $("mode").value = q.mode;
-  $("k").value = String(q.k);
+  const k = $("k");
+  if (![...k.options].some((o) => o.value === String(q.k))) k.append(el("option", String(q.k)));
+  k.value = String(q.k);
   document.querySelectorAll("#facet-toggles input").forEach((box) => {
     box.checked = !q.hide.includes(box.dataset.facet);
   });
@@ -183,7 +185,7 @@ function renderGraph(view, hide, t0) {
   if (state.cy) state.cy.destroy();
   const cy = cytoscape({container: $("graph"), elements: {nodes: nodes, edges: edges}, style: style,
     layout: {name: "concentric", concentric: (n) => n.data("centre") ? 2 : 1, levelWidth: () => 1,
-             minNodeSpacing: 40, animate: false},
+             minNodeSpacing: 70, animate: false},
   });
   state.cy = cy;
   window.graftCy = cy;
@@ -257,7 +259,9 @@ function fillCard(c) {
       const ev = c.hit.evidence[f];
       if (!ev || !ev.match) continue;
       const d = el("div", null, "pair");
-      d.append(el("strong", `${f} ${ev.match.cosine.toFixed(2)}`, "f-" + f));
+      d.append(el("strong", `${f}`, "f-" + f),
+               el("span", ` edge ${ev.weight.toFixed(2)} · closest items, cosine ${ev.match.cosine.toFixed(2)}`,
+                  "hit-meta"));
       d.append(el("q", "centre: " + ev.match.query));
       d.append(el("q", "this paper: " + ev.match.hit));
       why.append(d);
