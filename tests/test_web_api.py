@@ -281,3 +281,20 @@ def test_render_survey_escapes_html_and_links_citations():
     assert "<script>" not in html and "<b>" not in html
     assert '<a href="#" class="cite" data-paper="P1">[1]</a>' in html
     assert 'data-paper="Q&quot;2"' in html and "[9]" in html and 'data-paper="None"' not in html
+
+
+def test_serve_refuses_a_missing_index_and_a_busy_port(tmp_path, web_index):
+    import socket
+
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    run = CliRunner().invoke(app, ["serve", str(tmp_path / "nothing"), "--port", "0"])
+    assert run.exit_code == 2 and "graft build" in run.output
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = CliRunner().invoke(app, ["serve", str(web_index), "--port", str(port), "--surveys", str(tmp_path)])
+    assert run.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in run.output
