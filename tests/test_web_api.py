@@ -139,7 +139,8 @@ def test_text_query_view(served):
     view = client.post("/api/graph", json={"text": text, "k": 5}).json()
     assert view["centre"]["outside"] and view["centre"]["paper_id"] is None
     assert len(view["hits"]) == 5 and any(view["centre"]["facets"].values())
-    assert all(e["source"] in {"query", *(h["paper_id"] for h in view["hits"])} for e in view["edges"])
+    assert all(e["source"] in {view["centre"]["id"], *(h["paper_id"] for h in view["hits"])} for e in view["edges"])
+    assert all(e["centre"] for e in view["edges"] if view["centre"]["id"] in (e["source"], e["target"]))
 
 
 def test_card(served):
@@ -264,13 +265,13 @@ def test_survey_from_the_page(served):
     assert _wait(client, again["name"])["state"] == "done"
 
 
-@pytest.mark.parametrize("topic, words", [("", "empty"), ("   ", "empty"), ("?? !!", "no words"),
-                                          ("x" * 600, "at most"), (None, "must be a text"),
-                                          (["a"], "must be a text")])
-def test_bad_topics(served, topic, words):
+@pytest.mark.parametrize("topic, status, words", [("", 400, "empty"), ("   ", 400, "empty"), ("?? !!", 400, "no words"),
+                                                  ("x" * 600, 413, "at most 500"), (None, 400, "must be a text"),
+                                                  (["a"], 400, "must be a text")])
+def test_bad_topics(served, topic, status, words):
     client, _, _ = served
     res = client.post("/api/surveys", json={"topic": topic})
-    assert res.status_code == 400 and words in res.json()["error"]
+    assert res.status_code == status and words in res.json()["error"]
 
 
 def test_render_survey_escapes_html_and_links_citations():

@@ -219,6 +219,18 @@ def test_title_search_and_bad_input(session, web_index):
     first.click()
     wait_for(driver, "return window.graft.ready >= 1")
     assert driver.execute_script("return graftCy.nodes('[centre = 1]').id()") == pid
+    # a pasted title and abstract: a paper outside the corpus, in the centre
+    idx = Index.open(web_index)
+    text = f"{idx.papers['title'][7]}. {idx.papers['abstract'][7]}"
+    driver.get(url)
+    wait_for(driver, "return document.getElementById('index-name').textContent")
+    driver.execute_script("document.getElementById('search').value = arguments[0];", text)
+    driver.find_element(By.ID, "search-go").click()
+    wait_for(driver, "return window.graft.ready >= 1", timeout=180)
+    assert driver.execute_script("return graftCy.nodes('[centre = 1]').id()") == "the query"
+    assert driver.execute_script("return graftCy.nodes().length") == 21
+    assert "the pasted paper" in driver.find_element(By.ID, "card-meta").text
+    assert "text=" in driver.current_url  # short enough to be kept in the URL
     driver.get(f"{url}?paper=no-such-paper")
     wait_for(driver, "return !document.getElementById('message').hidden")
     assert "not in index" in driver.find_element(By.ID, "message").text

@@ -91,15 +91,7 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
     explorer = Explorer(index_dir, survey_config=survey_config, encoder=encoder)
     if warm:
         explorer.warm()
-    from graft.survey.pipeline import clean_topic
-
-    def check_topic(topic: str) -> str:
-        text = clean_topic(topic)
-        if not any(ch.isalnum() for ch in text):
-            raise GraftError("the topic has no words: give a phrase such as \"neural machine translation\"")
-        return text
-
-    surveys = Surveys(Path(surveys_dir), explorer.write_survey, check_topic)
+    surveys = Surveys(Path(surveys_dir), explorer.write_survey, explorer.check_topic)
 
     def guarded(handler):
         async def run(request: Request) -> Response:

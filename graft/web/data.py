@@ -36,6 +36,9 @@ MODES = ("related", "pivot")
 #: Edges between results shown, per result (each pair's strongest facet, heaviest pairs first).
 SIDE_EDGES = 2
 
+#: The graph node of a pasted paper: with a space, so that no corpus id (one word) can be it.
+QUERY_NODE = "the query"
+
 _WORD = re.compile(r"\w+")
 
 
@@ -200,7 +203,7 @@ class Explorer:
             centre = {"id": centre_id, "paper_id": centre_id, "title": idx.papers["title"][row],
                       "year": idx.papers["year"][row], "outside": False}
         else:
-            centre = {"id": "query", "paper_id": None, "title": record.get("title") or "(the pasted text)",
+            centre = {"id": QUERY_NODE, "paper_id": None, "title": record.get("title") or "(the pasted text)",
                       "year": None, "outside": True, "facets": result.info.get("query_facets", {})}
         listed = []
         for pos, h in enumerate(hits, start=1):
@@ -220,7 +223,7 @@ class Explorer:
         between hits (each pair's strongest facet, either direction of the stored top-k rows; the
         heaviest `SIDE_EDGES` per hit), citation links among all."""
         idx = self.index
-        centre = centre_id or "query"
+        centre = centre_id or QUERY_NODE
         edges = []
         for h in hits:
             for facet, ev in h.evidence.items():
@@ -311,6 +314,20 @@ class Explorer:
         return list(dict.fromkeys(paper_ids))
 
     # ---- surveys -----------------------------------------------------------------------------
+    @staticmethod
+    def check_topic(topic: str) -> str:
+        """A survey topic as `graft survey` takes it (one line, at most 500 characters), with words.
+
+        Raises:
+            GraftError: empty, too long, or without words.
+        """
+        from graft.survey.pipeline import clean_topic
+
+        text = clean_topic(topic)
+        if not any(ch.isalnum() for ch in text):
+            raise GraftError("the topic has no words: give a phrase such as \"neural machine translation\"")
+        return text
+
     def write_survey(self, topic: str, out: Path, reporter: Any) -> Any:
         """Write a survey of `topic` into `out` as `graft survey INDEX TOPIC --out OUT` does (its
         defaults, offline writer, unless the explorer was given a `SurveyConfig`); returns its

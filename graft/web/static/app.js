@@ -130,7 +130,7 @@ async function load(q) {
   renderList(view);
   renderGraph(view, q.hide, t0);
   $("export-bib").disabled = $("export-graphml").disabled = false;
-  showCard(view.centre.paper_id || "query");
+  showCard(view.centre.paper_id || view.centre.id);
 }
 
 function shortTitle(t) { t = String(t || ""); return t.length > 42 ? t.slice(0, 40) + "…" : t; }
@@ -222,7 +222,7 @@ function select(id) {
 async function showCard(id) {
   state.selected = id;
   const view = state.view;
-  if (id === "query" && view && view.centre.outside) {
+  if (view && view.centre.outside && id === view.centre.id) {
     fillCard({title: view.centre.title, meta: "the pasted paper (outside the corpus)",
               facets: view.centre.facets || {}, abstract: null, recentre: false});
     return;
