@@ -69,8 +69,9 @@ class Explorer:
         with self._lock:
             _ = idx.papers, idx.facets, idx.graphs, idx.citation_links, idx.row_of, idx._item_rows
             self._titles()
+            self.summary()
             if idx.n:
-                self.related_of({"id": idx.paper_ids[0]}, k=1)
+                self.related_of({"id": idx.paper_ids[0]}, k=DEFAULT_K)
 
     def _titles(self) -> tuple[list[str], list[set[str]], dict[str, float]]:
         if not hasattr(self, "_title_index"):
@@ -87,15 +88,18 @@ class Explorer:
 
     def summary(self) -> dict[str, Any]:
         """The index's name, size and an example paper (the best-connected one)."""
+        if hasattr(self, "_summary"):
+            return self._summary
         idx = self.index
         with self._lock:
             example = None
             if idx.n:
                 degree = sum(np.asarray((g > 0).sum(axis=0)).ravel() for g in idx.graphs.values())
                 example = idx.paper_ids[int(np.argmax(degree))]
-            return {"index": idx.path.name, "papers": idx.n, "citations": int(len(idx.citations)),
-                    "facets": list(FACETS), "example": example, "retriever": "teacher",
-                    "max_text_chars": MAX_TEXT_CHARS, "max_k": MAX_K}
+            self._summary = {"index": idx.path.name, "papers": idx.n, "citations": int(len(idx.citations)),
+                             "facets": list(FACETS), "example": example, "retriever": "teacher",
+                             "max_text_chars": MAX_TEXT_CHARS, "max_k": MAX_K}
+            return self._summary
 
     # ---- find --------------------------------------------------------------------------------
     def search(self, q: str, limit: int = 10) -> dict[str, Any]:
@@ -122,10 +126,10 @@ class Explorer:
         for row, (title, ws) in enumerate(zip(titles, tokens)):
             whole = frag in title
             share = sum(idf.get(w, 0.0) for w in qwords & ws) / total if qwords else 0.0
-            if whole or share > 0:
-                scored.append((-(whole + share), row))
+            if whole or share > 0:  # ties: the shorter title, the closer match
+                scored.append((-(whole + share), len(title), row))
         scored.sort()
-        matches = [self._brief(idx.paper_ids[row], round(-s / 2, 4)) for s, row in scored[:limit]]
+        matches = [self._brief(idx.paper_ids[row], round(-s / 2, 4)) for s, _, row in scored[:limit]]
         # a near-miss id (its first letters) helps as much as a title
         if not matches and len(words) == 1:
             close = [p for p in idx.paper_ids if p.lower().startswith(text.lower()[:4])][:limit]
