@@ -405,8 +405,9 @@ async function start() {
     e.preventDefault();
     showCard(a.dataset.paper);
   });
-  window.addEventListener("popstate", () => {
-    const q = readUrl();
+  window.addEventListener("popstate", (event) => {
+    // the view pushed with this entry (it keeps a pasted text too long for the URL), else the URL's
+    const q = event.state && (event.state.paper || event.state.text) ? event.state : readUrl();
     const same = state.view && state.query && q.paper === state.query.paper && q.text === state.query.text
       && q.k === state.query.k && q.mode === state.query.mode;
     state.query = q;
