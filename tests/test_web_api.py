@@ -299,3 +299,16 @@ def test_serve_refuses_a_missing_index_and_a_busy_port(tmp_path, web_index):
         port = busy.getsockname()[1]
         run = CliRunner().invoke(app, ["serve", str(web_index), "--port", str(port), "--surveys", str(tmp_path)])
     assert run.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in run.output
+
+
+def test_several_tabs_at_once(served):
+    """Views asked for at the same time (several tabs) get the answers they get one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client, idx, _ = served
+    asks = [{"paper": pid, "k": k, "mode": mode} for pid in idx.paper_ids[10:14] for k, mode in ((5, "related"),
+                                                                                              (12, "pivot"))]
+    alone = [client.get("/api/graph", params=a).json() for a in asks]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(lambda a: client.get("/api/graph", params=a).json(), asks))
+    assert together == alone
