@@ -116,6 +116,11 @@ def build(
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
                                                "text coupling for queries without references, the dense "
                                                "baseline. Off saves that stage's time."),
+    text_coupling: int | None = typer.Option(None, "--text-coupling", min=0, metavar="M",
+                                             help="A paper with no citation link in the corpus takes the "
+                                                  "title + abstract cosine of its M nearest papers as the "
+                                                  "citation part of its edge weights (default 10; 0: off, "
+                                                  "and with --no-paper-embeddings)."),
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
@@ -139,6 +144,7 @@ def build(
     """
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
+    from graphbuild.citations import TEXT_NEIGHBOURS
 
     try:
         llm = {}
@@ -151,7 +157,9 @@ def build(
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
                              title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
-                             direct_links=direct_links, paper_embeddings=paper_embeddings, llm=llm)
+                             direct_links=direct_links, paper_embeddings=paper_embeddings,
+                             text_coupling=(text_coupling if text_coupling is not None
+                                            else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
                               reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from)
     except (GraftError, ValueError) as exc:

@@ -192,6 +192,21 @@ class Index:
         return self._read("graph/citation.npz", read_npz)
 
     @cached_property
+    def text_coupling(self) -> sp.csr_matrix:
+        """n x n: the text coupling that stood in for the citation score of the papers without
+        citation links when the graphs were built (`graphbuild.citations.text_coupling`); empty for
+        an index built without it."""
+        if not (self.path / "graph" / "text.npz").is_file():
+            return sp.csr_matrix((self.n, self.n), dtype=np.float32)
+        return self._read("graph/text.npz", read_npz)
+
+    def citation_half(self, node: int) -> sp.csr_matrix:
+        """1 x n: the score the citation half of a corpus paper's edge weights was built from (its
+        citation score row, or its text coupling row when it has no citation links)."""
+        row = sp.csr_matrix(self.citation_score[node], dtype=np.float32)
+        return row.maximum(sp.csr_matrix(self.text_coupling[node], dtype=np.float32))
+
+    @cached_property
     def citation_matrix(self) -> sp.csr_matrix:
         """A[i, j] = 1 if paper i cites paper j (rebuilt from citations.parquet)."""
         c = self.citations

@@ -33,10 +33,13 @@ from graft.text import normalize_text, paper_texts
 from graphbuild.checkpoints import RowStore, StoredEncoder, StoredRows, make_key, paper_digests, source_digest
 from graphbuild.citations import (
     RESCALE_MODES,
+    TEXT_NEIGHBOURS,
     CitationSignals,
     citation_links,
     citation_matrix,
     citation_signals,
+    linkless_rows,
+    text_coupling,
 )
 from graphbuild.corpus import Corpus, load_corpus
 from graphbuild.embeddings import BACKENDS, DEFAULT_TITLE_WEIGHT, title_vectors, with_title
@@ -82,6 +85,9 @@ class BuildConfig:
     # direct citation links (either way) as graph candidates; off = the reference design: candidates
     # are facet-similar, coupled and co-cited papers, and a direct link is left to be found (the gold)
     direct_links: bool = False
+    # M: a paper with no citation link in the corpus takes the clipped title + abstract cosine of its
+    # M nearest papers as the citation half of its edge weights (graph/text.npz); 0 = that half stays 0
+    text_coupling: int = TEXT_NEIGHBOURS
     skip_bad: bool = False  # skip invalid corpus records (counted and listed) instead of stopping
     limit: int | None = None  # keep only the first N valid records
     llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
@@ -95,6 +101,11 @@ class BuildConfig:
                  if getattr(self, name) is not None and getattr(self, name) < 1]
         if wrong:
             raise ValueError(f"{', '.join(wrong)}: must be >= 1 (batch size, block rows and limit: or None)")
+        if self.text_coupling < 0:
+            raise ValueError(f"text_coupling must be >= 0 (0 = off), got {self.text_coupling}")
+        if self.text_coupling and not self.paper_embeddings:
+            raise ValueError("text_coupling needs paper_embeddings (the title + abstract vectors it compares); "
+                             "set text_coupling to 0 to build without them")
         if self.extractor not in EXTRACTORS:
             raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
         if self.embedding_dtype not in ("float16", "float32"):
@@ -114,7 +125,8 @@ class BuildConfig:
     def from_dict(cls, data: dict[str, Any]) -> BuildConfig:
         # indexes built before items took their title as context embedded them alone, and those
         # built before direct links became optional took them as candidates
-        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, **data})
+        # and those built before link-less papers were text-coupled left their citation half empty
+        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0, **data})
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:
@@ -191,20 +203,27 @@ def facet_graphs(
     params: GraphParams,
     *,
     progress: Any = None,
+    text: sp.csr_matrix | None = None,
 ) -> dict[str, sp.csr_matrix]:
     """The four typed top-K graphs from item embeddings and citation signals.
 
     Args:
         owner: paper row of each facet item; facet_of_item: its facet name; vectors: its embedding.
         a: the citation matrix; signals: its coupling / co-citation score.
+        text: text coupling of the papers without citation links (`text_coupling`), which stands in
+            for their (empty) citation score rows and adds their text neighbours as candidates.
     """
     n = a.shape[0]
     links = citation_links(a, signals.score, direct=params.direct_links)  # candidates beyond the facet prefilter
+    score = signals.score
+    if text is not None and text.nnz:  # link-less papers' rows: their score row is empty, text fills it
+        score = (sp.csr_matrix(score, dtype=np.float32) + text).tocsr()
+        links = ((links + text) > 0).astype(np.float32).tocsr()
     graphs = {}
     for facet in FACETS:
         sel = facet_of_item == facet
         items = group_items(owner[sel], np.asarray(vectors[sel], dtype=np.float32), n)
-        graphs[facet] = facet_graph(items, signals.score, links, params, progress=progress)
+        graphs[facet] = facet_graph(items, score, links, params, progress=progress)
     return graphs
 
 
@@ -401,10 +420,13 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         a = citation_matrix(citing, cited, n)
         signals = citation_signals(a, config.citation_rescale)
         adv(int(a.nnz))
+    text = None
+    if config.text_coupling and papers_vec is not None:
+        text = text_coupling(papers_vec, linkless_rows(a), config.text_coupling)
 
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
         graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
-                              progress=adv)
+                              progress=adv, text=text)
 
     with reporter.stage("write", unit="files") as adv:
         removed = _invalidate(out, str(corpus_path) if corpus_path is not None else "aclsum")
@@ -421,7 +443,11 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         for facet, g in graphs.items():
             write_npz(out / "graph" / f"{facet}.npz", g)
         write_npz(out / "graph" / "citation.npz", signals.score)
-        adv(5 + len(graphs) + (config.title_weight > 0) + (papers_vec is not None))
+        if text is not None:
+            write_npz(out / "graph" / "text.npz", text)
+        elif (out / "graph" / "text.npz").exists():  # an earlier build's
+            (out / "graph" / "text.npz").unlink()
+        adv(5 + len(graphs) + (config.title_weight > 0) + (papers_vec is not None) + (text is not None))
 
     has_in = {f: float((np.asarray((g > 0).sum(axis=0)).ravel() > 0).mean()) if n else 0.0
               for f, g in graphs.items()}
@@ -434,6 +460,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         "share_with_incoming_edge": has_in,
         "paper_embeddings": 0 if papers_vec is None else int(papers_vec.shape[0]),
         "coupling_pairs": signals.n_coupling_pairs,
+        "text_coupled_papers": 0 if text is None else int((np.diff(text.indptr) > 0).sum()),
         "cocitation_pairs": signals.n_cocitation_pairs,
         "skipped_records": len(corpus.report.skipped),
         "dropped_references": corpus.report.dropped_references,
