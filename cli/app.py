@@ -127,6 +127,10 @@ def build(
                                                 "and embeddings of this corpus's papers are copied into "
                                                 "OUT/cache/build first: a slice or variant of a corpus already "
                                                 "built costs only its new papers and the graph. Only read."),
+    allow_degraded: bool = typer.Option(False, "--allow-degraded",
+                                        help="Extractor llm: write the index even when most papers got no usable "
+                                             "answer and have the heuristic extractor's facets (otherwise the "
+                                             "build stops with exit 2)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -153,7 +157,8 @@ def build(
                              title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
                              direct_links=direct_links, paper_embeddings=paper_embeddings, llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
-                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from)
+                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from,
+                              allow_degraded=allow_degraded)
     except (GraftError, ValueError) as exc:
         _fail(exc)
     if as_json:

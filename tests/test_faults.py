@@ -1,0 +1,242 @@
+"""Fault injection: a loopback OpenAI-compatible server (127.0.0.1 only, threads, every stall bounded)
+that misbehaves on script — 429 with Retry-After, 5xx, malformed and schema-violating JSON, stalls,
+trickled and oversized bodies, redirects to another origin, prompt-injection text in the papers —
+driven through the chat client, `graft build --extractor llm` and `graft survey --llm openai`.
+
+What must hold: no crash (a clear error or a counted fallback), bounded time, nothing fabricated
+kept, the API key never sent to another origin, and failures visible in the exit code when they are
+the majority."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from graft.llm import ChatClient, LLMCache, LLMConfig, LLMError
+
+KEY = "sk-test-SECRET-0123456789"
+KEY_ENV = "GRAFT_FAULTS_TEST_KEY"
+GOOD_FACETS = {"problem": ["Slow search over papers"], "method": ["A typed facet graph"],
+               "result": ["Recall improves"], "contribution": ["An open engine"]}
+
+#: Longest any scripted stall lasts: a client that ignored its deadline still ends the test.
+MAX_STALL_S = 8.0
+
+
+@dataclass
+class Act:
+    """What the server does for one request."""
+
+    status: int = 200
+    content: str | None = json.dumps(GOOD_FACETS)  # the model message (status 200)
+    body: bytes | None = None  # raw body instead of a chat completion
+    headers: dict[str, str] = field(default_factory=dict)
+    stall_s: float = 0.0  # sleep before sending anything
+    trickle: tuple[int, float] | None = None  # (bytes, seconds): send the body this many bytes at a time
+    length: int | None = None  # Content-Length to declare (default: the body's)
+
+
+def completion(content: str | None, model: str = "m") -> bytes:
+    return json.dumps({"id": "c", "model": model, "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]}).encode()
+
+
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 answering POST and GET by `script(hit, method, path, body)`.
+    It records every request's method, path and Authorization header."""
+
+    def __init__(self, script: Callable[[int, str, str, dict[str, Any] | None], Act] | None = None) -> None:
+        self.script = script or (lambda hit, method, path, body: Act())
+        self.seen: list[tuple[str, str, str | None]] = []
+        self.bodies: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _serve(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = None
+                with server._lock:
+                    hit = len(server.seen)
+                    server.seen.append((method, self.path, self.headers.get("Authorization")))
+                    if body is not None:
+                        server.bodies.append(body)
+                act = server.script(hit, method, self.path, body)
+                data = act.body if act.body is not None else completion(act.content, (body or {}).get("model", "m"))
+                try:
+                    time.sleep(min(act.stall_s, MAX_STALL_S))
+                    self.send_response(act.status)
+                    for k, v in act.headers.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(act.length if act.length is not None else len(data)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    if act.trickle is None:
+                        self.wfile.write(data)
+                    else:
+                        step, pause = act.trickle
+                        until = time.monotonic() + MAX_STALL_S
+                        for start in range(0, len(data), step):
+                            if time.monotonic() > until:
+                                break
+                            self.wfile.write(data[start:start + step])
+                            self.wfile.flush()
+                            time.sleep(pause)
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass  # the client gave up and hung up
+                self.close_connection = True
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                self._serve("POST")
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._serve("GET")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = self.origin + "/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True)
+        self._thread.start()
+
+    @property
+    def auth_headers(self) -> list[str | None]:
+        return [a for _, _, a in self.seen]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[LoopbackServer, LoopbackServer]]:
+    """The configured server and another origin (another port of 127.0.0.1) it may redirect to."""
+    a, b = LoopbackServer(), LoopbackServer()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def client(url: str, cache: LLMCache | None = None, **overrides: Any) -> ChatClient:
+    settings: dict[str, Any] = {"model": "m", "base_url": url, "api_key_env": KEY_ENV, "backoff_base_s": 0.01,
+                                "max_retries": 1, "timeout_s": 5.0}
+    settings.update(overrides)
+    return ChatClient(LLMConfig.from_dict(settings), cache=cache)
+
+
+ASK = [{"role": "user", "content": "hello"}]
+
+
+# ---- the chat client alone ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_to_another_origin_never_carries_the_key_nor_becomes_the_answer(servers, monkeypatch, tmp_path,
+                                                                                  code) -> None:
+    a, b = servers
+    monkeypatch.setenv(KEY_ENV, KEY)
+    a.script = lambda hit, method, path, body: Act(status=code, headers={"Location": b.url + "/chat/completions"},
+                                                   body=b"moved")
+    b.script = lambda hit, method, path, body: Act(content="FROM THE OTHER ORIGIN")
+    with LLMCache(tmp_path / "llm.sqlite") as cache:
+        with pytest.raises(LLMError, match=f"HTTP {code}, a redirect to another origin") as info:
+            client(a.url, cache).complete(ASK)
+        assert len(cache) == 0  # nothing cached as the completion
+    assert b.seen == [] and KEY not in str(info.value)
+    assert a.auth_headers == [f"Bearer {KEY}"]  # asked once: a redirect is not retried either
+
+
+def test_credentials_in_the_base_url_go_as_basic_auth_and_are_never_shown(servers, caplog) -> None:
+    a, _ = servers
+    a.script = lambda hit, method, path, body: Act(status=503)
+    url = a.url.replace("http://", "http://alice:hunter2-PASSWORD@")
+    caplog.set_level(logging.WARNING, logger="graft.llm")
+    with pytest.raises(LLMError) as info:
+        client(url, max_retries=2).complete(ASK)
+    shown = str(info.value) + caplog.text + repr(info.value.url)
+    assert "hunter2" not in shown and "retry 1 of 2" in caplog.text
+    assert a.auth_headers[0] is not None and a.auth_headers[0].startswith("Basic ")
+    assert all(path == "/v1/chat/completions" for _, path, _ in a.seen)
+    # a config error names the URL without its password
+    with pytest.raises(Exception) as bad:
+        LLMConfig(model="m", base_url="ftp://bob:pw-SECRET@host/v1")
+    assert "pw-SECRET" not in str(bad.value) and "ftp://" in str(bad.value)
+
+
+def test_a_trickling_server_is_held_to_one_deadline_per_attempt(servers) -> None:
+    """8 bytes every 2 s kept each socket read under a 3 s timeout: the request took as long as the
+    server liked. Now the whole attempt has 3 s."""
+    a, _ = servers
+    a.script = lambda hit, method, path, body: Act(trickle=(8, 2.0))
+    start = time.monotonic()
+    with pytest.raises(LLMError, match="no complete answer within timeout_s=3 s"):
+        client(a.url, timeout_s=3.0, max_retries=0).complete(ASK)
+    assert time.monotonic() - start < 4.5
+
+
+def test_a_stalled_server_is_held_to_the_deadline_and_retried(servers) -> None:
+    a, _ = servers
+    a.script = lambda hit, method, path, body: Act(stall_s=6.0) if hit == 0 else Act(content="late but fine")
+    start = time.monotonic()
+    assert client(a.url, timeout_s=1.0, max_retries=1).complete(ASK) == "late but fine"
+    assert time.monotonic() - start < 3.0
+
+
+def test_an_oversized_answer_is_refused(servers) -> None:
+    a, _ = servers
+    huge = completion("x" * 300_000)
+    a.script = lambda hit, method, path, body: Act(body=huge)
+    with pytest.raises(LLMError, match="more than max_response_bytes=100,000"):
+        client(a.url, max_response_bytes=100_000).complete(ASK)
+    # also when the server does not say how long its answer is (or lies about it)
+    a.script = lambda hit, method, path, body: Act(body=huge, length=10)
+    lying = client(a.url, max_response_bytes=100_000)
+    with pytest.raises(LLMError):
+        lying.complete(ASK)
+    a.script = lambda hit, method, path, body: Act(content="small")
+    assert client(a.url, max_response_bytes=100_000).complete(ASK) == "small"
+
+
+def test_429_retry_after_5xx_and_malformed_answers(servers) -> None:
+    a, _ = servers
+    plan = [Act(status=429, headers={"Retry-After": "0.2"}), Act(status=502), Act(body=b"{not json"),
+            Act(content="ok")]
+    a.script = lambda hit, method, path, body: plan[min(hit, len(plan) - 1)]
+    c = client(a.url, max_retries=3)
+    start = time.monotonic()
+    with pytest.raises(LLMError, match="not with a chat completion"):  # malformed JSON: not retried, not kept
+        c.complete(ASK)
+    assert 0.2 <= time.monotonic() - start < 3
+    assert c.complete(ASK) == "ok"
+    assert c.stats()["failures"] == 1
+
+
+def test_an_unusable_base_url_is_refused_before_any_work() -> None:
+    for url in ("ftp://x", "file:///etc/passwd", "http://", "http://host:port/v1", "javascript:alert(1)"):
+        with pytest.raises(Exception, match="base_url"):
+            LLMConfig(model="m", base_url=url)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
