@@ -383,3 +383,83 @@ def test_build_with_the_server_down_stops_and_keeps_the_old_index(quick_models, 
     res, took = run_cli(["build", str(corpus), "--out", str(tmp_path / "x"), "--extractor", "llm",
                          "--llm-base-url", "ftp://x", "--llm-model", "m"])
     assert res.exit_code == 2 and "base_url='ftp://x'" in res.output and quick_models == [] and took < 10
+
+
+@pytest.fixture(scope="module")
+def tiny_index(tmp_path_factory, encoder):
+    from graphbuild.build import BuildConfig, build_index
+
+    folder = tmp_path_factory.mktemp("faults")
+    out = folder / "idx"
+    build_index(tiny_corpus(folder), out, BuildConfig(), encoder=encoder)
+    return out
+
+
+def test_survey_through_a_misbehaving_server(servers, tiny_index, quick_models, monkeypatch, tmp_path) -> None:
+    """The scripted model of the survey tests (it invents a claim, a source in prose and a citation
+    key) behind a server that first answers each request with a 429, a 5xx, a stall or a trickle,
+    and mangles some answers' JSON; the injected paper is in the corpus. The survey is written, in
+    bounded time, with nothing it made up; a server that redirects every request elsewhere gets a
+    survey refused (exit 2), and the other origin never sees a request."""
+    import functools
+    import hashlib
+    import re
+
+    from pybtex.database import parse_string
+    from test_survey_pipeline import NAMED_SOURCE, UNSUPPORTED, scripted_model
+
+    import graft.survey.backends as backends
+
+    a, b = servers
+    monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.setattr(backends, "LLMConfig",
+                        functools.partial(LLMConfig, backoff_base_s=0.01, max_retries=2, timeout_s=1.5))
+    asked: dict[str, int] = {}
+    lock = threading.Lock()
+    faults = [Act(status=429, headers={"Retry-After": "0.1"}, body=b"{}"), Act(status=502, body=b"bad gateway"),
+              Act(stall_s=3.0), Act(trickle=(4, 0.5))]
+
+    def script(hit: int, method: str, path: str, body: dict[str, Any] | None) -> Act:
+        assert body is not None
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        with lock:
+            asked[digest] = asked.get(digest, 0) + 1
+            n, order = asked[digest], list(asked).index(digest)
+        if n == 1 and order % 3 == 0:
+            return faults[order // 3 % len(faults)]
+        reply = scripted_model(hit, body)
+        if reply.status == 200 and order % 7 == 3:
+            return Act(content=(reply.content or "")[: len(reply.content or "") // 2])  # JSON cut in half
+        return Act(status=reply.status, content=reply.content, body=None if reply.status == 200 else b"{}")
+
+    a.script = script
+    b.script = lambda hit, method, path, body: Act(content=json.dumps({"descriptions": ["FABRICATED"]}))
+    out = tmp_path / "s"
+    args = ["survey", str(tiny_index), "named entity recognition", "--out", str(out), "--llm", "openai",
+            "--model", "m", "--base-url", a.url, "--api-key-env", KEY_ENV, "--sections", "2", "--quiet"]
+    res, took = run_cli(args)
+    assert res.exit_code == 0, res.output
+    assert took < 150
+    md = (out / "survey.md").read_text()
+    body_md = md.split("## References")[0]
+    assert UNSUPPORTED not in md and NAMED_SOURCE not in md and "Smith et al" not in md and "2099" not in md
+    assert not re.search(r"\[\s*\]", body_md) and "FABRICATED" not in md
+    bib = parse_string((out / "references.bib").read_text(), "bibtex")
+    survey = json.loads((out / "survey.json").read_text())
+    corpus = {json.loads(line)["id"] for line in (tiny_index.parent / "corpus.jsonl").read_text().splitlines()}
+    assert survey["references"] and {r["paper_id"] for r in survey["references"]} <= corpus
+    assert len(bib.entries) == len(survey["references"])
+    stats = survey["backend_stats"]
+    assert survey["backend"] == "openai:m" and stats.get("write_answers", 0) >= 1, stats
+    assert any(k.endswith("_bad_json") for k in stats), stats  # the mangled answers, counted
+    assert sum(n > 1 for n in asked.values()) >= 4  # the faults were met and retried through
+    assert set(a.auth_headers) == {f"Bearer {KEY}"}
+
+    # every request redirected to another origin: refused, counted, the survey not written
+    a.script = lambda hit, method, path, body: Act(status=307, headers={"Location": b.url + "/chat/completions"},
+                                                   body=b"")
+    res, took = run_cli([*args[:4], str(tmp_path / "r"), *args[5:8], "m2", *args[9:]])
+    assert res.exit_code == 2 and "requests to the LLM server of backend openai:m2 failed" in res.output, res.output
+    assert "a redirect to another origin" in res.output and took < 150
+    assert not (tmp_path / "r" / "survey.md").exists()
+    assert b.seen == [] and KEY not in res.output
