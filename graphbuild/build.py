@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,6 +228,7 @@ def _check_out(out: Path) -> None:
         raise GraftError(f"--out {out} {problem}; give a folder for the index (new, empty, or an index to rebuild)")
     if not out.is_dir() or not any(p.name != LOCK_NAME for p in out.iterdir()):
         return
+    _check_no_links(out)
     path = manifest_path(out)
     ours = (out / "papers.parquet").is_file() or (out / "cache" / "build").is_dir()
     if path.is_file():
@@ -241,6 +244,28 @@ def _check_out(out: Path) -> None:
                          "folder (or move that file)")
     if not ours:
         raise GraftError(f"--out {out} holds files but no GRAFT index; build into a new or empty folder")
+
+
+def _check_no_links(out: Path) -> None:
+    """Refuse to rebuild an index that holds symbolic links (`INDEX/model` linked to a model kept
+    elsewhere, say): a rebuild replaces and removes what is in the folder and would delete or write
+    through the link, outside the index. Checked before any work and again before the index is marked
+    as being rebuilt, so a refused build leaves the old index whole.
+
+    Raises:
+        GraftError: naming the links and what to do.
+    """
+    if not out.is_dir():
+        return
+    links = []
+    for root, dirs, files in os.walk(out):  # links to folders are listed, never entered
+        links += [Path(root) / name for name in (*dirs, *files) if (Path(root) / name).is_symlink()]
+    if links:
+        shown = ", ".join(f"{p.relative_to(out)} -> {os.readlink(p)}" for p in links[:5])
+        more = f" and {len(links) - 5} more" if len(links) > 5 else ""
+        raise GraftError(f"--out {out} holds symbolic links ({shown}{more}); a rebuild would delete or write "
+                         "through them, outside the index. Move what they point to into the index, or remove "
+                         "the links, and build again (the index was not touched)")
 
 
 def _invalidate(out: Path, source: str) -> list[str]:
@@ -419,6 +444,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
                               progress=adv)
 
     with reporter.stage("write", unit="files") as adv:
+        _check_no_links(out)
         removed = _invalidate(out, str(corpus_path) if corpus_path is not None else "aclsum")
         write_parquet(out / "papers.parquet", papers_table(corpus, a))
         write_parquet(out / "citations.parquet", cites)
@@ -452,6 +478,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         "extractor": extractor_stats,
     }
     manifest = new_manifest(corpus.content_hash())
+    manifest["build_id"] = uuid.uuid4().hex  # tells this build's files from a later rebuild's (`graft.index`)
     manifest["corpus"] = {"source": str(corpus_path) if corpus_path is not None else "aclsum"}
     manifest["embedding"] = {"model": encoder.name, "dim": int(vectors.shape[1]), "dtype": config.embedding_dtype,
                              "backend": origin.backend()}
