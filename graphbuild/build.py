@@ -482,7 +482,13 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
     manifest["corpus"] = {"source": str(corpus_path) if corpus_path is not None else "aclsum"}
     manifest["embedding"] = {"model": encoder.name, "dim": int(vectors.shape[1]), "dtype": config.embedding_dtype,
                              "backend": origin.backend()}
-    record_stage(out, manifest, "build", config=config_to_dict(config), counts=counts,
+    recorded = config_to_dict(config)
+    if isinstance(recorded.get("llm"), dict) and recorded["llm"].get("base_url"):
+        from graft.llm.client import redact_url
+
+        # a password written into the URL is not stored
+        recorded["llm"] = {**recorded["llm"], "base_url": redact_url(str(recorded["llm"]["base_url"]))}
+    record_stage(out, manifest, "build", config=recorded, counts=counts,
                  timings=reporter.timings(),
                  extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict(),
                         "reused_checkpoints": reused,

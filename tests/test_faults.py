@@ -344,7 +344,8 @@ def test_build_through_a_misbehaving_server(servers, quick_models, monkeypatch, 
     a.script = script
     b.script = lambda hit, method, path, body: Act(content=json.dumps({"problem": ["FABRICATED elsewhere"]}))
     out = tmp_path / "idx"
-    args = ["build", str(corpus), "--out", str(out), "--extractor", "llm", "--llm-base-url", a.url,
+    url = a.url.replace("http://", "http://user:pw-SECRET@")  # a password in the URL is shown nowhere
+    args = ["build", str(corpus), "--out", str(out), "--extractor", "llm", "--llm-base-url", url,
             "--llm-model", "m", "--llm-api-key-env", KEY_ENV, "--llm-timeout", "2", "--llm-max-retries", "1",
             "--json"]
     res, took = run_cli(args)
@@ -361,6 +362,7 @@ def test_build_through_a_misbehaving_server(servers, quick_models, monkeypatch, 
     assert sum(t.startswith("method of ") for t in texts) == 5
     assert b.seen == []  # the other origin was never asked, let alone given the key
     assert set(a.auth_headers) == {f"Bearer {KEY}"} and KEY not in res.output
+    assert "pw-SECRET" not in res.output and "pw-SECRET" not in (out / "manifest.json").read_text()
     assert took < 90
 
 
