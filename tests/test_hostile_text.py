@@ -91,7 +91,7 @@ def test_hostile_text_everywhere(base_index, encoder, tmp_path_factory, monkeypa
     base = base_records()
     surveys_written = []
 
-    @settings(max_examples=4, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+    @settings(max_examples=5, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(title=hostile(), abstract=hostile(), pid=hostile_id(), authors=st.lists(hostile(1), max_size=3),
            topic=hostile(), venue=hostile())
@@ -147,7 +147,7 @@ def test_hostile_text_everywhere(base_index, encoder, tmp_path_factory, monkeypa
         bib = parse_string((out / "references.bib").read_text(encoding="utf-8"), "bibtex")
         survey = json.loads((out / "survey.json").read_text(encoding="utf-8"))
         assert len(bib.entries) == len(survey["references"])
-        surveys_written.append(out)
+        surveys_written.append(title + abstract + topic)
 
     check()
-    assert surveys_written, "no example reached a written survey: the survey checks never ran"
+    assert any(surveys_written), "no example with hostile text reached a written survey: its checks never ran"
