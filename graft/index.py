@@ -142,6 +142,8 @@ class Index:
         for rel in ("embeddings/items_alone.npy", "embeddings/papers.npy"):
             if (self.path / rel).exists():
                 checks.append((rel, lambda p: _npy_shape(p)[0], items if "items" in rel else n))
+        if (self.path / "graph" / "text.npz").exists():
+            checks.append(("graph/text.npz", _npz_shape, None if n is None else (n, n)))
         for rel, measure, expected in checks:
             self._inside(rel)
             try:
