@@ -20,8 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import REPO
+from conftest import REPO
 
 CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
