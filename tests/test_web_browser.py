@@ -96,7 +96,7 @@ def api(url: str, path: str, body: dict | None = None) -> dict:
 
 
 @pytest.fixture(scope="module")
-def session(web_index, tmp_path_factory):
+def page(web_index, tmp_path_factory):
     surveys = tmp_path_factory.mktemp("surveys")
     proc, url = start_server(web_index, surveys)
     driver = open_browser(tmp_path_factory.mktemp("downloads"))
@@ -110,14 +110,14 @@ def session(web_index, tmp_path_factory):
         assert "stopped" in out
 
 
-def test_find_a_paper_and_explore_its_graph(session, tmp_path, web_index):
+def test_find_a_paper_and_explore_its_graph(page, tmp_path, web_index):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     from graft.index import Index
 
-    driver, url, _ = session
+    driver, url, _ = page
     idx = Index.open(web_index)
     centre = idx.paper_ids[0]  # its title holds <script>, an <img onerror>, Markdown and LaTeX
     driver.get(url)
@@ -192,13 +192,13 @@ def test_find_a_paper_and_explore_its_graph(session, tmp_path, web_index):
     assert driver.execute_script("return graftCy.edges('[facet = \"result\"]').filter(e => e.visible()).length") == 0
 
 
-def test_title_search_and_bad_input(session, web_index):
+def test_title_search_and_bad_input(page, web_index):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     from graft.index import Index
 
-    driver, url, _ = session
+    driver, url, _ = page
     title = Index.open(web_index).papers["title"][5]
     fragment = " ".join(title.split()[:2]).lower()
     driver.get(url)
@@ -235,10 +235,10 @@ def test_title_search_and_bad_input(session, web_index):
     assert "not in index" in driver.find_element(By.ID, "message").text
 
 
-def test_survey_with_html_in_its_topic(session):
+def test_survey_with_html_in_its_topic(page):
     from selenium.webdriver.common.by import By
 
-    driver, url, surveys = session
+    driver, url, surveys = page
     driver.get(url)
     wait_for(driver, "return document.getElementById('index-name').textContent")
     driver.find_element(By.ID, "surveys-open").click()
