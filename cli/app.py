@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from cli.options import finite
 from graft.errors import GraftError
@@ -24,12 +26,34 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="GRAFT: typed facet graphs over papers, facet-attributed retrieval and surveys.")
-console = Console()
-err = Console(stderr=True)
+#: Control characters (but newline and tab) and the Unicode controls that reorder or hide text.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 
 
-def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+def safe(text: object) -> str:
+    """`text` as it may reach a terminal: each control character (NUL, ESC of a colour code, a
+    carriage return, a bidirectional override) shown as its escape (`\\x1b`), never sent raw."""
+    return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], str(text))
+
+
+class SafeConsole(Console):
+    """The CLI's consoles print text that comes from data (titles, ids, topics, file names, error
+    messages quoting them) as it is: rich markup (`[/b]`) and emoji codes (`:x:`) are not read, and
+    control characters go through `safe`. Styles are given with `style=` or `Text`, never as markup."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(markup=False, emoji=False, **kwargs)  # type: ignore[arg-type]
+
+    def render_str(self, text: str, **kwargs: object) -> Text:  # type: ignore[override]
+        return super().render_str(safe(text), **kwargs)  # type: ignore[arg-type]
+
+
+console = SafeConsole()
+err = SafeConsole(stderr=True)
+
+
+def _fail(exc: Exception | str) -> None:
+    err.print(Text.assemble(("error:", "bold red"), " ", safe(exc)), highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
@@ -116,10 +140,20 @@ def build(
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
                                                "text coupling for queries without references, the dense "
                                                "baseline. Off saves that stage's time."),
+    text_coupling: int | None = typer.Option(None, "--text-coupling", min=0, metavar="M",
+                                             help="A paper with no citation link in the corpus takes the "
+                                                  "title + abstract cosine of its M nearest papers as the "
+                                                  "citation part of its edge weights (default 10; 0: off, "
+                                                  "and with --no-paper-embeddings)."),
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
     llm_concurrency: int = typer.Option(4, min=1, help="Concurrent LLM requests."),
+    llm_timeout: float | None = typer.Option(None, "--llm-timeout", parser=finite(0.1, 3600), metavar="SECONDS",
+                                             help="In [0.1, 3600]: seconds per LLM request attempt, for connecting, "
+                                                  "the headers and the whole answer (default 60)."),
+    llm_max_retries: int | None = typer.Option(None, "--llm-max-retries", min=0, max=20,
+                                               help="Re-sends of a failed LLM request (default 5)."),
     fresh: bool = typer.Option(False, "--fresh", help="Recompute every paper's facets and embeddings instead "
                                "of reusing what an earlier or interrupted build kept in OUT/cache/build."),
     cache_from: Path | None = typer.Option(None, "--cache-from",
@@ -127,6 +161,10 @@ def build(
                                                 "and embeddings of this corpus's papers are copied into "
                                                 "OUT/cache/build first: a slice or variant of a corpus already "
                                                 "built costs only its new papers and the graph. Only read."),
+    allow_degraded: bool = typer.Option(False, "--allow-degraded",
+                                        help="Extractor llm: write the index even when most papers got no usable "
+                                             "answer and have the heuristic extractor's facets (otherwise the "
+                                             "build stops with exit 2)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -139,6 +177,7 @@ def build(
     """
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
+    from graphbuild.citations import TEXT_NEIGHBOURS
 
     try:
         llm = {}
@@ -146,14 +185,19 @@ def build(
             if not (llm_base_url and llm_model):
                 raise GraftError("--extractor llm needs --llm-base-url and --llm-model")
             llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env,
-                   "max_concurrency": llm_concurrency}
+                   "max_concurrency": llm_concurrency,
+                   **({} if llm_timeout is None else {"timeout_s": llm_timeout}),
+                   **({} if llm_max_retries is None else {"max_retries": llm_max_retries})}
         config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
                              title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
-                             direct_links=direct_links, paper_embeddings=paper_embeddings, llm=llm)
+                             direct_links=direct_links, paper_embeddings=paper_embeddings,
+                             text_coupling=(text_coupling if text_coupling is not None
+                                            else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
-                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from)
+                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from,
+                              allow_degraded=allow_degraded)
     except (GraftError, ValueError) as exc:
         _fail(exc)
     if as_json:
@@ -166,6 +210,12 @@ def build(
                               indent=2))
     elif not quiet:
         print_build_summary(summary)
+    fell_back = (summary.counts.get("extractor") or {}) if extractor == "llm" else {}
+    if fell_back.get("fallback"):
+        err.print(f"warning: {fell_back['fallback']} of {summary.counts['papers']} papers have the heuristic "
+                  f"extractor's facets, not the LLM's ({fell_back.get('failed', 0)} requests failed, "
+                  f"{fell_back.get('discarded', 0)} answers discarded); a rebuild asks again for the failed ones",
+                  style="yellow", highlight=False, soft_wrap=True)
     skipped = summary.report.get("skipped") or []
     for rec in skipped[:20]:
         err.print(f"skipped {rec['where']}: {rec['reason']}", highlight=False)
@@ -560,6 +610,10 @@ from cli.survey_cmd import demo_survey, survey  # noqa: E402
 
 app.command("survey")(survey)
 
+from cli.serve_cmd import serve  # noqa: E402
+
+app.command("serve")(serve)
+
 app.add_typer(eval_app, name="eval")
 
 
@@ -594,7 +648,8 @@ def main() -> None:
         if exc.errno not in _ENVIRONMENT_ERRNOS:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        err.print(f"[bold red]error:[/] {where}{exc.strerror}", highlight=False, markup=True, soft_wrap=True)
+        err.print(Text.assemble(("error:", "bold red"), " ", safe(f"{where}{exc.strerror}")), highlight=False,
+                  soft_wrap=True)
         sys.exit(1)
 
 

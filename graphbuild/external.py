@@ -19,15 +19,10 @@ from graft.fusion import CITATION_WEIGHT
 from graft.index import Index
 from graft.results import QueryResult, is_one_word
 from graft.teacher import TeacherConfig
-from graphbuild.citations import coupling_row_log, external_citation_row
+from graphbuild.citations import TEXT_NEIGHBOURS, coupling_row_log, external_citation_row
 from graphbuild.embeddings import embed_items
 from graphbuild.graph import GraphParams, external_facet_row
 from graphbuild.similarity import group_items
-
-#: Papers nearest by title + abstract whose clipped cosine fills the citation half (beta) of the edge
-#: rows of a paper with no references into the corpus ("text coupling"); 0 leaves that half zero.
-#: Chosen on cs768's dev papers posed as text-only queries (docs/results/text_coupling_cs768.md).
-TEXT_NEIGHBOURS = 10
 
 #: A paper outside the corpus is scored twice: the citation links of the R papers its first rows rank
 #: highest (the share of them that a paper cites or is cited by) are added to its citation half
@@ -338,12 +333,13 @@ class CorpusScorer:
         return out
 
     def feedback_rows(self, node: int) -> dict[str, sp.csr_matrix]:
-        """A corpus paper's facet rows with the feedback pass: its citation score row (coupling and
-        co-citation, as stored) raised, per paper, to the share of the first `feedback` papers of its
+        """A corpus paper's facet rows with the feedback pass: the row its citation half was built from
+        (`Index.citation_half`: coupling and co-citation, or text coupling for a paper without
+        citation links) raised, per paper, to the share of the first `feedback` papers of its
         graph-teacher ranking (stored rows) that the paper cites or is cited by; the facet rows then
         scored again from its own items (`paper_rows`). With `feedback` 0: the rows scored again
         from the citation score row alone."""
-        cite = sp.csr_matrix(self.index.citation_score[node], dtype=np.float32)
+        cite = self.index.citation_half(node)
         if self.feedback:
             hits = self.index.query_paper(self.index.paper_ids[node], k=self.feedback).hits
             cite = self.raised(cite, [self.index.row_of[h.paper_id] for h in hits], node)

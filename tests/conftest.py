@@ -130,3 +130,33 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+#: A title with HTML, Markdown, LaTeX and quotes: the explorer must show it as text, never run it.
+EVIL_TITLE = ("<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\"> **Bold** "
+              "$\\alpha$ \"quoted\" & 'single' {braces} ")
+
+
+@pytest.fixture(scope="session")
+def web_index(request, tmp_path_factory, encoder):
+    """A 40-paper ACLSum index (heuristic facets), built from a JSONL copy of the papers in which the
+    first paper's title starts with `EVIL_TITLE` and it cites the next three; kept in pytest's cache
+    (`cached_folder`), so pytest-xdist's workers build it once between them."""
+    import json
+
+    from graphbuild.build import BuildConfig, build_index
+    from graphbuild.corpus import load_corpus
+
+    folder = tmp_path_factory.mktemp("web-index")
+    rows = load_corpus(None, limit=40).papers.to_dicts()
+    rows[0]["title"] = EVIL_TITLE + rows[0]["title"]
+    rows[0]["references"] = [r["paper_id"] for r in rows[1:4]]
+    with (folder / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps({"id": r.pop("paper_id"), **r}) + "\n")
+
+    def make(out: Path) -> None:
+        build_index(folder / "corpus.jsonl", out / "idx", BuildConfig(), encoder=encoder)
+
+    return cached_folder(request, tmp_path_factory, "web-index", [folder / "corpus.jsonl", repr(BuildConfig())],
+                         make) / "idx"

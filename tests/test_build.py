@@ -1004,6 +1004,40 @@ def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
         CorpusScorer(idx, feedback=-2)
 
 
+def test_papers_without_citation_links_are_text_coupled_in_the_graph(cs768_index) -> None:
+    """graph/text.npz holds the text coupling of exactly the link-less papers (10 nearest by title +
+    abstract); their stored rows are what the query-time scorer gives from that row (`citation_half`),
+    so the feedback pass starts from it too; old manifests read as built without it."""
+    from graphbuild.citations import TEXT_NEIGHBOURS, linkless_rows, text_coupling
+    from graphbuild.external import CorpusScorer
+
+    idx = Index.open(cs768_index[0])
+    config = BuildConfig.from_manifest(idx.manifest)
+    assert config.text_coupling == TEXT_NEIGHBOURS == 10
+    assert BuildConfig.from_dict({}).text_coupling == 0  # an index built before text coupling
+    lonely = linkless_rows(idx.citation_matrix)
+    assert 0 < len(lonely) < idx.n
+    text = idx.text_coupling
+    filled = np.flatnonzero(np.diff(text.indptr) > 0)
+    assert set(filled.tolist()) == set(lonely.tolist())
+    assert idx.manifest["stages"]["build"]["counts"]["text_coupled_papers"] == len(filled)
+    np.testing.assert_allclose(text.toarray(), text_coupling(np.asarray(idx.paper_embeddings, np.float32),
+                                                             lonely, 10).toarray(), atol=1e-3)
+    assert np.all(np.diff(text.indptr)[filled] == 10)
+    linked = (idx.citation_matrix + idx.citation_matrix.T).tocsr()
+    assert text.multiply(linked).nnz == 0 and idx.citation_score[lonely].nnz == 0
+    scorer = CorpusScorer(idx, feedback=0, citation_weight=0)
+    for node in lonely[:3]:
+        half = idx.citation_half(node)
+        np.testing.assert_array_equal(half.toarray(), text[node].toarray())
+        rows = scorer.paper_rows(node, half)
+        stored = {f: idx.graphs[f][node] for f in FACETS}  # its out-edges as built
+        for f in FACETS:
+            assert set(rows[f].indices) == set(stored[f].indices)
+            np.testing.assert_allclose(rows[f].toarray(), stored[f].toarray(), atol=1e-3)
+        assert any(set(text[node].indices) & set(stored[f].indices) for f in FACETS)
+
+
 def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encoder) -> None:
     from eval.ooc_facets import default_key
     from graphbuild.external import ExternalScorer
@@ -1014,7 +1048,10 @@ def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encod
     assert (out / "embeddings" / "papers.npy").is_file()
     assert default_key(Index.open(out).manifest)["text_neighbours"] == 10
     assert default_key(Index.open(out).manifest)["feedback"] == 3
-    summary = build_index(corpus, out, BuildConfig(paper_embeddings=False), encoder=encoder)
+    with pytest.raises(ValueError, match="text_coupling needs paper_embeddings"):
+        BuildConfig(paper_embeddings=False)
+    summary = build_index(corpus, out, BuildConfig(paper_embeddings=False, text_coupling=0), encoder=encoder)
+    assert not (out / "graph" / "text.npz").exists()
     assert "embed papers" not in summary.timings and summary.counts["paper_embeddings"] == 0
     idx = Index.open(out)  # the earlier build's vectors are gone with it
     assert not (out / "embeddings" / "papers.npy").exists() and idx.paper_embeddings is None
