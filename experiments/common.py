@@ -24,8 +24,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def parser(doc: str | None, **kwargs: Any) -> argparse.ArgumentParser:
-    """An experiment's parser, described by its module docstring's first line."""
-    return argparse.ArgumentParser(description=(doc or "").split("\n")[0], **kwargs)
+    """An experiment's parser, described by its module docstring's first paragraph."""
+    return argparse.ArgumentParser(description=" ".join((doc or "").split("\n\n")[0].split()), **kwargs)
 
 
 def add_results_argument(ap: argparse.ArgumentParser) -> None:

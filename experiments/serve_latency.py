@@ -3,14 +3,13 @@ graph (from the navigation to the first frame drawn with the graph, a fresh page
 and re-centre (from the click on "Re-centre on this paper" to the first frame of the new graph).
 The server runs the graph teacher and is pinned to the given number of cores.
 
-    python experiments/serve_latency.py INDEX [--runs 10] [--cores 2] [--k 20] [--out results.md]
+    python -m experiments.serve_latency INDEX [--runs 10] [--cores 2] [--k 20] [--out results.md]
 
 Needs Debian's chromium and chromium-driver and selenium (as the browser test).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -25,6 +24,8 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from experiments.common import parser
 
 REPO = Path(__file__).resolve().parent.parent
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -79,7 +80,7 @@ def summary(ms: list[float]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("index", type=Path)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--cores", type=int, default=2, help="CPU cores the server is pinned to (taskset)")
