@@ -46,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     idx = opened.index
     scorer = CorpusScorer(idx, feedback=0)  # its grouped items and links
     shipped = CorpusScorer(idx, feedback=FEEDBACK, citation_weight=0)  # teacher-fb
-    cite_score = idx.citation_score.tocsr()
     depth = 50
     rows_for = scorer.paper_rows  # the paper's rows scored again from its own items
 
@@ -60,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     for qid, node in opened.rows.items():
         graph = [idx.row_of[h.paper_id] for h in idx.query_paper(idx.paper_ids[node], k=depth).hits]
         runs.setdefault("graph rows", {})[qid] = graph
-        cite = cite_score[node]
+        cite = idx.citation_half(node)  # citation score row, or text coupling for a link-less paper
         own = walked(rows_for(node, cite), node)
         runs.setdefault("out-rows recomputed", {})[qid] = own
         for r in feedback:
