@@ -127,9 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(REPO / "docs" / "results"))
     args = ap.parse_args(argv)
 
+    from graft.encoder import Encoder
     from graft.index import Index
     from graft.survey.support import SupportSettings, SupportTest
-    from graphbuild.embeddings import Encoder
 
     idx = Index.open(args.index)
     encoder = Encoder()

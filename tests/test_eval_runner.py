@@ -275,7 +275,7 @@ def test_attribution_suite_without_queries_on_one_side_or_both(built, encoder, t
 def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monkeypatch) -> None:
     """teacher-fb: in corpus, the teacher over the rows with the feedback pass; out of corpus not
     applicable (the teacher's rows have the pass there); its credits are attributed."""
-    from graphbuild.external import CorpusScorer
+    from graft.external import CorpusScorer
 
     _, split = built
     opts = RunOptions(systems=["teacher", "teacher-fb"], results_dir=tmp_path, limit=12)
@@ -310,8 +310,8 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     """teacher-cite: `graft query`'s teacher with the citation channel, in corpus (stored rows) and
     out of corpus (the text-only rows); its credits are facets only; a change of W is another run."""
     from eval.systems import EvalContext
+    from graft.external import CorpusScorer
     from graft.fusion import CITATION_WEIGHT
-    from graphbuild.external import CorpusScorer
 
     _, split = built
     opts = RunOptions(systems=["teacher", "teacher-cite"], results_dir=tmp_path, limit=12)
@@ -374,7 +374,7 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     assert "pipeline check" in table["meta"]["label"]
     assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus*.md")).read_text()
     # the model's note carries its prompt check as `graft train` recorded it
-    from training.check import PromptCheck
+    from graft.check import PromptCheck
 
     check = PromptCheck.from_dict(Index.open(index).manifest["stages"]["train"]["check"])
     note = next(n for n in table["notes"] if n.startswith("model: "))
@@ -451,8 +451,8 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     from eval.ooc_facets import cache_path, read_cache
     from eval.runner import load_queries
     from eval.systems import DEPTH, EvalContext
+    from graft.external import ExternalScorer
     from graft.facets import FACETS
-    from graphbuild.external import ExternalScorer
 
     _, built_split = built
     split = tmp_path / "split"
@@ -543,8 +543,8 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     # so is the code that takes the queries apart (the sentence splitter among it)
     from graphbuild.checkpoints import source_digest
 
-    assert ctx.ooc_key["code"] == source_digest("graphbuild/facets_heuristic.py", "graft/facets.py", "graft/text.py",
-                                                 "graphbuild/external.py")
+    assert ctx.ooc_key["code"] == source_digest("graft/extract.py", "graft/facets.py", "graft/text.py",
+                                                 "graft/external.py")
     with pytest.raises(AssertionError, match="encoder was used"):
         EvalContext(idx, encoder=NoEncoder(), split_dir=split).prepare_ooc(queries)
     EvalContext(idx, encoder=encoder, split_dir=split).prepare_ooc(queries)
@@ -567,7 +567,7 @@ def test_ooc_facets_stopped_midway_keep_the_chunks_already_made(built, encoder, 
     from eval.ooc_facets import cache_path, read_cache
     from eval.runner import load_queries
     from eval.systems import EvalContext
-    from graphbuild.external import ExternalScorer
+    from graft.external import ExternalScorer
 
     _, built_split = built
     split = tmp_path / "split"
@@ -977,7 +977,7 @@ def test_ooc_encoder_benchmark_rows(built, tmp_path, monkeypatch) -> None:
     "auto" encoder that moves to ONNX Runtime (threshold lowered so the slice's calls reach it) and
     on the index's stored export: the same facet items and edge rows to float32 rounding."""
     from eval.benchmarks.ooc_encoder import main
-    from graphbuild import embeddings
+    from graft import encoder as embeddings
 
     _, split = built
     monkeypatch.setattr(embeddings, "AUTO_ONNX_TEXTS", 2)
@@ -1123,8 +1123,8 @@ def test_citation_channel_benchmark_rows(built, tmp_path) -> None:
     is `graft query --paper`'s teacher; every setting has its W = 0 baseline."""
     from eval.benchmarks.citation_channel import main
     from eval.metrics import recall_at
+    from graft.external import CorpusScorer
     from graft.fusion import CITATION_WEIGHT
-    from graphbuild.external import CorpusScorer
 
     _, split = built
     assert main(["--split", str(split), "--part", "test", "--limit", "8", "--weights", f"1,{CITATION_WEIGHT:g}",

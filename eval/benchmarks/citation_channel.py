@@ -74,9 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.benchmarks.distill_ceiling import mean_recalls
     from graft.candidates import CandidateFusion
+    from graft.external import FEEDBACK, CorpusScorer
     from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
     from graft.teacher import TeacherConfig
-    from graphbuild.external import FEEDBACK, CorpusScorer
 
     opened = open_split_queries(args, paper_embeddings=True)
     idx = opened.index

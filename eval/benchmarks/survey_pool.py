@@ -103,13 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     from eval.runner import build_settings, corpus_name
     from eval.splits import read_split
     from eval.survey_suite import recall_ratio
+    from graft.encoder import Encoder
     from graft.index import Index
     from graft.manifest import library_versions
     from graft.survey.config import SurveyConfig
     from graft.survey.retrieve import PaperVectors, QueryTools
     from graphbuild.build import BuildConfig
-    from graphbuild.embeddings import Encoder
-    from graphbuild.external import ExternalScorer
 
     sets = [s.strip() for s in args.queries.split(",") if s.strip()]
     if not sets or any(s not in QUERY_SETS for s in sets):
@@ -134,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     defaults: dict[str, list[float]] = {}
     for changes in [{}, *variants]:
         config = dataclasses.replace(base, **changes)
-        scorer = ExternalScorer(idx, encoder=encoder, text_neighbours=config.text_neighbours, feedback=config.feedback)
-        tools = QueryTools.from_scorer(scorer)
+        tools = QueryTools(encoder=encoder, text_neighbours=config.text_neighbours, feedback=config.feedback)
         setting, value = variant_label(changes)
         for s in sets:
             t0 = time.perf_counter()

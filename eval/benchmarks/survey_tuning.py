@@ -128,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     from eval.runner import build_settings, corpus_name
     from eval.splits import read_split
     from eval.survey_suite import recall_ratio, survey_suite, system_config
+    from graft.encoder import Encoder
     from graft.index import Index
     from graft.manifest import library_versions
     from graft.survey.config import SurveyConfig
     from graphbuild.build import BuildConfig
-    from graphbuild.embeddings import Encoder
 
     base = SurveyConfig()
     variants = parse_variants(ap, args, base)

@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.metrics import recall_at
     from eval.systems import facet_only_graphs
+    from graft.citations import citation_signals
+    from graft.encoder import Encoder
     from graft.facets import FACETS
     from graft.index import Index
     from graft.teacher import GraphTeacher, TeacherConfig
     from graphbuild.build import BuildConfig, facet_graphs
-    from graphbuild.citations import citation_signals
-    from graphbuild.embeddings import Encoder
 
     idx = Index.open(args.index)
     a = idx.citation_matrix
