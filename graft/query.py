@@ -29,7 +29,7 @@ the teacher, and `Searcher.note` says why. Every result's `info` names the retri
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -546,7 +546,3 @@ def check_items(facets: Any) -> None:
             raise QueryError(f"facets[{facet!r}] must be a list of item strings, got {items!r:.80}"
                              + (f" (write [{items!r:.60}])" if isinstance(items, str) else ""))
 
-
-def config_fields() -> list[str]:
-    """The names of `QueryConfig`'s settings."""
-    return [f.name for f in fields(QueryConfig)]

@@ -118,3 +118,24 @@ def test_keep_first_keeps_the_facet_fusion_s_first_results_first() -> None:
     assert kept[1].terms == {"method": 0.04, "citation": 0.03} and cited[1].score == 0.07  # copies
     assert [x.doc for x in keep_first(facet, cited, 0)] == [x.doc for x in cited]
     assert [x.doc for x in keep_first(facet, cited, 5)] == ["a", "b", "c", "x", "y"]
+
+
+def test_a_hit_s_label_names_the_facets_that_stand_out_and_json_shows_the_same_number() -> None:
+    """Facets within STANDOUT_MARGIN of the hit's strongest edge weight are named, the others
+    counted; the table's number and --json's `facets` are both the edge weight, the RRF terms are
+    `contributions`."""
+    from graft.results import STANDOUT_MARGIN, Evidence, Hit
+
+    weights = {"problem": 0.47, "method": 0.70, "result": 0.68, "contribution": 0.52}
+    terms = {f: w / (60 + 1) for f, w in weights.items()}
+    hit = Hit("p1", "A paper", 1, sum(terms.values()), terms,
+              {f: Evidence(weight=w, hops=1, rank=1) for f, w in weights.items()})
+    assert STANDOUT_MARGIN == 0.05 and hit.stands_out() == ["method", "result"]
+    assert hit.facet_label() == "method 0.70 · result 0.68 (+2 facets)"
+    js = hit.to_json()
+    assert js["facets"] == weights and js["stands_out"] == ["method", "result"] and js["contributions"] == terms
+    even = Hit("p2", "B", 2, 0.1, {"method": 0.01, "problem": 0.01},
+               {"method": Evidence(0.5, 1), "problem": Evidence(0.5, 2, via="p9")})
+    assert even.facet_label() == "method 0.50 · problem 0.50 (2-hop)"  # equally strong: both named
+    none = Hit("p3", "C", 3, 0.1, {"method": 0.01}, {"method": Evidence(0.0, 1)})
+    assert none.facet_label() == "method (no edge)"

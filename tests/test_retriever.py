@@ -68,8 +68,12 @@ def test_in_corpus_query_returns_supported_corpus_papers(retriever) -> None:
     for h in plain.hits:
         label = h.facet_label()
         assert "0.00" not in label
-        for f, e in h.evidence.items():
-            assert (f"{f} (no edge)" in label) == (e.weight == 0.0)
+        no_edge = [f for f, e in h.evidence.items() if e.weight == 0.0]
+        if len(no_edge) == len(h.facets):  # no facet stands out: all named, without an edge
+            assert all(f"{f} (no edge)" in label for f in no_edge)
+        else:  # the facets with an edge stand out; the others are counted, not named
+            assert not any(f in label for f in no_edge) and set(h.stands_out()).isdisjoint(no_edge)
+            assert (f"(+{len(h.facets) - len(h.stands_out())} facet" in label) == (len(h.stands_out()) < len(h.facets))
     assert any(e.weight == 0.0 for h in plain.hits for e in h.evidence.values())
 
 

@@ -284,7 +284,8 @@ class TopicRetriever:
             # and nothing kept first: the writer fuses several descriptions' lists itself
             self.searcher = Searcher(index, QueryConfig(
                 retriever=retriever, k=20, citation_weight=float(citation_weight), citation_keep=0,
-                text_neighbours=tools.text_neighbours, feedback=tools.feedback, text_weight=0.0, device=device),
+                text_neighbours=tools.text_neighbours, feedback=tools.feedback, text_weight=0.0,
+                device=device if retriever == "graft" else "cpu"),  # the teacher decodes nothing
                 encoder=tools.encoder)
         #: the fusion's citation channel (the graph teacher's settings of the searcher)
         self.teacher_config = (self.searcher.config if self.searcher is not None
