@@ -768,14 +768,17 @@ def _unknown_flags(line: str) -> tuple[list[str], list[str]]:
 
 
 def test_readme_graft_commands_name_real_subcommands_and_flags() -> None:
-    """Every `graft ...` line of the README's bash blocks and every inline `graft ...` command names
-    a subcommand that exists and only flags it takes (the README's usage cannot drift from the CLI)."""
+    """Every `graft ...` line of the bash blocks of the README and docs/*.md, and every inline
+    `graft ...` command there, names a subcommand that exists and only flags it takes (the usage
+    they show cannot drift from the CLI)."""
     import re
 
-    readme = (REPO / "README.md").read_text()
-    lines = [line.strip() for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
-             for line in re.sub(r"\\\n\s*", " ", block).splitlines() if line.strip().startswith("graft ")]
-    lines += [m.strip() for m in re.findall(r"`(graft [^`]+)`", readme)]
+    lines = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        lines += [line.strip() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+                  for line in re.sub(r"\\\n\s*", " ", block).splitlines() if line.strip().startswith("graft ")]
+        lines += [m.strip() for m in re.findall(r"`(graft [^`]+)`", text)]
     assert len(lines) > 60
     wrong = [(line, *_unknown_flags(line)) for line in lines]
     assert [w for w in wrong if not w[1] or w[2]] == []
