@@ -100,7 +100,7 @@ class GenerativeRetriever(CandidateFusion):
 
     # ---- queries ---------------------------------------------------------------------------
     def query_paper(self, paper_id: str, k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
-                    *, rrf_k: int = RRF_K, citation_weight: float = CITATION_WEIGHT) -> QueryResult:
+                    *, rrf_k: int = RRF_K, citation_weight: float = CITATION_WEIGHT, **channel: int) -> QueryResult:
         """Related papers of a corpus paper.
 
         Args:
@@ -110,6 +110,7 @@ class GenerativeRetriever(CandidateFusion):
             fusion: `graph-rrf` (support = the query's edges), `rrf` or `graph-walk`.
             rrf_k: the RRF constant.
             citation_weight: W of the citation channel (0 = off).
+            channel: citation_first, citation_depth, citation_keep (`CandidateFusion._fuse`).
         Returns:
             the ranked, facet-attributed result; `info` has the per-facet candidate counts and, for
             graph-rrf, `dropped` (count) and `dropped_ids`.
@@ -118,12 +119,13 @@ class GenerativeRetriever(CandidateFusion):
         """
         self.index.row(paper_id)
         lists = self.facet_lists([(self.index.paper_facets(paper_id), {paper_id})], beams)[0]
-        return self.fuse_paper(paper_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight)
+        return self.fuse_paper(paper_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight,
+                               **channel)
 
     def query_items(self, facets: dict[str, list[str]], k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
                     *, query_id: str = "query", rrf_k: int = RRF_K,
                     citation_weight: float = CITATION_WEIGHT, neighbours: dict[str, float] | None = None,
-                    text_weight: float = TEXT_WEIGHT, exclude: set[str] | None = None) -> QueryResult:
+                    text_weight: float = TEXT_WEIGHT, exclude: set[str] | None = None, **channel: int) -> QueryResult:
         """Related papers of a paper outside the corpus, given its facet items.
 
         Support is estimated by mutual corroboration among the retrieved candidates (module
@@ -133,7 +135,7 @@ class GenerativeRetriever(CandidateFusion):
         """
         lists = self.facet_lists([(facets, set(exclude or ()))], beams)[0]
         return self.fuse_items(query_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight,
-                               neighbours=neighbours, text_weight=text_weight, exclude=exclude)
+                               neighbours=neighbours, text_weight=text_weight, exclude=exclude, **channel)
 
     def facet_lists(self, queries: list[tuple[dict[str, list[str]], set[str]]], beams: int, *,
                     batch_size: int = 64) -> list[dict[str, dict[str, float]]]:

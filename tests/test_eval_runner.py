@@ -310,7 +310,6 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     """teacher-cite: `graft query`'s teacher with the citation channel, in corpus (stored rows) and
     out of corpus (the text-only rows); its credits are facets only; a change of W is another run."""
     from eval.systems import EvalContext
-    from graft.external import CorpusScorer
     from graft.fusion import CITATION_WEIGHT
 
     _, split = built
@@ -319,15 +318,15 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     rows = {r["system"]: r for r in table["rows"]}
     assert 0.0 < rows["teacher-cite"]["R@20"] <= rows["teacher-cite"]["R@50"] <= 1.0
     idx = Index.open(incorpus_index(split))
-    scorer = CorpusScorer(idx)  # graft query --paper's teacher: stored rows, the channel at W
+    searcher = idx.searcher(retriever="teacher")  # graft query --paper's teacher: stored rows, the channel at W
     run = read_run(stored(table, "teacher-cite")[0])
     for q in load_queries(split, "incorpus", "test", 12):
-        result = scorer.query_paper(q.paper_id, k=20)
+        result = searcher.paper(q.paper_id)
         assert [d for d, _ in run[q.qid]][:20] == [h.paper_id for h in result.hits]
     assert any(h.citation is not None for h in result.hits)
     assert run != read_run(stored(table, "teacher")[0])
     meta = json.loads(stored(table, "teacher-cite")[2].read_text())
-    assert meta["citation"] == {"weight": CITATION_WEIGHT, "first": 3}
+    assert meta["citation"] == {"weight": CITATION_WEIGHT, "first": 3, "keep": 3}
     credits = read_credits(stored(table, "teacher-cite")[1])
     assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
     att = run_suite(split, "attribution", RunOptions(systems=["teacher", "teacher-cite"], results_dir=tmp_path,
@@ -342,12 +341,12 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
                     encoder=encoder)
     assert ooc["rows"][0]["R@20"] is not None
     main = Index.open(split / "index")  # out of corpus: the split's own index
-    ctx, scorer = EvalContext(main, encoder=encoder, split_dir=split), CorpusScorer(main)
+    ctx, searcher = EvalContext(main, encoder=encoder, split_dir=split), main.searcher(retriever="teacher")
     run = read_run(stored(ooc, "teacher-cite")[0])
     for q in load_queries(split, "ooc", "test", 5):
-        want = scorer.query_rows(ctx.ooc_rows(q)[0], query_id=q.qid, k=20)
+        want = searcher.rows(ctx.ooc_rows(q)[0], query_id=q.qid)
         assert [d for d, _ in run[q.qid]][:20] == [h.paper_id for h in want.hits]
-    monkeypatch.setattr("eval.runner._citation_stamp", lambda: {"weight": 1.0, "first": 3})
+    monkeypatch.setattr("eval.runner._citation_stamp", lambda: {"weight": 1.0, "first": 3, "keep": 3})
     run_suite(split, "incorpus", RunOptions(systems=["teacher-cite"], results_dir=tmp_path, limit=12), encoder=encoder)
     assert json.loads(stored(table, "teacher-cite")[2].read_text())["citation"]["weight"] == 1.0
 
