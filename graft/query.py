@@ -383,10 +383,10 @@ class Searcher:
         Raises:
             QueryError: the teacher answers this searcher (it needs the paper's text: `text`).
         """
+        check_items(facets)
         if self.retriever != "graft":
             raise QueryError("the teacher scores a paper outside the corpus from its text (its rows are made at "
                              "query time): use Searcher.text(title, abstract) or Searcher.record(record)")
-        check_items(facets)
         exclude = set(exclude)
         result = self.generative.query_items(facets, k=self.config.k, beams=self.config.beams, fusion=self.fusion,
                                              query_id=query_id, citation_weight=self.config.citation_weight,

@@ -179,19 +179,19 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     hits = payload["hits"]
     assert isinstance(hits, list) and all((h["facets"] or h["citation"]) and h["paper_id"] in idx.row_of
                                           for h in hits)
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--beams", "3", "--k", "5", "--json",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--paper", ids[0], "--beams", "3", "--k", "5", "--json",
                               "--citation-weight", "0"])
     assert res.exit_code == 0, res.output
     assert all(h["facets"] and h["citation"] is None for h in json.loads(res.output)["hits"])
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--citation-weight", "-1"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--paper", ids[0], "--citation-weight", "-1"])
     assert res.exit_code == 2 and "citation-weight" in res.output
     # a text with the papers it cites: those are never among the results (graft as the teacher)
     row = idx.papers.row(0, named=True)
     text = f"{row['title']}. {row['abstract']}"
-    plain = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "8", "--json"])
+    plain = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "8", "--json"])
     assert plain.exit_code == 0, plain.output
     cited = [h["paper_id"] for h in json.loads(plain.stdout)["hits"]][:2]
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--references", ",".join(cited), "--beams", "3",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--references", ",".join(cited), "--beams", "3",
                               "--k", "8", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["hits"] and not set(cited) & {h["paper_id"] for h in json.loads(res.stdout)["hits"]}
@@ -199,7 +199,7 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     qfile = tmp_path / "queries.txt"
     qfile.write_text("\n".join([ids[0], json.dumps({"id": ids[1]}), ids[2]]) + "\n")
     run = tmp_path / "run.txt"
-    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--queries", str(qfile), "--beams", "3", "--k", "5",
                               "--trec-out", str(run)])
     assert res.exit_code == 0, res.output
     lines = [line.split() for line in run.read_text().splitlines()]
@@ -214,20 +214,20 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     records = [{"id": f"new-{i}", "title": idx.papers["title"][i], "abstract": idx.papers["abstract"][i]}
                for i in (3, 4)]
     qfile.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--queries", str(qfile), "--beams", "3", "--k", "5",
                               "--trec-out", str(run)])
     assert res.exit_code == 0, res.output
     lines = [line.split() for line in run.read_text().splitlines()]
     for rec in records:
         one = tmp_path / f"{rec['id']}.json"
         one.write_text(json.dumps(rec))
-        alone = runner.invoke(app, ["query", str(trained), "--record", str(one), "--beams", "3", "--k", "5",
+        alone = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--record", str(one), "--beams", "3", "--k", "5",
                                     "--json"])
         assert alone.exit_code == 0, alone.output
-        want = [h["paper_id"] for h in json.loads(alone.stdout)]
+        want = [h["paper_id"] for h in json.loads(alone.stdout)["hits"]]
         assert want and [x[2] for x in lines if x[0] == rec["id"]] == want
     # --json of a batch: each paper outside the corpus carries its facets as read from its text
-    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5", "--json"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--queries", str(qfile), "--beams", "3", "--k", "5", "--json"])
     assert res.exit_code == 0, res.output
     from graft.facets import FACETS
 
@@ -240,9 +240,9 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--retriever", "teacher",
                               "--fusion", "graph-rrf"])
     assert res.exit_code == 2 and "rrf" in res.output
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--fusion", "bogus"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--paper", ids[0], "--fusion", "bogus"])
     assert res.exit_code == 2
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--fusion", "graph-walk", "--beams", "3",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--paper", ids[0], "--fusion", "graph-walk", "--beams", "3",
                               "--json"])
     assert res.exit_code == 0, res.output
     want = Index.open(trained).query(paper=ids[0], retriever="graft", fusion="graph-walk", beams=3)
@@ -288,12 +288,18 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
     gen = idx.generative()
     assert idx.generative() is gen  # loaded once
     pid = _query_paper(gen)
-    default = idx.query(paper=pid, k=5, beams=4)
-    assert default.retriever == "graft" and default.fusion == "graph-rrf"
-    assert [h.paper_id for h in default.hits] == [h.paper_id for h in gen.query_paper(pid, k=5, beams=4).hits]
+    from graft.query import ModelState
+
+    # the default: the trained model only once it passed its prompt check, else the teacher
+    expected = "graft" if ModelState.of(idx).passed else "teacher"
+    assert idx.query(paper=pid, k=5, beams=4).retriever == expected
+    default = idx.query(paper=pid, k=5, beams=4, retriever="graft")
+    assert default.retriever == "graft" and default.fusion == "graph-rrf" and "tiny" in default.info["model"]
+    assert [h.paper_id for h in default.hits] == [h.paper_id for h in gen.query_paper(pid, k=5, beams=4,
+                                                                                    citation_keep=3).hits]
     teacher = idx.query(paper=pid, retriever="teacher", k=5)
     assert teacher.retriever == "teacher" and teacher.hits
-    outside = idx.query(facets=idx.paper_facets(pid), k=5, beams=4, query_id="new")
+    outside = idx.query(facets=idx.paper_facets(pid), k=5, beams=4, query_id="new", retriever="graft")
     assert outside.query_id == "new"
     for bad in ({"paper": pid, "retriever": "bm25"}, {"paper": pid, "fusion": "max"},
                 {"paper": pid, "retriever": "teacher", "fusion": "graph-rrf"},
@@ -330,7 +336,7 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
             idx.query(paper=pid, device="cuda")
     assert idx.generative(device="auto") is gen or torch.cuda.is_available()  # "auto" is the CPU here
     # one beam is greedy search, scored as beam search scores the same DocIDs
-    greedy = idx.query(paper=pid, k=5, beams=1)
+    greedy = idx.query(paper=pid, k=5, beams=1, retriever="graft")
     assert greedy.hits and len({h.paper_id for h in greedy.hits}) == len(greedy.hits)
 
 
@@ -441,13 +447,13 @@ def test_cli_query_text_with_graft_has_the_text_channel(trained, tmp_path) -> No
     row = idx.papers.row(idx.row(pid), named=True)
     text = f"{row['title']}. {row['abstract']}"
     runner = CliRunner()
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "30", "--json"])
     assert res.exit_code == 0, res.output
     hits = json.loads(res.stdout)["hits"]
     reads = [h for h in hits if h["text"] is not None]
     assert reads and all(0 < h["text"]["cosine"] <= 1 for h in reads)
     assert any(h["paper_id"] == pid for h in reads)  # a record without an id: its own text reads like it
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "30", "--json",
                               "--explain"])  # the decoded papers' facet credits in words
     assert res.exit_code == 0, res.output
     matched = [(h["paper_id"], f, e["match"]) for h in json.loads(res.stdout)["hits"] for f, e in h["evidence"].items()]
@@ -456,18 +462,18 @@ def test_cli_query_text_with_graft_has_the_text_channel(trained, tmp_path) -> No
         assert m["hit"] in idx.paper_facets(hit_id)[facet] and -1 <= m["cosine"] <= 1
     flat = " ".join(text.split())
     assert all(" ".join(m["query"].split())[:40] in flat for _, _, m in matched)  # items read from the text
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "30", "--json",
                               "--text-neighbours", "0"])
     assert res.exit_code == 0, res.output
     assert all(h["text"] is None for h in json.loads(res.stdout)["hits"])
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "10"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "10"])
     assert res.exit_code == 0 and "reads like it" in res.output, res.output
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--text-neighbours", "-1"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--text-neighbours", "-1"])
     assert res.exit_code == 2 and "text-neighbours" in res.output
     older = tmp_path / "older"  # an index built before embeddings/papers.npy: no channel, and it says so
     shutil.copytree(trained, older)
     (older / "embeddings" / "papers.npy").unlink()
-    res = runner.invoke(app, ["query", str(older), "--text", text, "--beams", "3", "--k", "10"])
+    res = runner.invoke(app, ["query", str(older), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "10"])
     assert res.exit_code == 0 and "no text channel" in res.output and "reads like it" not in res.output
 
 
