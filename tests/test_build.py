@@ -579,7 +579,7 @@ def test_stored_facets_follow_the_code_of_the_extractor_that_made_them(tmp_path,
     with open(code / "graphbuild" / "facets_llm.py", "a") as fh:  # another extractor's code
         fh.write("\n# edited\n")
     assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "papers"]
-    with open(code / "graphbuild" / "facets_heuristic.py", "a") as fh:  # this extractor's code
+    with open(code / "graft" / "extract.py", "a") as fh:  # this extractor's code
         fh.write("\n# edited\n")
     assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "papers"]
 
