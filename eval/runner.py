@@ -80,7 +80,7 @@ class RunOptions:
     base_model: str = "smollm2-135m"  # tokenizer of the coverage suite's DocIDs
     beams: int = 20  # beams per facet item (generative systems)
     device: str = "cpu"
-    results_dir: Path | None = None  # tables' folder; default SPLITDIR/results (the repository's: eval/results)
+    results_dir: Path | None = None  # tables' folder; default SPLITDIR/results (the repository's: docs/results)
     name: str | None = None  # corpus name in table file names (default: from the split's source)
     label: str | None = None  # extra label printed on every table, e.g. "pipeline check"
     decode_batch: int = 64  # facet items per generate call of the generative systems (across queries)

@@ -30,11 +30,8 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from eval.support_set import VARIANTS, precision_recall, support_cases  # noqa: E402
+from eval.support_set import VARIANTS, precision_recall, support_cases
+from experiments.common import add_results_argument
 
 WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7)
 THRESHOLDS = tuple(round(x, 2) for x in np.arange(0.30, 0.951, 0.01))
@@ -124,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target", type=float, default=0.97, help="dev precision the chosen rule must reach")
     ap.add_argument("--name", default="cs768")
-    ap.add_argument("--results", default=str(REPO / "docs" / "results"))
+    add_results_argument(ap)
     args = ap.parse_args(argv)
 
     from graft.encoder import Encoder
@@ -185,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
               "the clause came from from the rivals; `threshold only` uses no rivals (its own threshold, chosen on dev)",
               "- the labelled positives are the papers' own words, lightly rendered: free paraphrase (an LLM writer's "
               "prose) is not in the set, so recall on such prose is not measured here"]
-    from eval.benchmarks.split_queries import write_tables
+    from experiments.common import write_tables
 
     write_tables(args.results, f"support_test_{args.name}", meta, rows, lines)
     (Path(args.results) / f"support_test_{args.name}.json").write_text(

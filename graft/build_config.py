@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from graft.citations import RESCALE_MODES
+from graft.citations import RESCALE_MODES, TEXT_NEIGHBOURS
 from graft.config import config_from_dict, type_problems
 from graft.edges import GraphParams
 from graft.encoder import BACKENDS, DEFAULT_TITLE_WEIGHT
@@ -37,6 +37,9 @@ class BuildConfig:
     # direct citation links (either way) as graph candidates; off = the reference design: candidates
     # are facet-similar, coupled and co-cited papers, and a direct link is left to be found (the gold)
     direct_links: bool = False
+    # M: a paper with no citation link in the corpus takes the clipped title + abstract cosine of its
+    # M nearest papers as the citation half of its edge weights (graph/text.npz); 0 = that half stays 0
+    text_coupling: int = TEXT_NEIGHBOURS
     skip_bad: bool = False  # skip invalid corpus records (counted and listed) instead of stopping
     limit: int | None = None  # keep only the first N valid records
     llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
@@ -50,6 +53,11 @@ class BuildConfig:
                  if getattr(self, name) is not None and getattr(self, name) < 1]
         if wrong:
             raise ConfigError(f"{', '.join(wrong)}: must be >= 1 (batch size, block rows and limit: or None)")
+        if self.text_coupling < 0:
+            raise ConfigError(f"text_coupling must be >= 0 (0 = off), got {self.text_coupling}")
+        if self.text_coupling and not self.paper_embeddings:
+            raise ConfigError("text_coupling needs paper_embeddings (the title + abstract vectors it compares); "
+                             "set text_coupling to 0 to build without them")
         if self.extractor not in EXTRACTORS:
             raise ConfigError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
         if self.embedding_dtype not in ("float16", "float32"):
@@ -64,12 +72,17 @@ class BuildConfig:
                              f"allowed: {', '.join(BACKENDS)}")
         if not (self.alpha >= 0 and self.beta >= 0 and abs(self.alpha + self.beta - 1) < 1e-6):
             raise ConfigError(f"alpha and beta must be >= 0 and sum to 1, got {self.alpha} + {self.beta}")
+        if self.extractor == "llm":  # a bad server URL or setting before any work, not after loading models
+            from graft.llm import LLMConfig
+
+            LLMConfig.from_dict(dict(self.llm))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BuildConfig:
         # indexes built before items took their title as context embedded them alone, and those
         # built before direct links became optional took them as candidates
-        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, **data})
+        # and those built before link-less papers were text-coupled left their citation half empty
+        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0, **data})
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:

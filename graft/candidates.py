@@ -6,7 +6,7 @@ facet's candidates (paper id -> decoder score), it fuses them by graph-RRF, plai
 with its text, the text channel), and returns the ranked hits with their
 evidence. It needs the index's sparse graphs and citation links only (no model, no torch), so a
 stand-in decoder's lists can be fused exactly as the trained model's are
-(`eval/benchmarks/citation_channel.py`, `eval/benchmarks/ooc_fusion_proxy.py`).
+(`experiments/citation_channel.py`, `experiments/ooc_fusion_proxy.py`).
 """
 
 from __future__ import annotations

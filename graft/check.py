@@ -5,10 +5,10 @@ in the loss alone and shown by the evaluation tables only after a whole run:
 
 - it decodes the same few DocIDs whatever the query (its constrained beams follow the DocIDs that
   are likeliest a priori), so every query gets nearly the same papers — the first GPU run's model
-  after 0.5 epochs (`eval/results/gpu_eval_cs768.md`);
+  after 0.5 epochs (`docs/results/gpu_eval_cs768.md`);
 - it decodes DocIDs that differ with the query but are not the ones it was taught (a model close
   to its base continues the query's own words), so its results fall far below the teacher's —
-  SmolLM2 after 0.5 epochs of a slice's pairs (`eval/results/slice_check_cs768_slice20_e05.md`:
+  SmolLM2 after 0.5 epochs of a slice's pairs (`docs/results/slice_check_cs768_slice20_e05.md`:
   20 distinct top DocIDs of 32, the taught target among the beams for 1 of 32).
 
 The check takes a seeded sample of training pairs with distinct source items (facet, text), decodes
@@ -24,7 +24,7 @@ each source item under the facet's trie, and counts:
 The verdict (`learned`): at least `MIN_DISTINCT_SHARE` of the top beams distinct, and the taught
 target among the beams for at least `MIN_TARGET_SHARE` of the sample. `graft train` runs the check
 after training (`--check-pairs`, 0 = off) and records it in the manifest; the evaluation tables name
-it beside the model; `eval/benchmarks/gpu_eval.py` and `learn_pairs.py` use the same counts.
+it beside the model; `experiments/gpu/gpu_eval.py` and `learn_pairs.py` use the same counts.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 #: Training pairs decoded by `graft train`'s check: SmolLM2-135M decodes 32 (5 beams) in 10 s on 2 CPU
-#: cores (`decode_s` in eval/results/learn_pairs_cs768.json).
+#: cores (`decode_s` in docs/results/learn_pairs_cs768.json).
 CHECK_PAIRS = 32
 #: Beams per source item in the check.
 CHECK_BEAMS = 5

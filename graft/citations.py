@@ -120,6 +120,60 @@ def citation_links(a: sp.csr_matrix, score: sp.csr_matrix, *, direct: bool = Fal
     return (linked > 0).astype(np.float32).tocsr()
 
 
+#: Papers nearest by title + abstract whose clipped cosine fills the citation half (beta) of the edge
+#: rows of a paper with no citation evidence ("text coupling"): a paper outside the corpus with no
+#: references, and in the build a corpus paper with no citation links; 0 leaves that half zero.
+#: Chosen on cs768's dev papers posed as text-only queries (docs/results/text_coupling_cs768.md).
+TEXT_NEIGHBOURS = 10
+
+
+def linkless_rows(a: sp.csr_matrix) -> np.ndarray:
+    """Rows of the papers that cite no corpus paper and are cited by none (no citation evidence)."""
+    a = sp.csr_matrix(a)
+    degree = np.diff(a.indptr) + np.diff(sp.csc_matrix(a).indptr)
+    return np.flatnonzero(degree == 0)
+
+
+def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr_matrix:
+    """n x n stand-in for the citation score of the papers `rows`: each row holds the cosine of that
+    paper's title + abstract embedding with its `m` nearest other papers, clipped to [0, 1]; every
+    other row is empty.
+
+    A paper without citation links has no coupling or co-citation with any paper, so the citation
+    half (beta) of its edge weights would be zero; the papers it reads most like are the ones it
+    would most likely share references with. A paper outside the corpus without references is
+    scored the same way (`graft.external.text_coupling_row`).
+
+    Args:
+        paper_vectors: (n, d) unit rows (`embeddings/papers.npy`).
+        rows: the papers to fill (`linkless_rows`); m: neighbours per paper (0 = an empty matrix).
+    """
+    vectors = np.asarray(paper_vectors, dtype=np.float32)
+    n = vectors.shape[0]
+    rows = np.asarray(rows, dtype=np.int64)
+    out_r: list[np.ndarray] = []
+    out_c: list[np.ndarray] = []
+    out_v: list[np.ndarray] = []
+    if m > 0 and n > 1:
+        for start in range(0, len(rows), 1024):
+            block = rows[start:start + 1024]
+            sims = vectors[block] @ vectors.T
+            sims[np.arange(len(block)), block] = -np.inf  # never its own neighbour
+            for r, s in zip(block, sims):
+                order = np.lexsort((np.arange(n), -s))[:m]
+                order = np.sort(order[np.isfinite(s[order]) & (s[order] > 0)])
+                out_r.append(np.full(len(order), r, dtype=np.int64))
+                out_c.append(order)
+                out_v.append(np.clip(s[order], 0.0, 1.0))
+    def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+    out = sp.csr_matrix((cat(out_v, np.float32), (cat(out_r, np.int64), cat(out_c, np.int64))),
+                        shape=(n, n), dtype=np.float32)
+    out.sort_indices()
+    return out
+
+
 def coupling_row_log(a: sp.csr_matrix, rescale: str = "pair") -> np.ndarray:
     """log(1 + largest coupling count) of every corpus paper, as used by `citation_signals`."""
     a = sp.csr_matrix(a, dtype=np.float32)

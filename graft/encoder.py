@@ -23,7 +23,7 @@ DEFAULT_TITLE_WEIGHT = 0.7
 #: Texts per encoder batch by device kind. On the CPU small batches are faster (the texts are
 #: sorted by length, so padding is small either way): on cs768's abstract sentences and titles +
 #: abstracts, 2 cores, batch 16 encoded 1.08x / 1.14x as many per second as batch 64, and batch 128
-#: 0.87x / 0.85x (`python -m eval.benchmarks.encoder_batch`, eval/results/encoder_batch.md); a GPU
+#: 0.87x / 0.85x (`python -m experiments.encoder_batch`, docs/results/encoder_batch.md); a GPU
 #: wants large ones.
 BATCH_SIZE = {"cpu": 16, "gpu": 128}
 
@@ -33,7 +33,7 @@ BACKENDS = ("auto", "torch", "onnx")
 
 #: Fewest new texts in one `encode` call that make an "auto" encoder on the CPU export its model to
 #: ONNX Runtime. The export takes about 1.5 s and ONNX Runtime then saves 4-8 ms a text (2 cores,
-#: eval/results/encoder_backend.md), so it pays for itself after a few hundred texts; the calls of
+#: docs/results/encoder_backend.md), so it pays for itself after a few hundred texts; the calls of
 #: a query (a few sentences) stay on torch and start at once.
 AUTO_ONNX_TEXTS = 256
 

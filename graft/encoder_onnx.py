@@ -3,7 +3,7 @@
 A build spends most of its time in the encoder (every abstract sentence, every title + abstract).
 On the CPU, ONNX Runtime runs MiniLM's transformer about twice as fast as PyTorch at the same
 float32 precision, with the same vectors to float32 rounding (`python -m
-eval.benchmarks.encoder_backend`, eval/results/encoder_backend.md). Only the transformer's forward
+experiments.encoder_backend`, docs/results/encoder_backend.md). Only the transformer's forward
 pass moves: the sentence-transformers model still tokenises (its own truncation and casing), pools
 and normalises, module by module, so any model folder sentence-transformers reads keeps its own
 pooling.

@@ -25,7 +25,7 @@ sentence-transformers as before, and so is a model with a default prompt. The ve
 sentence-transformers' to float32 rounding (tests/test_encoder_store.py: within 1e-6 of its ONNX
 Runtime path and 2e-6 of PyTorch on demo-corpus texts, empty, accented and over-long ones included;
 on 500 cs768 out-of-corpus papers the same facet items and edge weights within 2.4e-7 of PyTorch's,
-`python -m eval.benchmarks.ooc_encoder`, eval/results/ooc_encoder_cs768.md).
+`python -m experiments.ooc_encoder`, docs/results/ooc_encoder_cs768.md).
 """
 
 from __future__ import annotations

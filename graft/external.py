@@ -12,7 +12,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from graft.build_config import BuildConfig
-from graft.citations import coupling_row_log, external_citation_row
+from graft.citations import TEXT_NEIGHBOURS, coupling_row_log, external_citation_row
 from graft.edges import GraphParams, external_facet_row
 from graft.encoder import embed_items
 from graft.errors import IndexFormatError, InputValidationError
@@ -25,15 +25,10 @@ from graft.teacher import TeacherConfig
 if TYPE_CHECKING:
     from graft.index import Index
 
-#: Papers nearest by title + abstract whose clipped cosine fills the citation half (beta) of the edge
-#: rows of a paper with no references into the corpus ("text coupling"); 0 leaves that half zero.
-#: Chosen on cs768's dev papers posed as text-only queries (eval/results/text_coupling_cs768.md).
-TEXT_NEIGHBOURS = 10
-
 #: A paper outside the corpus is scored twice: the citation links of the R papers its first rows rank
 #: highest (the share of them that a paper cites or is cited by) are added to its citation half
 #: (pseudo-relevance feedback through citations; 0 = one pass). Chosen on cs768's dev papers posed as
-#: text-only queries (eval/results/text_coupling_cs768.md); it also lifts records with 1, 2 or 5 known
+#: text-only queries (docs/results/text_coupling_cs768.md); it also lifts records with 1, 2 or 5 known
 #: references (known_references_cs768.md) and in-corpus dev papers (incorpus_feedback_cs768.md), though
 #: these do better with the citation channel on their stored rows (citation_channel_cs768.md).
 FEEDBACK = 3
@@ -178,8 +173,8 @@ class CorpusScorer:
     (the share of them that a corpus paper cites or is cited by) raise the citation half of its rows,
     and its rows are scored again. The query paper's own links are never used. On cs768's in-corpus
     dev queries it lifted the teacher's R@20 from 0.328 to 0.399 with R = 3
-    (`eval/benchmarks/incorpus_feedback.py`), but the citation channel on the stored rows does
-    better still (`eval/results/citation_channel_cs768.md`), so corpus papers are walked from their
+    (`experiments/incorpus_feedback.py`), but the citation channel on the stored rows does
+    better still (`docs/results/citation_channel_cs768.md`), so corpus papers are walked from their
     stored rows by default (R = 0). The stored graph, which the generative retriever is trained on,
     is not changed by either.
 
@@ -283,12 +278,13 @@ class CorpusScorer:
         return out
 
     def feedback_rows(self, node: int) -> dict[str, sp.csr_matrix]:
-        """A corpus paper's facet rows with the feedback pass: its citation score row (coupling and
-        co-citation, as stored) raised, per paper, to the share of the first `feedback` papers of its
+        """A corpus paper's facet rows with the feedback pass: the row its citation half was built from
+        (`Index.citation_half`: coupling and co-citation, or text coupling for a paper without
+        citation links) raised, per paper, to the share of the first `feedback` papers of its
         graph-teacher ranking (stored rows) that the paper cites or is cited by; the facet rows then
         scored again from its own items (`paper_rows`). With `feedback` 0: the rows scored again
         from the citation score row alone."""
-        cite = sp.csr_matrix(self.index.citation_score[node], dtype=np.float32)
+        cite = self.index.citation_half(node)
         if self.feedback:
             hits = self.index.query_paper(self.index.paper_ids[node], k=self.feedback).hits
             cite = self.raised(cite, [self.index.row_of[h.paper_id] for h in hits], node)
@@ -327,8 +323,8 @@ class ExternalScorer(CorpusScorer):
     paper is then scored a second time with the citation links of the `feedback` papers its first
     rows rank highest (its own references left out) added to that half (`with_feedback`). The maximum
     was chosen on out-of-corpus papers posed with 1, 2 or 5 known references
-    (`eval/benchmarks/known_references.py`), the second pass on dev papers posed as text-only queries
-    (`eval/benchmarks/text_coupling.py`) and checked on the papers with known references
+    (`experiments/known_references.py`), the second pass on dev papers posed as text-only queries
+    (`experiments/text_coupling.py`) and checked on the papers with known references
     (R@20 +0.012 / +0.019 / +0.007 at k = 1 / 2 / 5).
 
     Args:

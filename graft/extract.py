@@ -79,7 +79,7 @@ class HeuristicConfig:
     max_sentence_words: int = 80  # longer candidates are usually mis-split PDF text
     # Weights: the best mean ROUGE-L F1 (Problem/Method/Result items joined vs gold) of a grid search
     # on ACLSum's train split only (w_cue 0..2, w_position 0..6, w_embedding 0..4, item_margin 0..0.4,
-    # full_text_penalty 0..5); val/test figures are in eval/results/facet_extraction.md. The surface
+    # full_text_penalty 0..5); val/test figures are in docs/results/facet_extraction.md. The surface
     # is flat: +-0.005 around the optimum, and dropping the prototypes costs only ~0.001.
     w_cue: float = 1.0  # weight of the cue-phrase signal (0..1 per facet, -1 for boilerplate)
     w_position: float = 1.5  # weight of the position prior (0..0.61, ACLSum train highlight rates)

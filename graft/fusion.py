@@ -27,7 +27,7 @@ CITATION = "citation"
 CITATION_FIRST = 3
 #: W: the channel's weight in the fusion (each facet list weighs 1). Chosen on cs768's dev papers, in
 #: corpus (graph teacher), posed as text-only queries (graph teacher and a stand-in for the generative
-#: retriever's decoder): eval/results/citation_channel_cs768.md.
+#: retriever's decoder): docs/results/citation_channel_cs768.md.
 CITATION_WEIGHT = 3.0
 #: Papers kept in the channel's run.
 CITATION_DEPTH = 100
@@ -46,7 +46,7 @@ KEEP_STEP = 1e-6
 TEXT = "text"
 #: W_t: the text channel's weight (each facet list weighs 1); in graph-RRF each of its papers is
 #: supported by W_t x its cosine. Chosen on cs768's dev papers posed as text-only queries with a
-#: stand-in decoder: eval/results/ooc_fusion_proxy_cs768.md.
+#: stand-in decoder: docs/results/ooc_fusion_proxy_cs768.md.
 TEXT_WEIGHT = 2.0
 #: Runs fused next to the facet lists that credit no facet.
 CHANNELS = (CITATION, TEXT)

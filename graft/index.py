@@ -24,6 +24,29 @@ def _memmap(path: Path) -> np.ndarray:
     return np.load(path, mmap_mode="r")
 
 
+def _npz_shape(path: Path) -> tuple[int, ...]:
+    """The shape a scipy `.npz` matrix declares, read without loading the matrix."""
+    with np.load(path) as data:
+        return tuple(int(v) for v in data["shape"])
+
+
+def _parquet_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.read_metadata(path).num_rows)
+
+
+def _npy_shape(path: Path) -> tuple[int, ...]:
+    return tuple(np.load(path, mmap_mode="r").shape)
+
+
+def version_of(manifest: dict[str, Any]) -> tuple[Any, ...]:
+    """What tells one build of an index folder from another: its build id (None for indexes made
+    before builds had one), corpus hash and build finishing time."""
+    build = (manifest.get("stages") or {}).get("build") or {}
+    return manifest.get("build_id"), manifest.get("corpus_hash"), build.get("finished_at")
+
+
 class Index:
     """An opened index directory. Artefacts load lazily, on first use.
 
@@ -33,6 +56,12 @@ class Index:
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = path
         self.manifest = manifest
+        self.version = version_of(manifest)
+        counts = (manifest.get("stages") or {}).get("build", {}).get("counts") or {}
+        papers, items = counts.get("papers"), counts.get("facet_items")
+        #: papers and facet items the manifest says this build wrote (None: not recorded)
+        self._expected_papers: int | None = int(papers) if isinstance(papers, (int, float)) else None
+        self._expected_items: int | None = int(sum(items.values())) if isinstance(items, dict) else None
 
     @classmethod
     def open(cls, path: str | Path) -> Index:
@@ -50,19 +79,94 @@ class Index:
                 raise IndexFormatError(
                     f"index '{path}' lacks {rel}; rebuild it with `graft build CORPUS --out {path}`"
                 )
-        return cls(path, manifest)
+        index = cls(path, manifest)
+        index._check_files()
+        return index
+
+    def _check_files(self) -> None:
+        """Every artefact's shape against the paper and item counts of the manifest, from the
+        files' headers (nothing large is read).
+
+        Raises:
+            IndexFormatError: an artefact of another shape (from another index or build), or one
+                that leads out of the index folder.
+        """
+        n, items = self._expected_papers, self._expected_items
+        checks: list[tuple[str, Callable[[Path], Any], Any]] = [
+            ("papers.parquet", _parquet_rows, n), ("facets.parquet", _parquet_rows, items),
+            ("embeddings/items.npy", lambda p: _npy_shape(p)[0], items),
+            *((f"graph/{f}.npz", _npz_shape, None if n is None else (n, n)) for f in (*FACETS, "citation")),
+        ]
+        for rel in ("embeddings/items_alone.npy", "embeddings/papers.npy"):
+            if (self.path / rel).exists():
+                checks.append((rel, lambda p: _npy_shape(p)[0], items if "items" in rel else n))
+        if (self.path / "graph" / "text.npz").exists():
+            checks.append(("graph/text.npz", _npz_shape, None if n is None else (n, n)))
+        for rel, measure, expected in checks:
+            self._inside(rel)
+            try:
+                found = measure(self.path / rel)
+            except Exception as exc:
+                raise IndexFormatError(f"index '{self.path}': {rel} cannot be read ({type(exc).__name__}: {exc}); "
+                                       f"the file is damaged: rebuild the index with `graft build CORPUS --out "
+                                       f"{self.path}`") from exc
+            self._expect(rel, found, expected)
+
+    def _expect(self, rel: str, found: Any, expected: Any) -> None:
+        if expected is not None and found != expected:
+            what = "rows" if isinstance(expected, int) else "shape"
+            raise IndexFormatError(f"index '{self.path}': {rel} has {what} {found}, but this index's build wrote "
+                                   f"{expected} (its manifest's counts): the file belongs to another index or build; "
+                                   f"rebuild with `graft build CORPUS --out {self.path}`")
+
+    def _inside(self, rel: str) -> None:
+        """Refuse an artefact that leads out of the index folder (a symbolic link to elsewhere)."""
+        root = self.path.resolve()
+        target = (self.path / rel).resolve()
+        if target != root and root not in target.parents:
+            raise IndexFormatError(f"index '{self.path}': {rel} leads out of the index folder (to {target}); "
+                                   "GRAFT does not follow links out of an index: replace the link by the file")
+
+    def check_version(self) -> None:
+        """Refuse to go on when the folder now holds another build than the one this handle opened.
+
+        Raises:
+            IndexFormatError: the index was rebuilt, or is being rebuilt, since `Index.open`.
+        """
+        from graft.store import read_json
+
+        try:
+            now = read_json(self.path / "manifest.json")
+        except (OSError, ValueError):
+            now = None
+        if isinstance(now, dict) and not now.get("in_progress") and version_of(now) == self.version:
+            return
+        raise IndexFormatError(f"index '{self.path}' was rebuilt, or is being rebuilt, since this handle opened it: "
+                               "its files now belong to another build, which is never mixed with the one already "
+                               "read; open it again (Index.open) once the build has finished")
 
     # ---- artefacts -------------------------------------------------------------------------
     def _read(self, rel: str, load: Callable[[Path], Any]) -> Any:
         """`load` of the artefact `rel`; one that cannot be read (a damaged or truncated file) raises
         IndexFormatError naming it and the rebuild, instead of the reader's own error."""
         path = self.path / rel
+        self._inside(rel)
+        self.check_version()
         try:
-            return load(path)
+            value = load(path)
         except Exception as exc:
             raise IndexFormatError(f"index '{self.path}': {rel} cannot be read ({type(exc).__name__}: {exc}); "
                                    f"the file is damaged: rebuild the index with `graft build CORPUS --out "
                                    f"{self.path}`") from exc
+        self.check_version()  # a rebuild marks the manifest before it replaces any file
+        n, items = self._expected_papers, self._expected_items
+        if rel in ("papers.parquet", "facets.parquet"):
+            self._expect(rel, value.height, n if rel == "papers.parquet" else items)
+        elif rel.endswith(".npz"):
+            self._expect(rel, tuple(value.shape), None if n is None else (n, n))
+        elif rel.startswith("embeddings/"):
+            self._expect(rel, value.shape[0], n if rel == "embeddings/papers.npy" else items)
+        return value
 
     @cached_property
     def papers(self) -> pl.DataFrame:
@@ -150,11 +254,31 @@ class Index:
         return self._read("graph/citation.npz", read_npz)
 
     @cached_property
+    def text_coupling(self) -> sp.csr_matrix:
+        """n x n: the text coupling that stood in for the citation score of the papers without
+        citation links when the graphs were built (`graft.citations.text_coupling`); empty for
+        an index built without it."""
+        if not (self.path / "graph" / "text.npz").is_file():
+            return sp.csr_matrix((self.n, self.n), dtype=np.float32)
+        return self._read("graph/text.npz", read_npz)
+
+    def citation_half(self, node: int) -> sp.csr_matrix:
+        """1 x n: the score the citation half of a corpus paper's edge weights was built from (its
+        citation score row, or its text coupling row when it has no citation links)."""
+        row = sp.csr_matrix(self.citation_score[node], dtype=np.float32)
+        return row.maximum(sp.csr_matrix(self.text_coupling[node], dtype=np.float32))
+
+    @cached_property
     def citation_matrix(self) -> sp.csr_matrix:
         """A[i, j] = 1 if paper i cites paper j (rebuilt from citations.parquet)."""
         c = self.citations
-        rows = np.array([self.row_of[p] for p in c["citing"].to_list()], dtype=np.int64)
-        cols = np.array([self.row_of[p] for p in c["cited"].to_list()], dtype=np.int64)
+        try:
+            rows = np.array([self.row_of[p] for p in c["citing"].to_list()], dtype=np.int64)
+            cols = np.array([self.row_of[p] for p in c["cited"].to_list()], dtype=np.int64)
+        except KeyError as exc:
+            raise IndexFormatError(f"index '{self.path}': citations.parquet names paper {exc.args[0]!r}, which "
+                                   "papers.parquet lacks: the files belong to different builds; rebuild with "
+                                   f"`graft build CORPUS --out {self.path}`") from None
         return sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(self.n, self.n))
 
     @cached_property

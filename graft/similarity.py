@@ -115,7 +115,7 @@ def score_gathered(items: FacetItemsMatrix, rows: np.ndarray, cols: np.ndarray,
     once a block, from which every pair's cosines are read. Its cost grows with the pairs, not with
     n^2, and it reads each row's items once instead of once a pair: 4.9 s against 15.8 s pair by
     pair for 44,850 papers of real sentence items, 2.0 s against 5.4 s and 8.7 s with products over
-    every item for 15,000 (2 cores; `eval/results/graph_scale.md`).
+    every item for 15,000 (2 cores; `docs/results/graph_scale.md`).
 
     Args:
         items: the facet's grouped items.

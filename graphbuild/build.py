@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,8 @@ from graft.citations import (
     citation_links,
     citation_matrix,
     citation_signals,
+    linkless_rows,
+    text_coupling,
 )
 from graft.config import config_to_dict
 from graft.devices import resolve_device
@@ -122,20 +126,27 @@ def facet_graphs(
     params: GraphParams,
     *,
     progress: Any = None,
+    text: sp.csr_matrix | None = None,
 ) -> dict[str, sp.csr_matrix]:
     """The four typed top-K graphs from item embeddings and citation signals.
 
     Args:
         owner: paper row of each facet item; facet_of_item: its facet name; vectors: its embedding.
         a: the citation matrix; signals: its coupling / co-citation score.
+        text: text coupling of the papers without citation links (`text_coupling`), which stands in
+            for their (empty) citation score rows and adds their text neighbours as candidates.
     """
     n = a.shape[0]
     links = citation_links(a, signals.score, direct=params.direct_links)  # candidates beyond the facet prefilter
+    score = signals.score
+    if text is not None and text.nnz:  # link-less papers' rows: their score row is empty, text fills it
+        score = (sp.csr_matrix(score, dtype=np.float32) + text).tocsr()
+        links = ((links + text) > 0).astype(np.float32).tocsr()
     graphs = {}
     for facet in FACETS:
         sel = facet_of_item == facet
         items = group_items(owner[sel], np.asarray(vectors[sel], dtype=np.float32), n)
-        graphs[facet] = facet_graph(items, signals.score, links, params, progress=progress)
+        graphs[facet] = facet_graph(items, score, links, params, progress=progress)
     return graphs
 
 
@@ -153,6 +164,7 @@ def _check_out(out: Path) -> None:
         raise GraftError(f"--out {out} {problem}; give a folder for the index (new, empty, or an index to rebuild)")
     if not out.is_dir() or not any(p.name != LOCK_NAME for p in out.iterdir()):
         return
+    _check_no_links(out)
     path = manifest_path(out)
     ours = (out / "papers.parquet").is_file() or (out / "cache" / "build").is_dir()
     if path.is_file():
@@ -168,6 +180,28 @@ def _check_out(out: Path) -> None:
                          "folder (or move that file)")
     if not ours:
         raise GraftError(f"--out {out} holds files but no GRAFT index; build into a new or empty folder")
+
+
+def _check_no_links(out: Path) -> None:
+    """Refuse to rebuild an index that holds symbolic links (`INDEX/model` linked to a model kept
+    elsewhere, say): a rebuild replaces and removes what is in the folder and would delete or write
+    through the link, outside the index. Checked before any work and again before the index is marked
+    as being rebuilt, so a refused build leaves the old index whole.
+
+    Raises:
+        GraftError: naming the links and what to do.
+    """
+    if not out.is_dir():
+        return
+    links = []
+    for root, dirs, files in os.walk(out):  # links to folders are listed, never entered
+        links += [Path(root) / name for name in (*dirs, *files) if (Path(root) / name).is_symlink()]
+    if links:
+        shown = ", ".join(f"{p.relative_to(out)} -> {os.readlink(p)}" for p in links[:5])
+        more = f" and {len(links) - 5} more" if len(links) > 5 else ""
+        raise GraftError(f"--out {out} holds symbolic links ({shown}{more}); a rebuild would delete or write "
+                         "through them, outside the index. Move what they point to into the index, or remove "
+                         "the links, and build again (the index was not touched)")
 
 
 def _invalidate(out: Path, source: str) -> list[str]:
@@ -209,6 +243,7 @@ def build_index(
     encoder: Any = None,
     fresh: bool = False,
     cache_from: str | Path | None = None,
+    allow_degraded: bool = False,
 ) -> BuildSummary:
     """Build a GRAFT index directory from a corpus.
 
@@ -225,12 +260,16 @@ def build_index(
             build's model and extractor: the facets and vectors of this corpus's papers that it
             holds are copied into this index's stores first, so a slice or a variant of a corpus
             already built costs only its papers the other index lacks, plus the graph. Only read.
+        allow_degraded: with the LLM extractor, write the index even when most papers' facets are the
+            heuristic fallback's (failed requests or discarded answers); otherwise that stops the build.
     Returns:
         counts, per-stage timings and peak memory, the corpus load report and the stages reused.
     Raises:
         InputValidationError: bad corpus records (unless `skip_bad`).
         GraftError: `out` is a file or a folder with other content and no index (`_check_out`);
-            `cache_from` is no index with stores, is `out` itself, or comes with `fresh`.
+            `cache_from` is no index with stores, is `out` itself, or comes with `fresh`; with the
+            LLM extractor, most papers got no usable answer and `allow_degraded` is off (the old
+            index, if any, is left as it was).
     """
     config = config or BuildConfig()
     reporter = reporter or Reporter(quiet=True)
@@ -249,12 +288,13 @@ def build_index(
     out.mkdir(parents=True, exist_ok=True)  # after the corpus loads: a bad one leaves no empty folder
     # one writer per index: a build into an index that `graft train` (or another build) is writing is refused
     with index_lock(out, "graft build"):
-        return _build_into(out, corpus, corpus_path, config, reporter, encoder, fresh, cache_from, seed_root)
+        return _build_into(out, corpus, corpus_path, config, reporter, encoder, fresh, cache_from, seed_root,
+                           allow_degraded)
 
 
 def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, config: BuildConfig,
                 reporter: Reporter, encoder: Any, fresh: bool, cache_from: str | Path | None,
-                seed_root: Path | None) -> BuildSummary:
+                seed_root: Path | None, allow_degraded: bool = False) -> BuildSummary:
     """`build_index` past loading the corpus, under the index's writer lock: facets, vectors,
     citations, graphs, the written index."""
     n = corpus.papers.height
@@ -295,6 +335,8 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         # extractor embedded), looked up per paper; the missing ones stored CHECKPOINT_PAPERS at a time
         table, alone, extractor_stats = _facets(corpus.papers, extractor, encoder, facets_store, adv, origin,
                                                 reused, compactions)
+    if config.extractor == "llm" and not allow_degraded:
+        degraded_check(extractor_stats, n, getattr(extractor, "issues", []), out)
 
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
@@ -332,12 +374,16 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         a = citation_matrix(citing, cited, n)
         signals = citation_signals(a, config.citation_rescale)
         adv(int(a.nnz))
+    text = None
+    if config.text_coupling and papers_vec is not None:
+        text = text_coupling(papers_vec, linkless_rows(a), config.text_coupling)
 
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
         graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
-                              progress=adv)
+                              progress=adv, text=text)
 
     with reporter.stage("write", unit="files") as adv:
+        _check_no_links(out)
         removed = _invalidate(out, str(corpus_path) if corpus_path is not None else "aclsum")
         write_parquet(out / "papers.parquet", papers_table(corpus, a))
         write_parquet(out / "citations.parquet", cites)
@@ -352,7 +398,11 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         for facet, g in graphs.items():
             write_npz(out / "graph" / f"{facet}.npz", g)
         write_npz(out / "graph" / "citation.npz", signals.score)
-        adv(5 + len(graphs) + (config.title_weight > 0) + (papers_vec is not None))
+        if text is not None:
+            write_npz(out / "graph" / "text.npz", text)
+        elif (out / "graph" / "text.npz").exists():  # an earlier build's
+            (out / "graph" / "text.npz").unlink()
+        adv(5 + len(graphs) + (config.title_weight > 0) + (papers_vec is not None) + (text is not None))
 
     has_in = {f: float((np.asarray((g > 0).sum(axis=0)).ravel() > 0).mean()) if n else 0.0
               for f, g in graphs.items()}
@@ -365,16 +415,24 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         "share_with_incoming_edge": has_in,
         "paper_embeddings": 0 if papers_vec is None else int(papers_vec.shape[0]),
         "coupling_pairs": signals.n_coupling_pairs,
+        "text_coupled_papers": 0 if text is None else int((np.diff(text.indptr) > 0).sum()),
         "cocitation_pairs": signals.n_cocitation_pairs,
         "skipped_records": len(corpus.report.skipped),
         "dropped_references": corpus.report.dropped_references,
         "extractor": extractor_stats,
     }
     manifest = new_manifest(corpus.content_hash())
+    manifest["build_id"] = uuid.uuid4().hex  # tells this build's files from a later rebuild's (`graft.index`)
     manifest["corpus"] = {"source": str(corpus_path) if corpus_path is not None else "aclsum"}
     manifest["embedding"] = {"model": encoder.name, "dim": int(vectors.shape[1]), "dtype": config.embedding_dtype,
                              "backend": origin.backend()}
-    record_stage(out, manifest, "build", config=config_to_dict(config), counts=counts,
+    recorded = config_to_dict(config)
+    if isinstance(recorded.get("llm"), dict) and recorded["llm"].get("base_url"):
+        from graft.llm.client import redact_url
+
+        # a password written into the URL is not stored
+        recorded["llm"] = {**recorded["llm"], "base_url": redact_url(str(recorded["llm"]["base_url"]))}
+    record_stage(out, manifest, "build", config=recorded, counts=counts,
                  timings=reporter.timings(),
                  extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict(),
                         "reused_checkpoints": reused,
@@ -444,6 +502,24 @@ def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store
     reused.extend(_reuse_label("facets", sum(p[0] < n_stored for p in positions), n, "papers"))
     compactions.append(lambda: store.compact(keys))
     return table, every.vectors[rows], stats
+
+
+def degraded_check(stats: dict[str, int], papers: int, issues: list[tuple[str, str]], out: Path) -> None:
+    """Stop an LLM build in which most papers' facets would be the heuristic fallback's: a server that
+    is down or answers nonsense must not pass for an LLM-extracted index.
+
+    Raises:
+        GraftError: with the counts, the first paper's reason and the ways out.
+    """
+    fallback = int(stats.get("fallback", 0))
+    if papers == 0 or 2 * fallback <= papers:
+        return
+    first = f"; first: paper {issues[0][0]}: {issues[0][1][:300]}" if issues else ""
+    raise GraftError(
+        f"the LLM extractor gave no usable answer for {fallback} of {papers} papers ({stats.get('failed', 0)} "
+        f"requests failed, {stats.get('discarded', 0)} answers discarded){first}. The index at {out} was not "
+        "written (an old one there is kept). Check the server and rerun: answered papers are kept and not asked "
+        "again; or pass --allow-degraded to write it with the heuristic extractor's facets for those papers")
 
 
 def _reuse_label(stage: str, found: int, total: int, unit: str = "") -> list[str]:

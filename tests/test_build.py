@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import pickle
 import re
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 import scipy.sparse as sp
-from conftest import cs768_path
+from conftest import cached_folder, cs768_path
 
 from graft.errors import IndexFormatError
 from graft.facets import FACETS
@@ -32,13 +34,18 @@ def write_slice(path, n: int, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def cs768_index(tmp_path_factory, encoder):
+def cs768_index(request, tmp_path_factory, encoder):
+    """A 400-paper cs768 index and its build summary (kept in pytest's cache: `cached_folder`)."""
     tmp = tmp_path_factory.mktemp("cs768")
     # the 400 newest-first lines are dense in citations among themselves
     corpus = write_slice(cs768_path(), 400, tmp)
-    out = tmp / "index"
-    summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
-    return out, summary
+
+    def build(folder: Path) -> None:
+        summary = build_index(corpus, folder / "index", BuildConfig(), encoder=encoder)
+        (folder / "summary.pickle").write_bytes(pickle.dumps(summary))
+
+    folder = cached_folder(request, tmp_path_factory, "cs768-400", [corpus, repr(BuildConfig())], build)
+    return folder / "index", pickle.loads((folder / "summary.pickle").read_bytes())
 
 
 def test_index_artefacts_follow_the_contract(cs768_index) -> None:
@@ -484,6 +491,7 @@ def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monke
                 np.testing.assert_allclose(a[0][f], b_[0][f], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(tmp_path, monkeypatch) -> None:
     """--cache-from: a slice of an indexed corpus plus papers the index lacks copies the slice's
     facets and vectors from it, extracts and embeds only the others, equals a build from scratch of
@@ -600,7 +608,7 @@ def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path,
     summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
     assert summary.removed == ["docids", "model", "graph.graphml"] and not (out / "model").exists()
     assert not (out / "graph.graphml").exists() and (out / "graph.txt").read_text() == "the user's"
-    console = Console(record=True, width=300)
+    console = Console(record=True, width=1000)  # the message names the index twice: no wrap for a long tmp path
     print_build_summary(summary, console)
     assert f"removed docids, model, graph.graphml of the graph this build replaced: `graft train {out}` trains the " \
         f"generative retriever on the new one; `graft export {out}` exports it" in console.export_text()
@@ -759,8 +767,8 @@ def test_a_build_on_the_onnx_backend_records_it_and_equals_the_torch_build(tmp_p
         assert ga.nnz == gb.nnz == 12 * 11
         assert abs(sp.csr_matrix(ga - gb)).max() < 1e-4
 
-    # eval/benchmarks/index_agreement.py says the same of these two, and counts a cut graph's edges
-    from eval.benchmarks.index_agreement import agreement, main
+    # experiments/index_agreement.py says the same of these two, and counts a cut graph's edges
+    from experiments.index_agreement import agreement, main
 
     assert main([str(tmp_path / "onnx"), str(tmp_path / "torch"), "--results", str(tmp_path / "res")]) == 0
     same = json.loads((tmp_path / "res" / "index_agreement.json").read_text())
@@ -994,6 +1002,40 @@ def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
         CorpusScorer(idx, feedback=-2)
 
 
+def test_papers_without_citation_links_are_text_coupled_in_the_graph(cs768_index) -> None:
+    """graph/text.npz holds the text coupling of exactly the link-less papers (10 nearest by title +
+    abstract); their stored rows are what the query-time scorer gives from that row (`citation_half`),
+    so the feedback pass starts from it too; old manifests read as built without it."""
+    from graft.citations import TEXT_NEIGHBOURS, linkless_rows, text_coupling
+    from graft.external import CorpusScorer
+
+    idx = Index.open(cs768_index[0])
+    config = BuildConfig.from_manifest(idx.manifest)
+    assert config.text_coupling == TEXT_NEIGHBOURS == 10
+    assert BuildConfig.from_dict({}).text_coupling == 0  # an index built before text coupling
+    lonely = linkless_rows(idx.citation_matrix)
+    assert 0 < len(lonely) < idx.n
+    text = idx.text_coupling
+    filled = np.flatnonzero(np.diff(text.indptr) > 0)
+    assert set(filled.tolist()) == set(lonely.tolist())
+    assert idx.manifest["stages"]["build"]["counts"]["text_coupled_papers"] == len(filled)
+    np.testing.assert_allclose(text.toarray(), text_coupling(np.asarray(idx.paper_embeddings, np.float32),
+                                                             lonely, 10).toarray(), atol=1e-3)
+    assert np.all(np.diff(text.indptr)[filled] == 10)
+    linked = (idx.citation_matrix + idx.citation_matrix.T).tocsr()
+    assert text.multiply(linked).nnz == 0 and idx.citation_score[lonely].nnz == 0
+    scorer = CorpusScorer(idx, feedback=0, citation_weight=0)
+    for node in lonely[:3]:
+        half = idx.citation_half(node)
+        np.testing.assert_array_equal(half.toarray(), text[node].toarray())
+        rows = scorer.paper_rows(node, half)
+        stored = {f: idx.graphs[f][node] for f in FACETS}  # its out-edges as built
+        for f in FACETS:
+            assert set(rows[f].indices) == set(stored[f].indices)
+            np.testing.assert_allclose(rows[f].toarray(), stored[f].toarray(), atol=1e-3)
+        assert any(set(text[node].indices) & set(stored[f].indices) for f in FACETS)
+
+
 def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encoder) -> None:
     from eval.ooc_facets import default_key
     from graft.external import ExternalScorer
@@ -1004,7 +1046,10 @@ def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encod
     assert (out / "embeddings" / "papers.npy").is_file()
     assert default_key(Index.open(out).manifest)["text_neighbours"] == 10
     assert default_key(Index.open(out).manifest)["feedback"] == 3
-    summary = build_index(corpus, out, BuildConfig(paper_embeddings=False), encoder=encoder)
+    with pytest.raises(ValueError, match="text_coupling needs paper_embeddings"):
+        BuildConfig(paper_embeddings=False)
+    summary = build_index(corpus, out, BuildConfig(paper_embeddings=False, text_coupling=0), encoder=encoder)
+    assert not (out / "graph" / "text.npz").exists()
     assert "embed papers" not in summary.timings and summary.counts["paper_embeddings"] == 0
     idx = Index.open(out)  # the earlier build's vectors are gone with it
     assert not (out / "embeddings" / "papers.npy").exists() and idx.paper_embeddings is None
@@ -1013,10 +1058,11 @@ def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encod
     assert scorer.text_neighbours == 0 and "papers.npy" in scorer.text_coupling_off
 
 
+@pytest.mark.slow
 def test_build_scale_benchmark_smoke(tmp_path) -> None:
-    """eval/benchmarks/build_scale.py on a cs768 slice: the stage table, the graph stage against the
+    """experiments/build_scale.py on a cs768 slice: the stage table, the graph stage against the
     dense baseline, the rebuild from checkpoints, and the backend it was asked for in name and index."""
-    from eval.benchmarks.build_scale import main
+    from experiments.build_scale import main
 
     assert main(["--corpus", str(cs768_path()), "--index", str(tmp_path / "idx"), "--limit", "60",
                  "--encoder-backend", "torch", "--results", str(tmp_path)]) == 0
@@ -1028,10 +1074,11 @@ def test_build_scale_benchmark_smoke(tmp_path) -> None:
     assert Index.open(tmp_path / "idx").manifest["embedding"]["backend"] == "torch"
 
 
+@pytest.mark.slow
 def test_incremental_build_benchmark_smoke(tmp_path) -> None:
-    """eval/benchmarks/incremental_build.py on a cs768 slice: the newest papers held back, then added
+    """experiments/incremental_build.py on a cs768 slice: the newest papers held back, then added
     to the index, which then equals a build from scratch (the build's own encoder, ONNX Runtime)."""
-    from eval.benchmarks.incremental_build import main
+    from experiments.incremental_build import main
 
     assert main(["--corpus", str(cs768_path()), "--limit", "30", "--added", "8", "--work", str(tmp_path / "work"),
                  "--results", str(tmp_path)]) == 0
@@ -1049,10 +1096,10 @@ def test_incremental_build_benchmark_smoke(tmp_path) -> None:
 
 
 def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
-    """eval/benchmarks/graph_scoring.py on the 400-paper index: every way of scoring and ranking
+    """experiments/graph_scoring.py on the 400-paper index: every way of scoring and ranking
     gives the index's graph, and the graph module is restored afterwards."""
     import graft.edges as graph
-    from eval.benchmarks.graph_scoring import WAYS, main
+    from experiments.graph_scoring import WAYS, main
 
     kept = graph.score_gathered, graph._unique, graph._top_k_rows
     assert main(["--index", str(cs768_index[0]), "--facets", "method,result", "--rounds", "1",
@@ -1068,12 +1115,12 @@ def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
 
 
 def test_graph_scale_benchmark_smoke(cs768_index, tmp_path) -> None:
-    """eval/benchmarks/graph_scale.py on 500 real sentence vectors and the 400-paper index: the
+    """experiments/graph_scale.py on 500 real sentence vectors and the 400-paper index: the
     argpartition selection finds the same candidates as best_columns, the IVF index with every list
     probed finds the exact ones too and with one list fewer of them, every way of scoring pairs gives
     the same similarities, and the graph module is restored afterwards."""
     import graft.edges as graph
-    from eval.benchmarks.graph_scale import main
+    from experiments.graph_scale import main
 
     kept = graph.prefilter_blocks
     assert main(["--index", str(cs768_index[0]), "--work", str(tmp_path / "work"), "--limit-texts", "500",

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import re
 import typing
+from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import polars as pl
 import pytest
-from conftest import REPO, cs768_path
+from conftest import REPO, cached_folder, cs768_path
 from test_build import write_slice
 from typer.testing import CliRunner
 
@@ -22,13 +23,19 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(request, tmp_path_factory):
+    """`graft build --json` of an 80-paper cs768 slice: the index and its summary (kept in pytest's
+    cache: `cached_folder`)."""
     tmp = tmp_path_factory.mktemp("cli")
     corpus = write_slice(cs768_path(), 80, tmp)
-    out = tmp / "idx"
-    res = runner.invoke(app, ["build", str(corpus), "--out", str(out), "--json"])
-    assert res.exit_code == 0, res.output
-    return out, json.loads(res.stdout)
+
+    def make(folder: Path) -> None:
+        res = runner.invoke(app, ["build", str(corpus), "--out", str(folder / "idx"), "--json"])
+        assert res.exit_code == 0, res.output
+        (folder / "summary.json").write_text(res.stdout)
+
+    folder = cached_folder(request, tmp_path_factory, "cli-build-80", [corpus], make)
+    return folder / "idx", json.loads((folder / "summary.json").read_text())
 
 
 def test_build_json_summary(built) -> None:
@@ -451,6 +458,7 @@ def test_searcher_is_graft_querys_library_form(built, encoder) -> None:
         QueryConfig(retriever="bm25")
 
 
+@pytest.mark.slow
 def test_build_says_where_it_stored_the_encoder_export(tmp_path, monkeypatch) -> None:
     """The first CPU build with an empty user cache stores the encoder's export there and says so
     (table and --json); a second build finds it stored and writes nothing."""
@@ -641,6 +649,7 @@ def test_export_writes_readable_xml_from_any_title_and_says_why_it_cannot_write(
         assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
 
 
+@pytest.mark.slow
 def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     lines = [
         {"id": "a", "title": "Paper A", "abstract": "We propose a method for parsing."},
@@ -724,6 +733,7 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
         assert res.exit_code == 2 and message in res.output, res.output
 
 
+@pytest.mark.slow
 def test_demo_runs_on_aclsum(tmp_path) -> None:
     res = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--limit", "20", "-q"],
                         env={"COLUMNS": "200"})
@@ -849,6 +859,7 @@ def test_numeric_options_refuse_values_outside_their_range_before_any_work(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_build_with_llm_extractor_caches_and_falls_back(tmp_path) -> None:
     import polars as pl
     from test_llm_client import FakeLLMServer, Reply
@@ -912,6 +923,7 @@ def test_eval_run_help_names_every_system() -> None:
     assert names == [*SYSTEMS, *SURVEY_SYSTEMS]
 
 
+@pytest.mark.slow
 def test_main_stops_on_sigterm_as_on_ctrl_c_and_names_a_disk_error_in_one_line(tmp_path) -> None:
     """SIGTERM (kill, job schedulers) stops `graft` as Ctrl-C does, so cleanups run: the temporary
     file of a write in progress goes (it was left behind); both print one line saying how to go on.

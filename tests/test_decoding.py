@@ -107,6 +107,7 @@ def test_shared_prompt_cache_decodes_the_same_beams_as_plain_generate(tokenizer,
         np.testing.assert_allclose([b.prob for b in xs], [b.prob for b in ys], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_one_beam_decodes_greedily_with_the_probability_beam_search_gives_it(tokenizer) -> None:
     """num_beams=1 is greedy search, whose output has no beam scores: each item gets its one DocID
     with the probability beam search gives the same DocID (the sum of the renormalised steps)."""

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graft.citations import citation_links, citation_matrix, citation_signals
+from graft.citations import (
+    citation_links,
+    citation_matrix,
+    citation_signals,
+    linkless_rows,
+    text_coupling,
+)
 from graft.edges import GraphParams, external_facet_row, facet_graph
 from graft.similarity import (
     best_columns,
@@ -127,6 +133,58 @@ def test_candidates_are_coupled_papers_and_direct_links_only_when_asked() -> Non
     direct = facet_graph(items, sig.score, citation_links(a, sig.score, direct=True), params)
     assert direct[0, 40] > 0 and direct[40, 0] > 0 and direct[0, 1] > 0
     assert np.all(np.diff(direct.indptr) <= 2 + 2)
+
+
+def test_text_coupling_fills_only_the_rows_of_papers_without_citation_links() -> None:
+    """Link-less papers (no citation either way) take their m nearest papers by title + abstract,
+    clipped cosine, as their citation score row; other rows stay empty; a paper is never its own neighbour."""
+    rng = np.random.default_rng(3)
+    n = 30
+    a = citation_matrix(np.array([0, 1, 2]), np.array([5, 5, 0]), n)
+    lonely = linkless_rows(a)
+    assert set(lonely.tolist()) == set(range(n)) - {0, 1, 2, 5}
+    vecs = rng.normal(size=(n, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    text = text_coupling(vecs, lonely, 4)
+    assert text.shape == (n, n)
+    filled = np.flatnonzero(np.diff(text.indptr) > 0)
+    assert set(filled.tolist()) <= set(lonely.tolist()) and len(filled) >= len(lonely) - 2
+    for r in filled:
+        sims = vecs @ vecs[r]
+        sims[r] = -np.inf
+        want = [c for c in np.argsort(-sims, kind="stable")[:4] if sims[c] > 0]
+        row = text[r]
+        assert sorted(row.indices.tolist()) == sorted(want)
+        np.testing.assert_allclose(row.toarray()[0, want], np.clip(sims[want], 0, 1), rtol=1e-5)
+    assert text_coupling(vecs, lonely, 0).nnz == 0
+
+
+def test_text_coupling_is_the_citation_half_and_candidates_of_link_less_rows() -> None:
+    """A link-less paper's text neighbours become candidates and get beta * cosine in their edge
+    weight; the rows of papers with citation links are the same with or without text coupling."""
+    from graphbuild.build import facet_graphs
+
+    rng = np.random.default_rng(11)
+    n = 40
+    owner, vecs = random_items(rng, n)
+    a = citation_matrix(np.array([0, 1, 3]), np.array([2, 2, 1]), n)
+    sig = citation_signals(a)
+    papers = rng.normal(size=(n, 16)).astype(np.float32)
+    papers /= np.linalg.norm(papers, axis=1, keepdims=True)
+    text = text_coupling(papers, linkless_rows(a), 3)
+    params = GraphParams(top_k=n, n_candidates=2)
+    facet = np.array(["method"] * len(owner))
+    plain = facet_graphs(owner, facet, vecs, a, sig, params)["method"]
+    coupled = facet_graphs(owner, facet, vecs, a, sig, params, text=text)["method"]
+    items = group_items(owner, vecs, n)
+    for r in range(n):
+        if text[r].nnz == 0:
+            assert (plain[r] != coupled[r]).nnz == 0
+            continue
+        for c, t in zip(text[r].indices, text[r].data):
+            sim = float(np.clip(score_pairs(items, np.array([r]), items, np.array([c]))[0], 0, 1))
+            assert coupled[r, c] == pytest.approx(params.alpha * sim + params.beta * t, abs=1e-6)
+        assert set(text[r].indices) - set(plain[r].indices)  # a neighbour that was no candidate before
 
 
 def test_rows_are_scored_as_pairs_are() -> None:

@@ -101,13 +101,14 @@ def test_batch_size_defaults_by_device_and_is_checked(encoder) -> None:
     assert BuildConfig.from_dict({"embedding_batch_size": 64}).embedding_batch_size == 64  # as an index recorded it
 
 
+@pytest.mark.slow
 def test_encoder_batch_benchmark_smoke(tmp_path) -> None:
-    """eval/benchmarks/encoder_batch.py: every batch size and the batch-64 baseline on the same texts."""
+    """experiments/encoder_batch.py: every batch size and the batch-64 baseline on the same texts."""
     import json
 
     from conftest import cs768_path
 
-    from eval.benchmarks.encoder_batch import main
+    from experiments.encoder_batch import main
 
     assert main(["--corpus", str(cs768_path()), "--papers", "4", "--abstracts", "2", "--sizes", "8", "--rounds", "1",
                  "--results", str(tmp_path)]) == 0
@@ -179,6 +180,7 @@ def test_backend_names_resolve_or_fail_clearly(monkeypatch) -> None:
         resolve_backend("onnx", "cpu")
 
 
+@pytest.mark.slow
 def test_auto_backend_falls_back_to_torch_when_the_export_fails(monkeypatch) -> None:
     from graft import encoder_onnx
 
@@ -221,14 +223,15 @@ def test_auto_backend_moves_to_onnx_with_its_first_bulk_call(encoder) -> None:
     np.testing.assert_allclose(enc.encode(["A query sentence."]), few[3:], atol=2e-6)
 
 
+@pytest.mark.slow
 def test_encoder_backend_benchmark_smoke(tmp_path) -> None:
-    """eval/benchmarks/encoder_backend.py: both backends at each batch size, against torch at the
+    """experiments/encoder_backend.py: both backends at each batch size, against torch at the
     CPU default, on the same texts."""
     import json
 
     from conftest import cs768_path
 
-    from eval.benchmarks.encoder_backend import main
+    from experiments.encoder_backend import main
 
     assert main(["--corpus", str(cs768_path()), "--papers", "4", "--abstracts", "2", "--sizes", "8", "--rounds", "1",
                  "--results", str(tmp_path)]) == 0

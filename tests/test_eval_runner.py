@@ -607,7 +607,7 @@ import sys
 CARRIED = ("polars", "marisa_trie", "gguf")
 for name in CARRIED:  # None in sys.modules: `import` fails and importlib.util.find_spec says absent
     sys.modules[name] = None
-import eval.benchmarks.gpu_eval as gpu_eval
+import experiments.gpu.gpu_eval as gpu_eval
 assert set(CARRIED) == set(gpu_eval.CARRIED_MODULES), gpu_eval.CARRIED_MODULES
 
 def install_wheels(wheels, site):
@@ -621,15 +621,15 @@ sys.exit(gpu_eval.main(sys.argv[1:]))
 
 
 def test_gpu_eval_script_stages_a_split_and_rehearses_the_run_on_the_cpu(built, tmp_path) -> None:
-    """eval/benchmarks/gpu_eval.py: `prepare` stages the split in carry-sized folders; `run --smoke`
+    """experiments/gpu/gpu_eval.py: `prepare` stages the split in carry-sized folders; `run --smoke`
     joins the GGUF, trains the tiny model on coverage-aware and naive pairs for the same calibrated
     steps, calibrates the query limit and writes the three tables, the report and the runs. The run
     imports nothing that needs a carried wheel before it has installed them."""
     import subprocess
     import tarfile
 
-    from eval.benchmarks.gpu_common import CARRY_LIMIT, CARRY_MARGIN, folder_bytes
-    from eval.benchmarks.gpu_eval import main
+    from experiments.gpu.gpu_common import CARRY_LIMIT, CARRY_MARGIN, folder_bytes
+    from experiments.gpu.gpu_eval import main
 
     _, split = built
     stage = tmp_path / "stage"
@@ -774,7 +774,7 @@ def test_distill_ceiling_lists_by_hand() -> None:
     import polars as pl
     import scipy.sparse as sp
 
-    from eval.benchmarks.distill_ceiling import facet_lists_from_pairs, fused_rows
+    from experiments.distill_ceiling import facet_lists_from_pairs, fused_rows
 
     class Docids:
         facet_names = ["method"]
@@ -808,7 +808,7 @@ def test_distill_ceiling_lists_by_hand() -> None:
 
 
 def test_distill_ceiling_benchmark_on_the_slice(built, tmp_path) -> None:
-    from eval.benchmarks.distill_ceiling import main
+    from experiments.distill_ceiling import main
 
     _, split = built
     assert main(["--split", str(split), "--limit", "10", "--max-edges", "2,20", "--name", "slice",
@@ -831,7 +831,7 @@ def test_distill_ceiling_benchmark_on_the_slice(built, tmp_path) -> None:
 def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(built, tmp_path) -> None:
     import polars as pl
 
-    from eval.benchmarks.slice_check import main
+    from experiments.slice_check import main
 
     _, split = built
     before = sorted(p.name for p in (split / "runs").iterdir()) if (split / "runs").is_dir() else []
@@ -860,7 +860,7 @@ def test_slice_check_trains_on_the_slice_pairs_and_scores_against_their_ceiling(
 
 
 def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tmp_path) -> None:
-    from eval.benchmarks.title_weight import main, teacher_recalls
+    from experiments.title_weight import main, teacher_recalls
 
     _, split = built
     assert main(["--split", str(split), "--weights", "0,0.7", "--part", "test", "--name", "slice",
@@ -882,8 +882,8 @@ def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tm
 
 
 def test_edge_mix_benchmark_rebuilds_the_index_at_its_own_setting(built, tmp_path) -> None:
-    from eval.benchmarks.edge_mix import main
-    from eval.benchmarks.title_weight import teacher_recalls
+    from experiments.edge_mix import main
+    from experiments.title_weight import teacher_recalls
 
     _, split = built
     assert main(["--split", str(split), "--alphas", "0.75,1", "--top-k", "20,5", "--part", "test", "--name", "slice",
@@ -910,10 +910,10 @@ def test_edge_mix_benchmark_rebuilds_the_index_at_its_own_setting(built, tmp_pat
 
 
 def test_text_coupling_benchmark_rows(built, tmp_path) -> None:
-    """eval/benchmarks/text_coupling.py: in-corpus papers posed as text-only queries, the teacher with
+    """experiments/text_coupling.py: in-corpus papers posed as text-only queries, the teacher with
     the beta half of their rows filled three ways, and dense retrieval recomputed here by hand."""
-    from eval.benchmarks.text_coupling import main
     from eval.metrics import recall_at
+    from experiments.text_coupling import main
 
     _, split = built
     assert main(["--split", str(split), "--part", "test", "--limit", "12", "--feedback", "5",
@@ -943,11 +943,11 @@ def test_text_coupling_benchmark_rows(built, tmp_path) -> None:
 
 
 def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
-    """eval/benchmarks/ooc_fusion_proxy.py: stand-in decoded lists fused as GRAFT fuses them out of
+    """experiments/ooc_fusion_proxy.py: stand-in decoded lists fused as GRAFT fuses them out of
     corpus; its teacher row is text_coupling's `graft query --text` row on the same queries (its
     graph-RRF support is the retriever's own `corroboration`, checked by hand below)."""
-    from eval.benchmarks.ooc_fusion_proxy import main
-    from eval.benchmarks.text_coupling import main as text_main
+    from experiments.ooc_fusion_proxy import main
+    from experiments.text_coupling import main as text_main
 
     _, split = built
     common = ["--split", str(split), "--part", "test", "--limit", "8", "--name", "slice", "--results", str(tmp_path)]
@@ -972,10 +972,10 @@ def test_ooc_fusion_proxy_rows(built, tmp_path) -> None:
 
 
 def test_ooc_encoder_benchmark_rows(built, tmp_path, monkeypatch) -> None:
-    """eval/benchmarks/ooc_encoder.py: the slice's out-of-corpus entries made on torch, on an
+    """experiments/ooc_encoder.py: the slice's out-of-corpus entries made on torch, on an
     "auto" encoder that moves to ONNX Runtime (threshold lowered so the slice's calls reach it) and
     on the index's stored export: the same facet items and edge rows to float32 rounding."""
-    from eval.benchmarks.ooc_encoder import main
+    from experiments.ooc_encoder import main
     from graft import encoder as embeddings
 
     _, split = built
@@ -994,13 +994,13 @@ def test_ooc_encoder_benchmark_rows(built, tmp_path, monkeypatch) -> None:
 
 
 def test_text_channel_benchmark_rows(built, tmp_path) -> None:
-    """eval/benchmarks/text_channel.py: its W_t = 0 row is `graft query --paper`'s teacher (stored rows
+    """experiments/text_channel.py: its W_t = 0 row is `graft query --paper`'s teacher (stored rows
     with the citation channel), recomputed here through Index.query_paper; the channel rows differ."""
     import argparse
 
-    from eval.benchmarks.distill_ceiling import mean_recalls
-    from eval.benchmarks.split_queries import open_split_queries
-    from eval.benchmarks.text_channel import main
+    from experiments.common import open_split_queries
+    from experiments.distill_ceiling import mean_recalls
+    from experiments.text_channel import main
     from graft.fusion import CITATION_WEIGHT
     from graft.teacher import TeacherConfig
 
@@ -1018,13 +1018,13 @@ def test_text_channel_benchmark_rows(built, tmp_path) -> None:
 
 
 def test_citation_first_benchmark_rows(built, tmp_path) -> None:
-    """eval/benchmarks/citation_first.py: its shipped-R row is `graft query --paper`'s teacher,
+    """experiments/citation_first.py: its shipped-R row is `graft query --paper`'s teacher,
     recomputed here through Index.query_paper with the default channel."""
     import argparse
 
-    from eval.benchmarks.citation_first import main
-    from eval.benchmarks.distill_ceiling import mean_recalls
-    from eval.benchmarks.split_queries import open_split_queries
+    from experiments.citation_first import main
+    from experiments.common import open_split_queries
+    from experiments.distill_ceiling import mean_recalls
     from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
     from graft.teacher import TeacherConfig
 
@@ -1056,9 +1056,9 @@ def test_corroboration_support_by_hand() -> None:
 
 
 def test_known_references_benchmark_matches_the_scorer(built, tmp_path) -> None:
-    """eval/benchmarks/known_references.py: out-of-corpus papers posed with k known references; the
+    """experiments/known_references.py: out-of-corpus papers posed with k known references; the
     scorer's own rows give exactly the maximum of bibliographic coupling, text coupling and links."""
-    from eval.benchmarks.known_references import known_references, main
+    from experiments.known_references import known_references, main
 
     _, split = built
     assert main(["--split", str(split), "--limit", "10", "--known", "1,2", "--name", "slice",
@@ -1076,10 +1076,10 @@ def test_known_references_benchmark_matches_the_scorer(built, tmp_path) -> None:
 
 
 def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
-    """eval/benchmarks/incorpus_feedback.py: the teacher's graph rows against recomputed rows with and
+    """experiments/incorpus_feedback.py: the teacher's graph rows against recomputed rows with and
     without the feedback pass; the graph rows' recall is the teacher's own, recomputed here."""
-    from eval.benchmarks.incorpus_feedback import main
     from eval.metrics import recall_at
+    from experiments.incorpus_feedback import main
 
     _, split = built
     assert main(["--split", str(split), "--part", "test", "--limit", "8", "--feedback", "3",
@@ -1118,10 +1118,10 @@ def test_incorpus_feedback_benchmark_rows(built, tmp_path) -> None:
 
 
 def test_citation_channel_benchmark_rows(built, tmp_path) -> None:
-    """eval/benchmarks/citation_channel.py: W = 0 of the stored rows is the `teacher`, the shipped W
+    """experiments/citation_channel.py: W = 0 of the stored rows is the `teacher`, the shipped W
     is `graft query --paper`'s teacher; every setting has its W = 0 baseline."""
-    from eval.benchmarks.citation_channel import main
     from eval.metrics import recall_at
+    from experiments.citation_channel import main
     from graft.external import CorpusScorer
     from graft.fusion import CITATION_WEIGHT
 
@@ -1152,7 +1152,7 @@ def test_gpu_eval_retries_a_diverged_training_with_math_attention_then_float32(t
     also in float32; each retry is recorded, and a third divergence ends the run with the error."""
     import argparse
 
-    import eval.benchmarks.gpu_eval as gpu_eval
+    import experiments.gpu.gpu_eval as gpu_eval
     from graft import devices
     from training.trainer import TrainingDiverged
 
@@ -1189,7 +1189,7 @@ def test_gpu_eval_samplings_and_query_limit() -> None:
     the number of models that decode."""
     import argparse
 
-    import eval.benchmarks.gpu_eval as gpu_eval
+    import experiments.gpu.gpu_eval as gpu_eval
 
     assert gpu_eval._samplings("naive, coverage") == ("coverage", "naive")
     assert gpu_eval._samplings("coverage") == ("coverage",)

@@ -239,6 +239,7 @@ def test_damaged_split_files_are_named(split, tmp_path) -> None:
             read_queries(copy, "ooc")
 
 
+@pytest.mark.slow
 def test_skip_bad_leaves_bad_corpus_records_out_of_the_split(tmp_path) -> None:
     corpus = tmp_path / "corpus.jsonl"
     with gzip.open(cs768_path(), "rt", encoding="utf-8") as fh:

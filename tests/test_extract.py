@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from eval.benchmarks.facet_extraction import GOLD_ASPECT, load_gold
 from eval.textmetrics import joined_rouge_l
+from experiments.facet_extraction import GOLD_ASPECT, load_gold
 from graft.encoder import Encoder
 from graft.extract import (
     HeuristicConfig,

@@ -250,7 +250,7 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
 
 
 def test_latency_benchmark_smoke(trained, tmp_path) -> None:
-    from eval.benchmarks.query_latency import main
+    from experiments.query_latency import main
 
     assert main(["--index", str(trained), "--model", "tiny", "--random", "--queries", "2", "--beams", "2",
                  "--results", str(tmp_path)]) == 0

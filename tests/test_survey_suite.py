@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
-from conftest import cs768_path
+from conftest import cached_folder, cs768_path
 
 from graft.errors import InputValidationError
 
@@ -27,15 +28,23 @@ def write_dense_slice(tmp_path, n_reviews: int = 2, n_other: int = 30):
 
 
 @pytest.fixture(scope="module")
-def split(tmp_path_factory, encoder):
+def split(request, tmp_path_factory, encoder):
+    """The survey split of the dense slice with its index (kept in pytest's cache: `cached_folder`)."""
     from eval.splits import SplitConfig, prepare_split
     from graphbuild.build import BuildConfig, build_index
 
     tmp = tmp_path_factory.mktemp("survey-suite")
     corpus, reviews = write_dense_slice(tmp)
-    info = prepare_split(corpus, tmp / "split", SplitConfig(n_ooc=0, n_survey=2, survey_min_refs=20))
-    build_index(tmp / "split" / "corpus.jsonl", tmp / "split" / "index", BuildConfig(), encoder=encoder)
-    return tmp / "split", info, reviews
+    config = SplitConfig(n_ooc=0, n_survey=2, survey_min_refs=20)
+
+    def make(folder: Path) -> None:
+        info = prepare_split(corpus, folder / "split", config)
+        build_index(folder / "split" / "corpus.jsonl", folder / "split" / "index", BuildConfig(), encoder=encoder)
+        (folder / "info.json").write_text(json.dumps(info))
+
+    folder = cached_folder(request, tmp_path_factory, "survey-split", [corpus, repr(config), repr(BuildConfig())],
+                           make)
+    return folder / "split", json.loads((folder / "info.json").read_text()), reviews
 
 
 def test_split_layout(split) -> None:
@@ -176,71 +185,3 @@ def test_cli_survey_suite_with_an_llm_judge(split, tmp_path) -> None:
     assert any("LLM judge (never)" in n for n in table["notes"])
     bad = CliRunner().invoke(app, ["eval", "run", str(split_dir), "--suite", "survey", "--judge-model", "x"])
     assert bad.exit_code != 0 and "--judge-base-url" in bad.output
-
-
-def test_survey_tuning_benchmark_rows(split, tmp_path) -> None:
-    """`eval.benchmarks.survey_tuning`: the default writer and a one-setting variant against the
-    baseline on the same hold-outs, written as a table."""
-    from eval.benchmarks.survey_tuning import main, parse_combo, parse_settings
-    from graft.survey.config import SurveyConfig
-
-    assert parse_settings(["graph_seeds=0,40", "relative_relevance=0.5", "verify=false"], SurveyConfig()) == [
-        ("graph_seeds", 0), ("graph_seeds", 40), ("relative_relevance", 0.5), ("verify", False)]
-    for bad, message in (("seeds=3", "unknown survey setting"), ("pool", "NAME=V1"),
-                         ("pool=many", "not a int"), ("rerank=maybe", "true or false")):
-        with pytest.raises(ValueError, match=message):
-            parse_settings([bad], SurveyConfig())
-    assert parse_combo("recency_weight=0 relative_relevance=0.4", SurveyConfig()) == {
-        "recency_weight": 0.0, "relative_relevance": 0.4}
-    for bad, message in (("pool=1,2", "more than one value"), ("pool=1 pool=2", "set twice"), (" ", "expected")):
-        with pytest.raises(ValueError, match=message):
-            parse_combo(bad, SurveyConfig())
-
-    split_dir, _, _ = split
-    assert main(["--split", str(split_dir), "--part", "test", "--set", "graph_seeds=0",
-                 "--set", "papers_per_section=1", "--combo", "graph_seeds=0 papers_per_section=1",
-                 "--name", "t", "--results", str(tmp_path)]) == 0
-    table = json.loads((tmp_path / "survey_tuning_t.json").read_text())
-    rows = {(r["setting"], r["value"]): r for r in table["rows"]}
-    assert set(rows) == {("default", None), ("graph_seeds", 0), ("papers_per_section", 1),
-                         ("graph_seeds + papers_per_section", "0 / 1")}
-    base = table["meta"]["baseline_reference_recall"]
-    assert base > 0 and table["meta"]["part"] == "test"
-    assert table["meta"]["defaults"] == {"graph_seeds": 20, "papers_per_section": 8}
-    for r in rows.values():
-        assert r["hold_outs"] == 2 and r["fabricated"] == 0 and 0 <= r["pool_recall"] <= 1
-        assert r["ratio"] == pytest.approx(r["reference_recall"] / r["baseline_recall"])
-    # a graft-only setting shares the default's baseline; a shared one reruns it (fewer papers cited)
-    assert rows[("graph_seeds", 0)]["baseline_recall"] == base
-    assert rows[("papers_per_section", 1)]["baseline_recall"] < base
-    both = rows[("graph_seeds + papers_per_section", "0 / 1")]  # both changes at once
-    assert both["baseline_recall"] == rows[("papers_per_section", 1)]["baseline_recall"]
-    assert "| graph_seeds + papers_per_section | 0 / 1 |" in (tmp_path / "survey_tuning_t.md").read_text()
-    assert "| graph_seeds | 0 |" in (tmp_path / "survey_tuning_t.md").read_text()
-
-
-def test_survey_pool_benchmark_measures_the_writers_own_pool(split, tmp_path) -> None:
-    """`eval.benchmarks.survey_pool`: the pool it measures is the one `write_survey` draws on (the
-    survey suite's pool recall, hold-out for hold-out), and a changed setting gets its own row."""
-    from eval.benchmarks.survey_pool import main
-    from eval.survey_suite import survey_suite
-
-    split_dir, _, _ = split
-    assert main(["--split", str(split_dir), "--queries", "test", "--set", "tie_support=2",
-                 "--combo", "tie_support=2 retrieval_weight=1", "--name", "t", "--results", str(tmp_path)]) == 0
-    table = json.loads((tmp_path / "survey_pool_t.json").read_text())
-    rows = {(r["setting"], r["value"], r["queries"]): r for r in table["rows"]}
-    assert set(rows) == {("default", None, "test"), ("tie_support", 2.0, "test"),
-                         ("tie_support + retrieval_weight", "2.0 / 1.0", "test")}
-    suite = survey_suite(split_dir, split_dir / "index", systems=["graft-survey"], limit=None, part="test",
-                         out_dir=tmp_path / "surveys")
-    default = rows[("default", None, "test")]
-    assert [q["pool"] for q in default["per_query"]] == pytest.approx(
-        [q["pool_recall"] for q in suite["per_query"]["graft-survey"]])
-    for r in rows.values():
-        assert r["n"] == 2 and 0 <= r["pool"] <= r["candidates"] <= 1 and r["first"] <= r["candidates"]
-        assert 0 < r["pool_size"] <= 40
-    assert default["ratio"] == 1.0
-    assert "| tie_support + retrieval_weight | 2.0 / 1.0 | test | 2 |" in (tmp_path / "survey_pool_t.md").read_text()
-    with pytest.raises(SystemExit):  # the slice has no out-of-corpus hold-out
-        main(["--split", str(split_dir), "--queries", "ooc", "--results", str(tmp_path)])

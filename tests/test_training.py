@@ -127,6 +127,7 @@ def test_unknown_base_model_is_refused_with_the_fix(tmp_path) -> None:
         load_tokenizer(str(tmp_path / "afile"))
 
 
+@pytest.mark.slow
 def test_a_base_model_folder_without_usable_weights_is_refused_and_other_weights_are_another_model(
         tokenizer, tmp_path) -> None:
     """A folder with config.json but no weights is refused before any work (`graft train` checks it
@@ -158,6 +159,7 @@ def test_a_base_model_folder_without_usable_weights_is_refused_and_other_weights
     assert describe_base_model(str(folder))["path"] == before["path"]
 
 
+@pytest.mark.slow
 def test_training_that_diverges_saves_no_model(tokenizer, tmp_path) -> None:
     """A loss of nan or inf means the weights are lost: no model is saved as finished."""
     from training.trainer import TrainingDiverged
@@ -364,6 +366,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_kill_and_resume_reaches_the_same_step_and_weights(tokenizer, tmp_path) -> None:
     data = _hand_pairs(tokenizer, 40)
     config = TrainConfig(max_steps=12, batch_size=4, lr=1e-3, save_every_steps=4, logging_steps=2)
@@ -561,15 +564,12 @@ def test_accelerate_entry_point_runs_single_process(index80) -> None:
 
 
 def test_gpu_benchmark_script_smoke(index80, tmp_path) -> None:
-    """The GPU script's --smoke mode: tiny shapes, tiny models, CPU; checks it writes its tables."""
-    import importlib.util
+    """experiments/gpu/gpu_train.py --smoke: tiny shapes, tiny models, CPU; checks it writes its tables."""
+    from experiments.gpu.gpu_train import main
 
-    spec = importlib.util.spec_from_file_location("gpu_train", REPO / "eval" / "benchmarks" / "gpu_train.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     out = tmp_path / "out"
-    assert mod.main(["run", "--smoke", "--index", str(index80), "--out", str(out), "--work", str(tmp_path / "work"),
-                     "--quiet"]) == 0
+    assert main(["run", "--smoke", "--index", str(index80), "--out", str(out), "--work", str(tmp_path / "work"),
+                 "--quiet"]) == 0
     report = json.loads((out / "gpu_train.json").read_text())
     assert {r["model"] for r in report["speed"]} == {"smollm2-135m", "llama-3.2-1b-arch"}
     assert all(r["trainer_tokens_per_s"] > 0 and r["bare_tokens_per_s"] > 0 for r in report["speed"])
@@ -577,9 +577,9 @@ def test_gpu_benchmark_script_smoke(index80, tmp_path) -> None:
 
 
 def test_learn_pairs_benchmark_smoke(index80, tmp_path) -> None:
-    """eval/benchmarks/learn_pairs.py with the tiny model: its sampled pairs are learned and decoded
+    """experiments/learn_pairs.py with the tiny model: its sampled pairs are learned and decoded
     back under the tries (every target the top beam), and the table is written."""
-    from eval.benchmarks.learn_pairs import main
+    from experiments.learn_pairs import main
     from graft.check import sample_pairs
 
     table = sample_pairs(read_pairs(index80 / "train" / "pairs.parquet"), 10, seed=0)
@@ -654,6 +654,6 @@ def test_the_gpu_training_run_imports_without_polars_or_marisa_trie() -> None:
 
     script = ("import sys; sys.modules['polars'] = None; sys.modules['marisa_trie'] = None\n"
               "import training.trainer, training.data, training.checkpoints, training.base_models, graft.prompts\n"
-              "import eval.benchmarks.gpu_train\n")
+              "import experiments.gpu.gpu_train\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

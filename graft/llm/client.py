@@ -7,6 +7,12 @@ retry is logged as a warning (logger `graft.llm`). Once a request has used up it
 HTTP answer (the server is down or unreachable), the client's later requests fail at once with the
 same `LLMError` (`unreachable` set) instead of each waiting through its own retries; cached answers
 are still served.
+
+What the server answers is not trusted: each attempt has one deadline (`timeout_s`) for connecting,
+the headers and the whole body, however slowly the server trickles them; a body larger than
+`max_response_bytes` is refused; a redirect is never followed (the request, with its API key, goes
+only to `base_url`'s origin); and credentials in `base_url` (`user:pass@`) are sent as Basic auth and
+never shown in a message or a log line.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import json
 import logging
 import os
 import random
+import socket
 import threading
 import time
 import urllib.error
@@ -40,6 +47,9 @@ Message = Mapping[str, Any]
 
 # How much of an error body goes into an exception message: enough to read the server's reason.
 _BODY_EXCERPT_CHARS = 300
+
+# Bytes read from the response at a time (each read is also bounded by the attempt's deadline).
+_READ_CHUNK = 1 << 16
 
 # Hints for the 4xx statuses that are not worth retrying, so the message says what to fix.
 _STATUS_HINTS = {
@@ -91,6 +101,7 @@ class LLMConfig:
     max_backoff_s: float = 60.0  # seconds; cap on one wait, Retry-After included
     temperature: float = 0.0  # sampling temperature; 0 = greedy, so cached answers are reproducible
     max_tokens: int | None = 1024  # tokens per completion; None = leave it to the server
+    max_response_bytes: int = 16 * 2**20  # largest response body accepted; a larger one is an error
 
     def __post_init__(self) -> None:
         problems = type_problems(self)
@@ -99,8 +110,13 @@ class LLMConfig:
         if not self.model.strip():
             problems.append(f"model={self.model!r} (a non-empty model name is required)")
         parsed = urllib.parse.urlparse(str(self.base_url))
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            problems.append(f"base_url={self.base_url!r} (expected http(s)://host:port/v1)")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            problems.append(f"base_url={redact_url(str(self.base_url))!r} (expected http(s)://host:port/v1)")
+        else:
+            try:
+                parsed.port  # noqa: B018 - raises on a port that is not a number
+            except ValueError:
+                problems.append(f"base_url={redact_url(str(self.base_url))!r} (the port is not a number)")
         if self.max_concurrency < 1:
             problems.append(f"max_concurrency={self.max_concurrency!r} (an integer >= 1)")
         if self.max_retries < 0:
@@ -111,6 +127,8 @@ class LLMConfig:
                 problems.append(f"{name}={value!r} (a number {'> 0' if name == 'timeout_s' else '>= 0'})")
         if self.max_tokens is not None and self.max_tokens < 1:
             problems.append(f"max_tokens={self.max_tokens!r} (an integer >= 1, or None)")
+        if self.max_response_bytes < 1024:
+            problems.append(f"max_response_bytes={self.max_response_bytes!r} (an integer >= 1024)")
         if problems:
             raise InputValidationError("invalid LLM config: " + "; ".join(problems))
 
@@ -185,6 +203,102 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
+def redact_url(url: str) -> str:
+    """`url` with any password in it replaced by `***` (`http://user:***@host/v1`), for messages."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parsed.password is None and "@" not in parsed.netloc:
+        return url
+    user = parsed.username or ""
+    host = parsed.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parsed._replace(netloc=f"{user}:***@{host}" if user else f"***@{host}"))
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parsed = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parsed.scheme)
+    try:
+        port = parsed.port or default
+    except ValueError:
+        port = None
+    return parsed.scheme, (parsed.hostname or "").lower(), port
+
+
+class _Deadline:
+    """One attempt's deadline: when it passes, the attempt's socket is shut down, so that a read
+    blocked on a server that trickles (or sends nothing) returns at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def attach(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.expired:
+                self._shut()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+# The deadline of the attempt running in this thread, found by the connections it opens.
+_attempt = threading.local()
+
+
+def _watch(conn: http.client.HTTPConnection) -> None:
+    deadline = getattr(_attempt, "deadline", None)
+    if deadline is not None:
+        deadline.attach(conn.sock)
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch(self)
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch(self)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPConnection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPSConnection, req, context=self._context)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: a 3xx answer reaches the client as an HTTPError (refused there)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
+        return None
+
+
 def _is_loopback(url: str) -> bool:
     host = urllib.parse.urlparse(url).hostname or ""
     if host == "localhost":
@@ -206,10 +320,21 @@ class ChatClient:
     def __init__(self, config: LLMConfig, cache: LLMCache | None = None) -> None:
         self.config = config
         self.cache = cache
-        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        parsed = urllib.parse.urlsplit(config.base_url.rstrip("/") + "/chat/completions")
+        # credentials in the URL go as Basic auth (unless an API key is set), never in the URL or a message
+        self._basic: str | None = None
+        if parsed.username is not None or parsed.password is not None:
+            import base64
+
+            pair = f"{urllib.parse.unquote(parsed.username or '')}:{urllib.parse.unquote(parsed.password or '')}"
+            self._basic = base64.b64encode(pair.encode("utf-8")).decode("ascii")
+            parsed = parsed._replace(netloc=parsed.netloc.rsplit("@", 1)[1])
+        self.url = urllib.parse.urlunsplit(parsed)
         self._api_key = config.api_key()
         # A local server must not be sent through an HTTP(S)_PROXY from the environment.
-        handlers = [urllib.request.ProxyHandler({})] if _is_loopback(self.url) else []
+        handlers: list[urllib.request.BaseHandler] = [_HTTPHandler(), _HTTPSHandler(), _NoRedirect()]
+        if _is_loopback(self.url):
+            handlers.append(urllib.request.ProxyHandler({}))
         self._opener = urllib.request.build_opener(*handlers)
         # The semaphore bounds in-flight requests even when several threads call complete().
         self._slots = threading.BoundedSemaphore(config.max_concurrency)
@@ -369,17 +494,24 @@ class ChatClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
         request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-        start = time.monotonic()
         with self._slots:
             self._bump("requests")
+            start = time.monotonic()
+            deadline = _Deadline(self.config.timeout_s)
+            _attempt.deadline = deadline
             try:
                 with self._opener.open(request, timeout=self.config.timeout_s) as resp:
                     status = resp.status
-                    raw = resp.read()
+                    raw = self._read_body(resp, deadline)
             except urllib.error.HTTPError as exc:
+                if 300 <= exc.code < 400:
+                    exc.close()
+                    raise self._redirect_error(exc) from None
                 try:
-                    body = _excerpt(exc.read())
+                    body = _excerpt(exc.read(4 * _BODY_EXCERPT_CHARS))  # an error body is not read whole
                 except (OSError, http.client.HTTPException):
                     body = "<body unreadable>"
                 if exc.code == 429 or exc.code >= 500:
@@ -394,9 +526,53 @@ class ChatClient:
                 ) from exc
             except (OSError, http.client.HTTPException) as exc:
                 # URLError, socket timeouts, refused/reset connections, truncated responses.
+                if deadline.expired:
+                    raise _Retryable(f"no complete answer within timeout_s={self.config.timeout_s:g} s "
+                                     "(connect, headers and body together)") from None
                 reason = getattr(exc, "reason", None) or exc
                 raise _Retryable(f"{type(exc).__name__}: {reason}") from exc
+            finally:
+                deadline.cancel()
+                _attempt.deadline = None
         return self._parse(status, raw, time.monotonic() - start)
+
+    def _read_body(self, resp: http.client.HTTPResponse, deadline: _Deadline) -> bytes:
+        """The whole response body, at most `max_response_bytes` of it (LLMError beyond); a body cut
+        short (the deadline passed, the connection closed early) is a retryable failure."""
+        cap = self.config.max_response_bytes
+        length = resp.headers.get("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) > cap:
+            raise LLMError(f"{self.url}: the answer would be {int(length):,} bytes, more than max_response_bytes="
+                           f"{cap:,}; refused unread", url=self.url, status=resp.status)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = resp.read1(_READ_CHUNK)
+            if not chunk:
+                if deadline.expired:
+                    raise _Retryable(f"no complete answer within timeout_s={self.config.timeout_s:g} s "
+                                     "(connect, headers and body together)")
+                if length is not None and length.strip().isdigit() and size < int(length):
+                    raise _Retryable(f"the answer was cut short ({size:,} of {int(length):,} bytes)")
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > cap:
+                raise LLMError(f"{self.url}: the answer is more than max_response_bytes={cap:,} bytes; refused",
+                               url=self.url, status=resp.status)
+            chunks.append(chunk)
+
+    def _redirect_error(self, exc: urllib.error.HTTPError) -> LLMError:
+        """A redirect is refused, not followed: the request carries the API key, which must reach no
+        address but `base_url`'s, and what another address answers is not this server's completion."""
+        target = exc.headers.get("Location", "") if exc.headers else ""
+        where = urllib.parse.urljoin(self.url, target) if target else ""
+        other = bool(where) and _origin(where) != _origin(self.url)
+        shown = redact_url(where)[:200] if where else "nowhere (no Location header)"
+        what = "another origin" if other else "another path"
+        return LLMError(
+            f"{self.url} answered HTTP {exc.code}, a redirect to {what}: {shown!r}; redirects are not followed "
+            f"(the request carries the API key){'' if not where else ': if that address is the server, set base_url to it'}",
+            url=self.url, status=exc.code)
 
     def _parse(self, status: int, raw: bytes, latency_s: float) -> tuple[str, dict[str, Any]]:
         try:

@@ -326,6 +326,7 @@ class LLMBackend:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self.first_error: str | None = None  # the first failed request's error, for the message that stops a survey
 
     def _bump(self, key: str) -> None:
         with self._lock:
@@ -343,6 +344,7 @@ class LLMBackend:
                                   "received so far are cached: the same command, once the server is up, "
                                   "asks only the rest") from exc
             self._bump(f"{step}_llm_errors")
+            self.first_error = self.first_error or str(exc)
             return None
         except ValueError:
             self._bump(f"{step}_bad_json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,12 @@ class SurveyConfig:
             problems.append(f"llm_rerank_keep={self.llm_rerank_keep!r} (a share in (0, 1])")
         if self.llm == "openai" and not (self.model and self.base_url):
             problems.append("llm=openai needs model (--model NAME) and base_url (--base-url http://HOST:PORT/v1)")
+        elif self.llm == "openai":
+            from graft.llm.client import redact_url
+
+            url = urllib.parse.urlsplit(str(self.base_url))
+            if url.scheme not in ("http", "https") or not url.hostname:
+                problems.append(f"base_url={redact_url(str(self.base_url))!r} (expected http(s)://HOST:PORT/v1)")
         if problems:
             raise SurveyError("invalid survey settings: " + "; ".join(problems))
 

@@ -170,6 +170,23 @@ def topic_pool(topic: str, retriever: TopicRetriever, ctx: SurveyContext, backen
     return TopicPool(descriptions=descriptions, candidates=candidates, pool=pool, floor=floor, rank=rank)
 
 
+def _check_not_degraded(name: str, stats: dict[str, int], first: str | None = None) -> None:
+    """Stop a survey whose LLM requests mostly failed (refused, redirected, cut short): it would be
+    the offline writer's under the LLM's name. Answers that fail their schema are the model's and
+    count as answers (their steps fall back, counted).
+
+    Raises:
+        SurveyError: with the counts; nothing is written (the answers received are cached).
+    """
+    errors = sum(v for k, v in stats.items() if k.endswith("_llm_errors"))
+    asked = errors + sum(v for k, v in stats.items() if k.endswith(("_answers", "_bad_json")))
+    if asked and 2 * errors > asked:
+        raise SurveyError(f"{errors} of {asked} requests to the LLM server of backend {name} failed"
+                          + (f" (first: {first[:300]})" if first else "") + ": the survey would be mostly the offline writer's, so it is not written. "
+                          "Fix the server or its URL and rerun (the answers received are cached), or write it with "
+                          "--llm offline")
+
+
 def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyConfig | None = None,
                  reporter: Reporter | None = None, *, tools: QueryTools, dense: DenseIndex | None = None,
                  device: str = "cpu") -> SurveyResult:
@@ -289,6 +306,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
 
     title = f"{topic}: a survey"
     backend_stats = dict(getattr(backend, "stats", {}))
+    _check_not_degraded(backend.name, backend_stats, getattr(backend, "first_error", None))
     coverage = coverage_report(chosen, sections, section_pools, central, index)
     with reporter.stage("output", total=3, unit="files") as adv:
         note = checked_note(index, backend.name, config, verification)

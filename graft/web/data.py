@@ -1,0 +1,359 @@
+"""What the explorer asks of an index: every call `graft serve` makes into GRAFT's query code.
+
+`Explorer` finds papers (a corpus id, a title fragment, a pasted title + abstract), answers the view
+around a paper (the query's results as `graft query --paper/--text --explain --json` gives them,
+with the graph's edges among the papers shown), the "same problem, different method" pivot, a
+paper's card (`graft info --paper`), and exports a view as BibTeX and GraphML. The web layer
+(`graft.web.app`) calls nothing else of GRAFT, so the query path it uses is named here only.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graft.errors import GraftError
+from graft.facets import FACETS
+from graft.index import Index
+
+#: Longest search text accepted, in characters: a title and an abstract, not a whole paper.
+MAX_TEXT_CHARS = 20_000
+#: Results shown around a paper: default and most.
+DEFAULT_K, MAX_K = 20, 50
+#: Candidates the pivot ranks (the query's results at this depth).
+PIVOT_DEPTH = 100
+#: Words below which a search that is not an id is read as a title fragment; at or above, a paper's text.
+TEXT_WORDS = 25
+#: The view modes: the query's ranking, or "same problem, different method".
+MODES = ("related", "pivot")
+#: Edges between results shown, per result (each pair's strongest facet, heaviest pairs first).
+SIDE_EDGES = 2
+
+#: The graph node of a pasted paper: with a space, so that no corpus id (one word) can be it.
+QUERY_NODE = "the query"
+
+_WORD = re.compile(r"\w+")
+
+
+class NotFound(GraftError):
+    """A paper id the index does not hold."""
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+class Explorer:
+    """Read-only queries of one index for the web explorer, with the index's artefacts, the
+    teacher and the title search loaded once (`warm`). Calls are serialised: the index's lazily
+    loaded parts are built once whatever the number of browser tabs."""
+
+    def __init__(self, index_dir: str | Path, *, survey_config: Any = None, encoder: Any = None) -> None:
+        self.index = Index.open(index_dir)
+        self.survey_config, self.encoder = survey_config, encoder
+        self._lock = threading.RLock()
+        self._related: dict[int, Any] = {}
+
+    # ---- set-up ------------------------------------------------------------------------------
+    def warm(self) -> None:
+        """Load what every view needs (papers, facets, graphs, citation links, the teacher's walk
+        matrices, the title search) so that the first page answers as fast as the next."""
+        idx = self.index
+        with self._lock:
+            _ = idx.papers, idx.facets, idx.graphs, idx.citation_links, idx.row_of, idx._item_rows
+            self._titles()
+            self.summary()
+            if idx.n:
+                self.related_of({"id": idx.paper_ids[0]}, k=DEFAULT_K)
+
+    def _titles(self) -> tuple[list[str], list[set[str]], dict[str, float]]:
+        if not hasattr(self, "_title_index"):
+            titles = [str(t or "").lower() for t in self.index.papers["title"].to_list()]
+            tokens = [set(_words(t)) for t in titles]
+            df: dict[str, int] = {}
+            for ws in tokens:
+                for w in ws:
+                    df[w] = df.get(w, 0) + 1
+            n = max(len(titles), 1)
+            idf = {w: math.log(1 + n / c) for w, c in df.items()}
+            self._title_index = (titles, tokens, idf)
+        return self._title_index
+
+    def summary(self) -> dict[str, Any]:
+        """The index's name, size and an example paper (the best-connected one)."""
+        if hasattr(self, "_summary"):
+            return self._summary
+        idx = self.index
+        with self._lock:
+            example = None
+            if idx.n:
+                degree = sum(np.asarray((g > 0).sum(axis=0)).ravel() for g in idx.graphs.values())
+                example = idx.paper_ids[int(np.argmax(degree))]
+            self._summary = {"index": idx.path.name, "papers": idx.n, "citations": int(len(idx.citations)),
+                             "facets": list(FACETS), "example": example, "retriever": "teacher",
+                             "max_text_chars": MAX_TEXT_CHARS, "max_k": MAX_K}
+            return self._summary
+
+    # ---- find --------------------------------------------------------------------------------
+    def search(self, q: str, limit: int = 10) -> dict[str, Any]:
+        """What a search box text is: a corpus id (`kind` "id"), a title fragment (`kind` "title",
+        the titles ranked by the idf of the fragment's words they hold, the whole fragment first),
+        or a paper's title + abstract (`kind` "text", to be queried as `graft query --text`).
+
+        Raises:
+            GraftError: empty, wordless or too long a text.
+        """
+        text = check_text(q)
+        idx = self.index
+        if text in idx.row_of:
+            return {"kind": "id", "matches": [self._brief(text, 1.0)]}
+        words = _words(text)
+        if len(words) >= TEXT_WORDS:
+            return {"kind": "text", "matches": []}
+        with self._lock:
+            titles, tokens, idf = self._titles()
+        frag = " ".join(text.lower().split())
+        qwords = set(words)
+        total = sum(idf.get(w, 0.0) for w in qwords) or 1.0
+        scored = []
+        for row, (title, ws) in enumerate(zip(titles, tokens)):
+            whole = frag in title
+            share = sum(idf.get(w, 0.0) for w in qwords & ws) / total if qwords else 0.0
+            if whole or share > 0:  # ties: the shorter title, the closer match
+                scored.append((-(whole + share), len(title), row))
+        scored.sort()
+        matches = [self._brief(idx.paper_ids[row], round(-s / 2, 4)) for s, _, row in scored[:limit]]
+        # a near-miss id (its first letters) helps as much as a title
+        if not matches and len(words) == 1:
+            close = [p for p in idx.paper_ids if p.lower().startswith(text.lower()[:4])][:limit]
+            matches = [self._brief(p, 0.0) for p in close]
+        return {"kind": "title", "matches": matches}
+
+    def _brief(self, paper_id: str, score: float) -> dict[str, Any]:
+        row = self.index.row(paper_id)
+        p = self.index.papers
+        return {"paper_id": paper_id, "title": p["title"][row], "year": p["year"][row], "score": score}
+
+    # ---- views -------------------------------------------------------------------------------
+    def related_of(self, record: dict[str, Any], k: int) -> Any:
+        """The teacher's results for a query record, each facet credit with its closest pair of
+        items (`graft query --explain`)."""
+        from graft.query import QueryConfig, Searcher
+
+        with self._lock:
+            if k not in self._related:
+                self._related[k] = Searcher(self.index, QueryConfig(retriever="teacher", k=k, explain=True))
+            related = self._related[k]
+            related.check([record])
+            return related.record(record)
+
+    def record_of(self, paper: str | None, text: str | None) -> dict[str, Any]:
+        """The query record of a corpus paper id or of a pasted 'Title. Abstract ...'.
+
+        Raises:
+            NotFound: an id the index lacks. GraftError: neither or both given, or a bad text.
+        """
+        if (paper is None) == (text is None):
+            raise GraftError("give a paper id or a text (a title and abstract), not both or neither")
+        if paper is not None:
+            paper = paper.strip()
+            if paper not in self.index.row_of:
+                try:
+                    self.index.row(paper)
+                except GraftError as exc:
+                    raise NotFound(str(exc)) from None
+            return {"id": paper}
+        from graft.records import record_from_text
+
+        return record_from_text(check_text(text))
+
+    def view(self, paper: str | None = None, text: str | None = None, k: int = DEFAULT_K,
+             mode: str = "related") -> dict[str, Any]:
+        """The graph around a paper: the centre, its `k` results (as `graft query --json --explain`,
+        with each hit's facet label), and the edges among them: each result's facet credits to
+        the centre (weight, hops), the facet graph's strongest edges between results, and citation links.
+        `mode` "pivot": the results at depth `PIVOT_DEPTH` with a problem credit, ranked by their
+        problem weight less their method weight (same problem, different method).
+
+        Raises:
+            NotFound, GraftError: an unknown id, a bad text, k or mode.
+        """
+        if not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise GraftError(f"k must be a whole number from 1 to {MAX_K}, got {k!r}")
+        if mode not in MODES:
+            raise GraftError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        record = self.record_of(paper, text)
+        result = self.related_of(record, PIVOT_DEPTH if mode == "pivot" else k)
+        hits = result.hits
+        if mode == "pivot":
+            def gap(h: Any) -> float:
+                p = h.evidence["problem"].weight
+                m = h.evidence["method"].weight if "method" in h.evidence else 0.0
+                return p - m
+
+            hits = sorted((h for h in hits if "problem" in h.evidence and h.evidence["problem"].weight > 0),
+                          key=lambda h: (-gap(h), h.rank))[:k]
+        idx = self.index
+        centre_id = record["id"] if paper is not None else None
+        if centre_id is not None:
+            row = idx.row(centre_id)
+            centre = {"id": centre_id, "paper_id": centre_id, "title": idx.papers["title"][row],
+                      "year": idx.papers["year"][row], "outside": False}
+        else:
+            centre = {"id": QUERY_NODE, "paper_id": None, "title": record.get("title") or "(the pasted text)",
+                      "year": None, "outside": True, "facets": result.info.get("query_facets", {})}
+        listed = []
+        for pos, h in enumerate(hits, start=1):
+            item = h.to_json()  # as `graft query --json`: facets = edge weights, contributions = RRF terms
+            item["label"] = h.facet_label()
+            item["position"] = pos
+            if mode == "pivot":
+                p = h.evidence["problem"].weight
+                m = h.evidence["method"].weight if "method" in h.evidence else 0.0
+                item["pivot"] = {"problem": round(p, 4), "method": round(m, 4)}
+            listed.append(item)
+        return {"centre": centre, "mode": mode, "k": k, "hits": listed,
+                "edges": self._edges(centre_id, hits), "retriever": result.retriever}
+
+    def _edges(self, centre_id: str | None, hits: list[Any]) -> list[dict[str, Any]]:
+        """The view's edges: centre -> each hit per crediting facet (its evidence), facet edges
+        between hits (each pair's strongest facet, either direction of the stored top-k rows; the
+        heaviest `SIDE_EDGES` per hit), citation links among all."""
+        idx = self.index
+        centre = centre_id or QUERY_NODE
+        edges = []
+        for h in hits:
+            for facet, ev in h.evidence.items():
+                if ev.weight > 0:
+                    edges.append({"source": centre, "target": h.paper_id, "facet": facet,
+                                  "weight": round(float(ev.weight), 4), "hops": ev.hops, "centre": True})
+        ids = [h.paper_id for h in hits]
+        rows = np.array([idx.row_of[p] for p in ids], dtype=np.int64)
+        if len(rows) > 1:
+            # between results: each pair's strongest facet edge, the heaviest SIDE_EDGES per result
+            stack = []
+            for facet in FACETS:
+                sub = idx.graphs[facet][rows][:, rows].toarray()
+                stack.append(np.triu(np.maximum(sub, sub.T), 1))
+            weights = np.stack(stack)
+            best, facet_of = weights.max(axis=0), weights.argmax(axis=0)
+            pairs = sorted(zip(*np.nonzero(best)), key=lambda ij: (-best[ij], ij))[:SIDE_EDGES * len(ids)]
+            for i, j in pairs:
+                edges.append({"source": ids[i], "target": ids[j], "facet": FACETS[int(facet_of[i, j])],
+                              "weight": round(float(best[i, j]), 4), "hops": 1, "centre": False})
+        allrows = rows if centre_id is None else np.concatenate([[idx.row_of[centre_id]], rows])
+        allids = ids if centre_id is None else [centre_id, *ids]
+        if len(allrows) > 1:
+            cites = idx.citation_matrix[allrows][:, allrows].tocoo()
+            for i, j in zip(cites.row.tolist(), cites.col.tolist()):
+                edges.append({"source": allids[i], "target": allids[j], "facet": "citation", "weight": 1.0,
+                              "hops": 1, "centre": centre_id in (allids[i], allids[j])})
+        return edges
+
+    def card(self, paper_id: str) -> dict[str, Any]:
+        """A corpus paper's card: title, year, venue, its four facets' items, abstract, citation
+        counts inside the corpus (`graft info --paper`).
+
+        Raises:
+            NotFound: the id is not in the index.
+        """
+        from graft.describe import paper_card
+
+        with self._lock:
+            if paper_id not in self.index.row_of:
+                try:
+                    self.index.row(paper_id)
+                except GraftError as exc:
+                    raise NotFound(str(exc)) from None
+            card = paper_card(self.index, paper_id, k=5)
+            row = self.index.row(paper_id)
+            papers = self.index.papers
+            card["abstract"] = papers["abstract"][row] if "abstract" in papers.columns else None
+            authors = papers["authors"][row] if "authors" in papers.columns else None
+            card["authors"] = list(authors) if authors is not None else []
+            return card
+
+    # ---- exports -----------------------------------------------------------------------------
+    def bibtex(self, paper_ids: list[str]) -> str:
+        """BibTeX entries of corpus papers, in the order given (as a survey's references.bib)."""
+        from graft.survey.output import render_bibtex
+
+        known = self._known(paper_ids)
+        return render_bibtex(self.index, {pid: i for i, pid in enumerate(known, start=1)})
+
+    def graphml(self, view: dict[str, Any]) -> str:
+        """A view (`view`'s answer) as GraphML: its papers with title and year, its edges with
+        `relation` (facet or citation), `facet` and `weight`; texts made XML-safe."""
+        import networkx as nx
+
+        from graft.export import xml_safe
+
+        g = nx.MultiDiGraph(name=xml_safe(f"graft:{self.index.path.name}"))
+        c = view["centre"]
+        g.add_node(xml_safe(c["id"]), title=xml_safe(str(c["title"] or "")), centre=True,
+                   **({"year": int(c["year"])} if c.get("year") else {}))
+        for h in view["hits"]:
+            g.add_node(xml_safe(h["paper_id"]), title=xml_safe(h["title"] or ""), centre=False,
+                       rank=int(h["rank"]), label=xml_safe(h["label"]), **({"year": int(h["year"])} if h["year"] else {}))
+        for n, e in enumerate(view["edges"]):
+            rel = "citation" if e["facet"] == "citation" else "facet"
+            g.add_edge(xml_safe(e["source"]), xml_safe(e["target"]), key=f"{e['facet']}-{n}", id=f"{e['facet']}-{n}",
+                       relation=rel, facet="" if rel == "citation" else e["facet"], weight=float(e["weight"]),
+                       hops=int(e["hops"]))
+        buf = io.BytesIO()
+        nx.write_graphml(g, buf, edge_id_from_attribute="id")
+        return buf.getvalue().decode("utf-8")
+
+    def _known(self, paper_ids: list[str]) -> list[str]:
+        unknown = [p for p in paper_ids if p not in self.index.row_of]
+        if unknown:
+            raise NotFound(f"{len(unknown)} paper id(s) not in index '{self.index.path.name}', e.g. {unknown[0]!r}")
+        return list(dict.fromkeys(paper_ids))
+
+    # ---- surveys -----------------------------------------------------------------------------
+    @staticmethod
+    def check_topic(topic: str) -> str:
+        """A survey topic as `graft survey` takes it (one line, at most 500 characters), with words.
+
+        Raises:
+            GraftError: empty, too long, or without words.
+        """
+        from graft.survey.pipeline import clean_topic
+
+        text = clean_topic(topic)
+        if not any(ch.isalnum() for ch in text):
+            raise GraftError("the topic has no words: give a phrase such as \"neural machine translation\"")
+        return text
+
+    def write_survey(self, topic: str, out: Path, reporter: Any) -> Any:
+        """Write a survey of `topic` into `out` as `graft survey INDEX TOPIC --out OUT` does (its
+        defaults, offline writer, unless the explorer was given a `SurveyConfig`); returns its
+        `SurveyResult`."""
+        from cli.survey_cmd import run_survey
+
+        return run_survey(self.index.path, topic, out, self.survey_config, reporter, encoder=self.encoder)
+
+
+def check_text(q: Any) -> str:
+    """A search or query text, stripped.
+
+    Raises:
+        GraftError: not a string, empty, without words, or over `MAX_TEXT_CHARS`.
+    """
+    if not isinstance(q, str):
+        raise GraftError(f"the search text must be a string, got {type(q).__name__}")
+    text = q.strip()
+    if not text:
+        raise GraftError("the search is empty: type a paper id, words of a title, or paste a title and abstract")
+    if len(text) > MAX_TEXT_CHARS:
+        raise GraftError(f"the text is {len(text):,} characters long; paste a title and abstract of at most "
+                         f"{MAX_TEXT_CHARS:,} characters")
+    if not any(ch.isalnum() for ch in text):
+        raise GraftError("the search has no words: type a paper id, words of a title, or a title and abstract")
+    return text
