@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from cli.common import console, err, fail
 from cli.options import finite
 
 eval_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -41,7 +42,6 @@ def prepare(
     as_json: bool = typer.Option(False, "--json", help="Print split.json."),
 ) -> None:
     """Hold out out-of-corpus and survey papers, choose in-corpus queries, write SPLITDIR."""
-    from cli.app import _fail, console
     from eval.splits import SplitConfig, prepare_split
     from graft.errors import GraftError
 
@@ -51,9 +51,8 @@ def prepare(
         earlier = _split_hash(out)
         meta = prepare_split(corpus, out, config, command=_command(), skip_bad=skip_bad)
     except GraftError as exc:
-        _fail(exc)
+        fail(exc)
     if earlier is not None and earlier != meta["corpus_hash"]:  # what was made from the replaced split
-        from cli.app import err
 
         stale = [p for p in ("index", "runs", "results") if (out / p).exists()]
         if stale:
@@ -96,7 +95,6 @@ def build_split(
     suites) and each in-corpus part's leak-free index SPLITDIR/incorpus/{dev,test}/index, which
     take their facets and vectors from the first (only the graph is made again). An index already
     built from its corpus with the same settings is kept unless --force."""
-    from cli.app import _fail, console
     from eval.splits import build_split_indexes
     from graft.errors import GraftError
     from graft.progress import Reporter
@@ -109,7 +107,7 @@ def build_split(
         build_split_indexes(split_dir, BuildConfig(direct_links=direct_links), cache_from=cache_from, force=force,
                             reporter=Reporter(quiet=quiet), on_index=say)
     except GraftError as exc:
-        _fail(exc)
+        fail(exc)
     console.print(f"next: graft eval run {shlex.quote(str(split_dir))} --suite incorpus,ooc", highlight=False,
                   markup=False, soft_wrap=True)
 
@@ -155,7 +153,6 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
 ) -> None:
     """Run systems on a split's queries, keep their TREC runs and write Markdown + JSON tables."""
-    from cli.app import _fail, console
     from eval.runner import RunOptions, markdown_table, run_suites
     from graft.errors import GraftError
     from graft.progress import Reporter
@@ -182,7 +179,7 @@ def run(
         tables = run_suites(split_dir, suites, options,
                             reporter=Reporter(quiet=quiet or as_json), command=_command())
     except GraftError as exc:
-        _fail(exc)
+        fail(exc)
     if as_json:
         out = [{k: v for k, v in t.items() if k != "detail"} for t in tables]
         typer.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2, default=str))
@@ -208,14 +205,13 @@ def score(
 ) -> None:
     """Re-score a TREC run: Recall@20 and @50 over the qrels' queries (every query the qrels judge: a
     query the run does not answer counts 0)."""
-    from cli.app import _fail
     from eval.runner import score_run
     from graft.errors import GraftError
 
     try:
         out = score_run(run_file, qrels, limit=limit, ties=ties)
     except GraftError as exc:
-        _fail(exc)
+        fail(exc)
     if as_json:
         typer.echo(json.dumps(out))
         return

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from cli.common import console, fail
+
 
 def serve(
     index: Path = typer.Argument(..., help="Index directory (from `graft build`); read, never written."),
@@ -21,7 +23,6 @@ def serve(
 
     import uvicorn
 
-    from cli.app import _fail, console
     from graft.errors import GraftError
     from graft.web.app import create_app
 
@@ -36,7 +37,7 @@ def serve(
             sock.close()
             raise GraftError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port") from None
     except GraftError as exc:
-        _fail(exc)
+        fail(exc)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     console.print(f"GRAFT explorer of {index}: http://{shown}:{bound}/  (surveys in {surveys.resolve()}; "

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from cli.common import console, fail
 from cli.options import finite
 from graft.survey.config import SurveyConfig
 
@@ -20,18 +21,18 @@ DEMO_TOPIC = "summarization of scientific documents"
 
 def survey_tools(index: Any, encoder: Any = None, text_neighbours: int | None = None,
                  feedback: int | None = None) -> Any:
-    """`QueryTools` for an index: its encoder, the out-of-corpus edge-row scorer (text coupling with
-    `text_neighbours` papers and a second pass with the links of the first `feedback`; `SurveyConfig`'s
-    defaults when None) and facet extractor."""
+    """`QueryTools` for an index: its encoder (loaded when None), text coupling with
+    `text_neighbours` papers and a second pass with the links of the first `feedback` (`SurveyConfig`'s
+    defaults when None)."""
+    from graft.encoder import index_encoder
     from graft.survey.retrieve import QueryTools
-    from graphbuild.external import ExternalScorer
 
     if text_neighbours is None:
         text_neighbours = SurveyConfig().text_neighbours
     if feedback is None:
         feedback = SurveyConfig().feedback
-    return QueryTools.from_scorer(ExternalScorer(index, encoder=encoder, text_neighbours=text_neighbours,
-                                                 feedback=feedback))
+    return QueryTools(encoder=encoder if encoder is not None else index_encoder(index),
+                      text_neighbours=text_neighbours, feedback=feedback)
 
 
 def resolve_local_model(model: str | None) -> str:
@@ -153,7 +154,6 @@ def survey(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a survey of TOPIC from the index's papers: every clause cites one paper and is checked against it."""
-    from cli.app import _fail, console
     from graft.errors import GraftError
     from graft.progress import Reporter
 
@@ -166,8 +166,8 @@ def survey(
         from graft.devices import resolve_device
 
         result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json), device=resolve_device(device))
-    except (GraftError, ValueError) as exc:
-        _fail(exc)
+    except GraftError as exc:
+        fail(exc)
     if as_json:
         typer.echo(json.dumps({"out": str(result.out_dir), "files": {k: str(p) for k, p in result.paths.items()},
                                "title": result.title, "descriptions": result.descriptions,

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import typer
 
+from cli.common import console, err, fail
 from cli.options import finite
-from training.check import CHECK_PAIRS, PromptCheck
+from graft.check import CHECK_PAIRS, PromptCheck
+from graft.errors import ConfigError
 
 
 def _check_warning(check: dict | None) -> str | None:
@@ -76,7 +78,6 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Train the generative retriever: DocIDs, distillation pairs, fine-tuning into INDEX/model."""
-    from cli.app import _fail, console, err
     from graft.errors import GraftError
     from graft.progress import Reporter
     from training.pairs import DistillConfig
@@ -85,7 +86,7 @@ def train(
 
     try:
         if sampling not in ("coverage", "naive"):
-            raise ValueError(f"--sampling {sampling!r} is unknown; allowed: coverage, naive")
+            raise ConfigError(f"--sampling {sampling!r} is unknown; allowed: coverage, naive")
         config = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size,
                              per_device_batch_size=per_device_batch_size, lr=lr,
                              save_every_steps=save_every_steps)
@@ -93,8 +94,8 @@ def train(
                               dry_run=dry_run, reporter=Reporter(quiet=quiet or as_json),
                               distill=DistillConfig(sampling=sampling, max_edges_per_source=max_edges),
                               check_pairs=check_pairs)
-    except (GraftError, ValueError) as exc:
-        _fail(exc)
+    except GraftError as exc:
+        fail(exc)
     warning = _check_warning(summary.check)
     if warning:  # on stderr, whatever the output mode
         err.print(f"warning: {warning}", highlight=False, soft_wrap=True)

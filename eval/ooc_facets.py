@@ -7,7 +7,7 @@ items (the generative systems decode them), the text-only facet edge rows scored
 text coupling), the same rows under facet-only weights (the facet-only baseline walks them) and the
 query's nearest corpus papers by title + abstract (the text coupling row: the generative retriever's
 text channel).
-They are computed in batches (`graphbuild.external.ExternalScorer.score_many`) and written here after
+They are computed in batches (`graft.external.ExternalScorer.score_many`) and written here after
 each chunk of `eval.systems.OOC_CHUNK` queries (a stopped run keeps what it finished), so later runs, and machines without the encoder's files,
 read them instead.
 
@@ -18,7 +18,7 @@ indices], [weights]]}, "facet_only_rows": (the same form), "neighbours": [[colum
 on: the index's corpus hash and the graph settings of its build (top-K, alpha, beta, candidates,
 citation rescaling, title weight), the extractor and its settings, the encoder, the text
 coupling of the rows (`text_neighbours`), their feedback pass (`feedback`), and a digest of the code
-that makes them (the extractor's sources and `graphbuild/external.py`). A file with another
+that makes them (the extractor's sources and `graft/external.py`). A file with another
 key or version is stale and rebuilt whole; an entry whose query text changed (`text_sha`) is recomputed. Weights are float32 values
 written as JSON floats, which read back bit for bit.
 """
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from graft.errors import GraftError
+from graft.errors import ConfigError, GraftError
 from graft.facets import FACETS
 from graft.manifest import now_iso
 from graft.store import write_lines
@@ -76,8 +76,8 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
         extractor: the facet extractor's name (`heuristic`).
         extractor_config: its settings.
         encoder: the sentence encoder's name (`all-MiniLM-L6-v2` or a local folder).
-        text_neighbours: M of the rows' text coupling (`graphbuild.external.TEXT_NEIGHBOURS`; 0 = none).
-        feedback: R of their second pass (`graphbuild.external.FEEDBACK`; 0 = none).
+        text_neighbours: M of the rows' text coupling (`graft.external.TEXT_NEIGHBOURS`; 0 = none).
+        feedback: R of their second pass (`graft.external.FEEDBACK`; 0 = none).
     Returns:
         The key written into, and compared with, the file's header.
     """
@@ -88,7 +88,7 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
     graph = {k: getattr(build, k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale",
                                             "title_weight")}
     # the code that takes a query apart and scores its rows: entries made by other code are stale
-    code = source_digest(*EXTRACTOR_SOURCES.get(extractor, ()), "graphbuild/external.py")
+    code = source_digest(*EXTRACTOR_SOURCES.get(extractor, ()), "graft/external.py")
     return {"corpus_hash": manifest.get("corpus_hash"), "graph": graph, "extractor": extractor,
             "extractor_config": extractor_config, "encoder": encoder, "text_neighbours": text_neighbours,
             "feedback": feedback, "code": code}
@@ -100,9 +100,9 @@ def default_key(manifest: dict[str, Any], encoder_name: str | None = None) -> di
     coupling where the build wrote paper embeddings (none where it predates them) and the default
     feedback pass. Computed from
     the manifest, without loading the encoder or the index's files."""
-    from graphbuild.embeddings import model_name
-    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS
-    from graphbuild.facets_heuristic import HeuristicConfig, HeuristicFacetExtractor
+    from graft.encoder import model_name
+    from graft.external import FEEDBACK, TEXT_NEIGHBOURS
+    from graft.extract import HeuristicConfig, HeuristicFacetExtractor
 
     build = manifest.get("stages", {}).get("build", {})
     papers = bool((build.get("counts") or {}).get("paper_embeddings"))
@@ -140,7 +140,7 @@ def read_cache(path: str | Path, key: dict[str, Any], n: int) -> dict[str, OocEn
     try:
         header = json.loads(lines[0]) if lines else {}
         if header.get("format") != CACHE_FORMAT:
-            raise ValueError(f"format {header.get('format')!r} is not {CACHE_FORMAT!r}")
+            raise ConfigError(f"format {header.get('format')!r} is not {CACHE_FORMAT!r}")
         if header.get("version") != CACHE_VERSION or header.get("key") != key:
             return None
         out = {}

@@ -135,7 +135,7 @@ def _sha(items: list[str]) -> str:
 
 def _model_stamp(index: Index | None) -> dict[str, Any] | None:
     """What identifies a trained model: base model and when training finished (None: no model)."""
-    from graft.index import has_model
+    from graft.manifest import has_model
 
     if index is None or not has_model(index.path):
         return None
@@ -146,9 +146,9 @@ def _model_stamp(index: Index | None) -> dict[str, Any] | None:
 
 
 def _check_note(index: Index) -> str:
-    """The model's prompt check (`training.check`, recorded by `graft train`) for a table note: a
+    """The model's prompt check (`graft.check`, recorded by `graft train`) for a table note: a
     model that decodes the same few DocIDs whatever the query is named as such."""
-    from training.check import PromptCheck
+    from graft.check import PromptCheck
 
     check = PromptCheck.from_dict((index.manifest.get("stages", {}).get("train") or {}).get("check"))
     if check is None:
@@ -161,7 +161,7 @@ def _graph_stamp(index: Index | None, system: str) -> dict[str, Any] | None:
     """What of the index's build a system's run depends on beyond the corpus: nothing for `bm25`,
     the sentence encoder for `dense`, and for every other system the build (its settings and when
     it finished), so a rebuilt graph over the same corpus is never scored with an older graph's runs."""
-    from graphbuild.embeddings import model_name
+    from graft.encoder import model_name
 
     if index is None or system == "bm25":
         return None
@@ -261,17 +261,18 @@ def _ooc_stamp(ctx: EvalContext) -> dict[str, Any]:
 
 
 def _feedback_stamp() -> int:
-    """R of the feedback pass the `teacher-fb` runs walk with (`graphbuild.external.FEEDBACK`)."""
-    from graphbuild.external import FEEDBACK
+    """R of the feedback pass the `teacher-fb` runs walk with (`graft.external.FEEDBACK`)."""
+    from graft.external import FEEDBACK
 
     return FEEDBACK
 
 
 def _citation_stamp() -> dict[str, float]:
-    """The citation channel the `-cite` runs fuse (`graft.fusion`: W and R)."""
-    from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
+    """The citation channel the `-cite` runs fuse (`graft.fusion`: W, R, and the facet fusion's
+    first results kept first)."""
+    from graft.fusion import CITATION_FIRST, CITATION_KEEP, CITATION_WEIGHT
 
-    return {"weight": CITATION_WEIGHT, "first": CITATION_FIRST}
+    return {"weight": CITATION_WEIGHT, "first": CITATION_FIRST, "keep": CITATION_KEEP}
 
 
 def _text_stamp() -> dict[str, float]:
@@ -718,7 +719,7 @@ def run_suites(split_dir: str | Path, suites: list[str], options: RunOptions | N
         options: systems, index, part, limit, ...
         reporter: progress bars (quiet by default).
         command: the command recorded in the tables (default: this process's argv).
-        encoder: a loaded `graphbuild.embeddings.Encoder` to share (tests).
+        encoder: a loaded `graft.encoder.Encoder` to share (tests).
         on_table: called with each suite's table as soon as its files are written (a caller that
             copies them elsewhere keeps what finished if a later suite is cut short).
     Returns:

@@ -23,7 +23,7 @@ from typing import Any
 from eval.splits import read_queries
 from eval.systems import SURVEY_SYSTEMS
 from eval.trec import read_qrels, write_run
-from graft.errors import InputValidationError
+from graft.errors import ConfigError, InputValidationError
 from graft.progress import Reporter
 
 SYSTEMS = SURVEY_SYSTEMS
@@ -157,13 +157,13 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
 
     import numpy as np
 
+    from graft.encoder import index_encoder
     from graft.index import Index
     from graft.llm import ChatClient, LLMCache
     from graft.survey.backends import LLMBackend, OfflineBackend, SurveyContext
     from graft.survey.config import SurveyConfig, SurveyError
     from graft.survey.pipeline import write_survey
     from graft.survey.retrieve import DenseIndex, PaperVectors, QueryTools
-    from graphbuild.external import ExternalScorer
 
     reporter = reporter or Reporter(quiet=True)
     split_dir, index_dir = Path(split_dir), Path(index_dir)
@@ -185,14 +185,15 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
                 f"build it with `graft build {shlex.quote(str(split_dir / 'corpus.jsonl'))} --out "
                 f"{shlex.quote(str(split_dir / 'index'))}`")
     base = config or SurveyConfig()
-    scorer = ExternalScorer(idx, encoder=encoder, text_neighbours=base.text_neighbours, feedback=base.feedback)
-    tools = QueryTools.from_scorer(scorer)
+    if encoder is None:
+        encoder = index_encoder(idx)
+    tools = QueryTools(encoder=encoder, text_neighbours=base.text_neighbours, feedback=base.feedback)
     dense = None
     if "baseline-survey" in systems:
         with reporter.stage("dense index", total=idx.n, unit="papers") as adv:
-            dense = DenseIndex(idx, scorer.encoder)
+            dense = DenseIndex(idx, encoder)
             adv(idx.n)
-    ctx = SurveyContext(index=idx, vectors=PaperVectors(idx), encode=scorer.encoder.encode, config=base)
+    ctx = SurveyContext(index=idx, vectors=PaperVectors(idx), encode=encoder.encode, config=base)
     if judge_llm is not None:
         judge = LLMBackend(ChatClient(judge_llm, cache=LLMCache.for_index(index_dir)), OfflineBackend(ctx),
                            name=f"judge:{judge_llm.model}")
@@ -289,7 +290,7 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
     labelled = None
     if support_set > 0:
         with reporter.stage("labelled support set", total=1, unit="sets") as adv:
-            labelled = labelled_support(idx, ctx.support, scorer.encoder.encode, support_set)
+            labelled = labelled_support(idx, ctx.support, encoder.encode, support_set)
             adv(1)
         notes.append(
             f"support test on {labelled['n']} labelled (clause, paper) pairs of this index ({labelled['sources']} "
@@ -315,7 +316,7 @@ def recall_ratio(system: list[float], baseline: list[float], *, resamples: int =
 
     a, b = np.asarray(system, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
     if a.shape != b.shape or a.size == 0:
-        raise ValueError(f"recall_ratio needs two aligned, non-empty lists (got {a.size} and {b.size})")
+        raise ConfigError(f"recall_ratio needs two aligned, non-empty lists (got {a.size} and {b.size})")
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, a.size, size=(resamples, a.size))
     num, den = a[picks].mean(axis=1), b[picks].mean(axis=1)

@@ -8,12 +8,12 @@
 | facet | graph teacher over facet-only graphs (beta = 0, rebuilt from the index's items) | teacher walk over those graphs from the query's facet-only edge rows |
 | teacher | the graph teacher over the index (the stored rows: what the generative retriever learns) | teacher walk from `ExternalScorer` rows built from title + abstract only (with the feedback pass) |
 | teacher-fb | the teacher walking the query's rows with the feedback pass (`CorpusScorer.feedback_rows`) | n/a: the teacher's out-of-corpus rows already have the pass |
-| teacher-cite | the teacher's stored rows with the citation channel (`graft.fusion.cited_with`, `graft query --paper`'s default) | the teacher's rows with the citation channel (`graft query --text`'s default) |
+| teacher-cite | the teacher's stored rows with the citation channel (`graft.fusion.cited_with`, the facet fusion's first `CITATION_KEEP` kept first: `graft query --paper`'s default) | the teacher's rows with the citation channel (`graft query --text`'s default) |
 | graft | the trained generative retriever, graph-RRF | the same from the query's extracted facets (mutual corroboration) |
 | graft-rrf | the same with plain RRF | the same with plain RRF |
 | graft-walk | the same model, graph-RRF's candidates walked two hops by the graph teacher (`graph-walk`) | likewise |
 | graft-naive | graph-RRF with a model trained on naive pairs (`naive_index`) | likewise |
-| graft-cite | the same model as graft, graph-RRF with the citation channel (`graft query`'s default) | likewise |
+| graft-cite | the same model as graft, graph-RRF with the citation channel, the facet fusion's first `CITATION_KEEP` kept first (`graft query`'s default) | likewise |
 | graft-text | n/a: the text channel is for papers outside the corpus (in corpus it is graft-cite) | graft-cite with the text channel: the query's nearest papers by title + abstract as a run of weight W_t (`graft query --text`'s default) |
 
 The citation channel fuses a fifth run with the facet lists: the papers that cite or are cited by the
@@ -26,7 +26,7 @@ Out-of-corpus queries never carry their references: `ExternalScorer.rows` scores
 coupling only from a record's `references`, and the records built here have none, so every
 out-of-corpus system sees the query's text alone; the teacher's rows fill their citation half with
 text coupling (the clipped title + abstract cosine with the query's nearest corpus papers,
-`graphbuild.external.text_coupling_row`). Their facet items and edge rows are extracted once, in batches, and kept
+`graft.external.text_coupling_row`). Their facet items and edge rows are extracted once, in batches, and kept
 in `SPLITDIR/ooc/facets.jsonl` (`eval.ooc_facets`), so the generative systems, the teacher walks and
 the attribution checks of later runs read them without the sentence encoder.
 
@@ -51,7 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graft.errors import GraftError
-from graft.fusion import CITATION, CITATION_WEIGHT, TEXT_WEIGHT
+from graft.fusion import CITATION, CITATION_KEEP, CITATION_WEIGHT, TEXT_WEIGHT
 from graft.index import Index
 from graft.progress import Reporter
 from graft.results import QueryResult
@@ -119,8 +119,8 @@ def _from_result(result: QueryResult) -> tuple[list[tuple[str, float]], list[tup
 def facet_only_graphs(index: Index) -> dict[str, sp.csr_matrix]:
     """The four facet graphs of an index rebuilt from its items with beta = 0 (no citation term),
     same top-K and candidate settings as its build."""
+    from graft.citations import citation_signals
     from graphbuild.build import BuildConfig, facet_graphs
-    from graphbuild.citations import citation_signals
 
     config = BuildConfig.from_manifest(index.manifest)
     a = index.citation_matrix
@@ -135,7 +135,7 @@ class EvalContext:
 
     Args:
         index: the evaluated index (built from the split's reduced corpus).
-        encoder: a `graphbuild.embeddings.Encoder` (loaded on first use when None).
+        encoder: a `graft.encoder.Encoder` (loaded on first use when None).
         naive_index: an index of the same corpus holding a model trained on naive pairs.
         beams: beams per facet item for the generative systems.
         device: where generative models run.
@@ -165,7 +165,7 @@ class EvalContext:
     @property
     def encoder(self) -> Any:
         if self._encoder is None:
-            from graphbuild.embeddings import index_encoder
+            from graft.encoder import index_encoder
 
             self._encoder = index_encoder(self.index)
         return self._encoder
@@ -183,14 +183,14 @@ class EvalContext:
 
     @cached_property
     def scorer(self) -> Any:
-        from graphbuild.external import ExternalScorer
+        from graft.external import ExternalScorer
 
         return ExternalScorer(self.index, encoder=self.encoder)
 
     @cached_property
     def corpus_scorer(self) -> Any:
         """Corpus papers' rows with the feedback pass (no encoder needed)."""
-        from graphbuild.external import FEEDBACK, CorpusScorer
+        from graft.external import FEEDBACK, CorpusScorer
 
         return CorpusScorer(self.index, feedback=FEEDBACK)
 
@@ -249,7 +249,7 @@ class EvalContext:
     def ooc_neighbours(self, q: EvalQuery) -> dict[str, float]:
         """An out-of-corpus query's nearest corpus papers by title + abstract (paper id -> cosine),
         for the generative retriever's text channel."""
-        from graphbuild.external import neighbour_ids
+        from graft.external import neighbour_ids
 
         if q.qid not in self._ooc:
             self.prepare_ooc([q])
@@ -397,44 +397,65 @@ def _citation(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int
     return out
 
 
+def _searcher(index: Index, **settings: Any) -> Any:
+    """The query front door of `index` asking for `DEPTH` results under `settings`
+    (`graft.query.QueryConfig` fields)."""
+    from graft.query import QueryConfig, Searcher
+
+    return Searcher(index, QueryConfig(k=DEPTH, **settings))
+
+
 def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, queries: list[EvalQuery],
                   advance: Callable[[int], None], *, feedback: bool = False,
-                  citation_weight: float = 0.0) -> SystemRun:
-    """The graph teacher's walks over the index's graphs (None), or over facet-only `graphs` from
-    the out-of-corpus queries' facet-only rows; with `feedback`, a corpus paper's walk starts from
-    its rows with the feedback pass instead of its stored rows; `citation_weight` W > 0 adds the
-    citation channel to the index's teacher (its hits credit no facet for it)."""
-    from graft.teacher import GraphTeacher, TeacherConfig
+                  citation_weight: float = 0.0, citation_keep: int = 0) -> SystemRun:
+    """The graph teacher's walks over the index's graphs (None; through the query front door,
+    `graft.query.Searcher.rows`), or over facet-only `graphs` from the out-of-corpus queries'
+    facet-only rows; with `feedback`, a corpus paper's walk starts from its rows with the feedback
+    pass instead of its stored rows; `citation_weight` W > 0 adds the citation channel to the
+    index's teacher (its hits credit no facet for it), keeping the facet fusion's first
+    `citation_keep` results first."""
+    from graft.teacher import GraphTeacher
 
     idx = ctx.index
-    teacher = (idx.teacher(TeacherConfig(citation_weight=citation_weight)) if graphs is None
-               else GraphTeacher(graphs, ids=idx.paper_ids))
     out = SystemRun(credits={})
+    if graphs is not None:
+        teacher = GraphTeacher(graphs, ids=idx.paper_ids)
+        for q in queries:
+            if q.in_corpus:
+                node = idx.row_of[q.paper_id]
+                fused, per_facet = teacher.retrieve(teacher.node_rows(node), exclude={node}, k=DEPTH)
+            else:
+                fused, per_facet = teacher.retrieve(ctx.ooc_facet_only_rows(q), k=DEPTH)
+            out.run[q.qid] = [(idx.paper_ids[node], float(score)) for node, score, _ in fused]
+            out.credits[q.qid] = [(idx.paper_ids[node], {f: per_facet[f][node].hops for f in terms if f != CITATION})
+                                  for node, _, terms in fused]
+            advance(1)
+        return out
+    searcher = _searcher(idx, retriever="teacher", citation_weight=citation_weight, citation_keep=citation_keep)
     for q in queries:
         if q.in_corpus:
             node = idx.row_of[q.paper_id]
-            rows = ctx.corpus_scorer.walk_rows(node) if feedback else teacher.node_rows(node)
-            fused, per_facet = teacher.retrieve(rows, exclude={node}, k=DEPTH)
+            rows = ctx.corpus_scorer.walk_rows(node) if feedback else idx.teacher().node_rows(node)
+            result = searcher.rows(rows, query_id=q.qid, exclude={node})
         else:
-            rows = ctx.ooc_rows(q)[0] if graphs is None else ctx.ooc_facet_only_rows(q)
-            fused, per_facet = teacher.retrieve(rows, k=DEPTH)
-        out.run[q.qid] = [(idx.paper_ids[node], float(score)) for node, score, _ in fused]
-        out.credits[q.qid] = [(idx.paper_ids[node], {f: per_facet[f][node].hops for f in terms if f != CITATION})
-                              for node, _, terms in fused]
+            result = searcher.rows(ctx.ooc_rows(q)[0], query_id=q.qid)
+        out.run[q.qid], out.credits[q.qid] = _from_result(result)
         advance(1)
     return out
 
 
 def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQuery],
-                advance: Callable[[int], None], citation_weight: float = 0.0, text_weight: float = 0.0) -> SystemRun:
-    from graft.index import has_model
+                advance: Callable[[int], None], citation_weight: float = 0.0, text_weight: float = 0.0,
+                citation_keep: int = 0) -> SystemRun:
+    from graft.manifest import has_model
 
     if text_weight > 0 and any(q.in_corpus for q in queries):
         raise NotApplicable("the text channel is for papers outside the corpus: in corpus this system is graft-cite")
     if not has_model(index.path):
         raise NotApplicable(f"no trained model in {index.path / 'model'}; train one with "
                             f"`graft train {index.path}`")
-    gen = index.generative(device=ctx.device)
+    searcher = _searcher(index, retriever="graft", fusion=fusion, beams=ctx.beams, device=ctx.device,
+                         citation_weight=citation_weight, text_weight=text_weight, citation_keep=citation_keep)
     out = SystemRun(credits={})
     step = max(1, ctx.decode_batch // 2)  # queries per decoding round: a few generate calls of items
     for start in range(0, len(queries), step):
@@ -446,11 +467,10 @@ def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQ
                                 f"(no run written)")
         for q, lists in zip(chunk, ctx.facet_lists(index, chunk)):
             if q.in_corpus:
-                result = gen.fuse_paper(q.paper_id, lists, k=DEPTH, fusion=fusion, citation_weight=citation_weight)
+                result = searcher.fuse(q.paper_id, lists)
             else:
                 near = ctx.ooc_neighbours(q) if text_weight > 0 else None
-                result = gen.fuse_items(q.qid, lists, k=DEPTH, fusion=fusion, citation_weight=citation_weight,
-                                        neighbours=near, text_weight=text_weight)
+                result = searcher.fuse({"id": q.qid}, lists, neighbours=near)
             out.run[q.qid], out.credits[q.qid] = _from_result(result)
         advance(len(chunk))
     return out
@@ -493,7 +513,9 @@ def run_system(name: str, ctx: EvalContext, queries: list[EvalQuery], reporter: 
         if name == "teacher-fb":
             return _teacher_over(ctx, None, queries, advance, feedback=True)
         if name == "teacher-cite":
-            return _teacher_over(ctx, None, queries, advance, citation_weight=CITATION_WEIGHT)
+            return _teacher_over(ctx, None, queries, advance, citation_weight=CITATION_WEIGHT,
+                                 citation_keep=CITATION_KEEP)
         fusion, weight, text_weight = GENERATIVE[name]
         index = ctx.naive_index if name == "graft-naive" else ctx.index
-        return _generative(ctx, index, fusion, queries, advance, citation_weight=weight, text_weight=text_weight)
+        return _generative(ctx, index, fusion, queries, advance, citation_weight=weight, text_weight=text_weight,
+                           citation_keep=CITATION_KEEP if weight > 0 else 0)

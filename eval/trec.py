@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from graft.errors import InputValidationError
+from graft.errors import ConfigError, InputValidationError
 from graft.results import trec_lines
 from graft.store import write_lines
 
@@ -95,7 +95,7 @@ def read_run(path: str | Path, ties: str = "docid") -> Run:
             document listed twice for one query (it would fill two places of the ranking).
     """
     if ties not in TIES:
-        raise ValueError(f"ties {ties!r} is unknown; use one of {', '.join(TIES)}")
+        raise ConfigError(f"ties {ties!r} is unknown; use one of {', '.join(TIES)}")
     out: dict[str, list[tuple[str, float]]] = {}
     seen: dict[tuple[str, str], int] = {}
     for lineno, (qid, docid, score) in _parsed_lines(path, "run", "qid Q0 docid rank score tag", 6,

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--title-weight", type=float, default=None,
                     help="build with this title weight (default: the build's default); named in the table file")
-    from graphbuild.embeddings import BACKENDS
+    from graft.encoder import BACKENDS
 
     ap.add_argument("--encoder-backend", default=None, choices=BACKENDS,
                     help="build with this encoder backend (default: the build's default); named in the table file")
@@ -64,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     from experiments.encoder_backend import cpu_flags
+    from graft.citations import citation_links
+    from graft.edges import GraphParams, facet_graph
     from graft.facets import FACETS
     from graft.index import Index
     from graft.progress import Reporter, _PeakSampler
+    from graft.similarity import group_items
     from graphbuild.build import BuildConfig, build_index
-    from graphbuild.citations import citation_links
-    from graphbuild.graph import GraphParams, facet_graph
-    from graphbuild.similarity import group_items
 
     t0 = time.perf_counter()
     reporter = Reporter(quiet=not sys.stderr.isatty())

@@ -52,11 +52,11 @@ def text_only_rows(scorer: Any, paper_vectors: Any, node: int) -> dict[str, Any]
     `FEEDBACK` papers), from the paper's own item vectors; the paper itself left out.
 
     Args:
-        scorer: a `graphbuild.external.CorpusScorer` of the index.
+        scorer: a `graft.external.CorpusScorer` of the index.
         paper_vectors: (n, d) title + abstract embeddings of the corpus (`Index.paper_embeddings`).
         node: the paper's corpus row.
     """
-    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, text_coupling_row
+    from graft.external import FEEDBACK, TEXT_NEIGHBOURS, text_coupling_row
 
     cite = text_coupling_row(paper_vectors, paper_vectors[node], TEXT_NEIGHBOURS, exclude=node)
     first = scorer.index.query_rows(scorer.paper_rows(node, cite), k=FEEDBACK, exclude={node}).hits
@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from experiments.distill_ceiling import mean_recalls
     from graft.candidates import CandidateFusion
+    from graft.external import FEEDBACK, CorpusScorer
     from graft.fusion import CITATION_FIRST, CITATION_WEIGHT
     from graft.teacher import TeacherConfig
-    from graphbuild.external import FEEDBACK, CorpusScorer
 
     opened = open_split_queries(args, paper_embeddings=True)
     idx = opened.index

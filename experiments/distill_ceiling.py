@@ -90,7 +90,7 @@ def fused_rows(lists: dict[str, list[int]], q: int, walk: dict[str, Any], *, fus
     if fusion == "rrf":
         fused = rrf(runs)
         if citation_weight > 0:
-            add_citation_run(runs, fused, links, citation_weight, exclude={q})
+            runs, _, _ = add_citation_run(runs, fused, links, citation_weight, exclude={q})
             fused = rrf(runs, weights={CITATION: citation_weight})
         return [int(x.doc) for x in fused]
     support = {}
@@ -104,7 +104,7 @@ def fused_rows(lists: dict[str, list[int]], q: int, walk: dict[str, Any], *, fus
         return [int(c) for c, *_ in fused]
     fused = graph_rrf(runs, support).fused
     if citation_weight > 0:
-        add_citation_run(runs, fused, links, citation_weight, support=support, exclude={q})
+        runs, support, _ = add_citation_run(runs, fused, links, citation_weight, support=support, exclude={q})
         fused = graph_rrf(runs, support).fused
     return [int(x.doc) for x in fused]
 

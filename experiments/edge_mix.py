@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     alphas = float_list(ap, args.alphas, "--alphas")
     top_ks = list(dict.fromkeys(int_list(ap, args.top_k, "--top-k")))
 
+    from graft.citations import citation_signals
     from graphbuild.build import BuildConfig, facet_graphs
-    from graphbuild.citations import citation_signals
 
     opened = open_split_queries(args)
     idx, queries, gold = opened.index, opened.rows, opened.gold

@@ -1,7 +1,7 @@
 """Sentence-encoder throughput by backend (PyTorch vs ONNX Runtime), on the texts a build embeds.
 
-`graphbuild.embeddings.Encoder` runs the transformer in PyTorch or, for bulk work on the CPU
-(`graft build`), in ONNX Runtime (`graphbuild.encoder_onnx`). This benchmark encodes the same texts
+`graft.encoder.Encoder` runs the transformer in PyTorch or, for bulk work on the CPU
+(`graft build`), in ONNX Runtime (`graft.encoder_onnx`). This benchmark encodes the same texts
 with each backend at each batch size, in alternating rounds (every configuration once per round, so
 drift of the machine's speed hits all alike), and prints texts/s (median over rounds), the ratio to
 PyTorch at the CPU's default batch size (the build's encoder before), measured in the same run, and
@@ -40,7 +40,7 @@ def cpu_flags() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = sample_parser(__doc__, "16,32,64")
     args = ap.parse_args(argv)
-    from graphbuild.embeddings import BATCH_SIZE, Encoder
+    from graft.encoder import BATCH_SIZE, Encoder
 
     baseline = ("torch", BATCH_SIZE["cpu"])
     opened = open_sample(ap, args, baseline[1])

@@ -2,7 +2,7 @@
 
 The build embeds every candidate sentence of every abstract (the heuristic extractor's prototype
 signal, and the facet items' own vectors) and every title + abstract (`embeddings/papers.npy`); on
-a 2-core CPU that is most of its time. `graphbuild.embeddings.Encoder` sorts texts by length before
+a 2-core CPU that is most of its time. `graft.encoder.Encoder` sorts texts by length before
 batching, so padding is small at any batch size, and the batch size only changes how the matrix
 products are cut. This benchmark encodes the same texts at each batch size, in alternating rounds
 (every size once per round, so drift of the machine's speed hits all alike), and prints texts/s
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from experiments.common import CS768, add_results_argument, int_list, write_tables
-from graphbuild.embeddings import BACKENDS as CHOICES
+from graft.encoder import BACKENDS as CHOICES
 
 #: The backends an encoder benchmark runs on: every choice but "auto", which moves between them.
 FIXED_BACKENDS = tuple(b for b in CHOICES if b != "auto")
@@ -58,8 +58,8 @@ def sample_texts(corpus: Path, skip: int, papers: int, abstracts: int) -> dict[s
     """The two kinds of text a build embeds, from `papers` records after the first `skip`: their
     candidate abstract sentences (as the heuristic extractor cuts them), and the titles + abstracts
     of the first `abstracts` of them."""
+    from graft.extract import candidate_sentences
     from graft.text import paper_text
-    from graphbuild.facets_heuristic import candidate_sentences
 
     records = read_records(corpus, skip, papers)
     return {"abstract sentences": [s for r in records for s in candidate_sentences(
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from graphbuild.embeddings import Encoder
+    from graft.encoder import Encoder
 
     encoder = Encoder(backend=args.backend)
     encoder.encode(texts["abstract sentences"][:64])  # warm-up

@@ -36,11 +36,11 @@ import numpy as np
 import polars as pl
 
 from eval.textmetrics import best_item_rouge_l, joined_rouge_l
+from graft.encoder import Encoder
+from graft.extract import HeuristicFacetExtractor, candidate_sentences
 from graft.facets import FACETS, FacetItems
 from graft.text import split_sentences
 from graphbuild.corpus import load_aclsum
-from graphbuild.embeddings import Encoder
-from graphbuild.facets_heuristic import HeuristicFacetExtractor, candidate_sentences
 
 #: Our facet -> ACLSum gold aspect.
 GOLD_ASPECT = {"problem": "challenge", "method": "approach", "result": "outcome"}

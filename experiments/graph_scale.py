@@ -2,7 +2,7 @@
 measured against it) and the exact scoring of the candidate pairs.
 
 The graph stage gives every paper its 100 nearest papers by pooled-vector cosine before scoring
-them exactly (`graphbuild.similarity.prefilter_blocks`): n^2 d multiply-adds and a selection over
+them exactly (`graft.similarity.prefilter_blocks`): n^2 d multiply-adds and a selection over
 n^2 scores a facet. Then every candidate pair is scored from the two papers' items. This measures,
 on real sentence-embedding vectors (MiniLM, as the build's):
 
@@ -49,7 +49,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from experiments.common import add_results_argument, int_list, parser, write_tables
-from graphbuild.similarity import best_columns
+from graft.similarity import best_columns
 
 CANDIDATES = 100  # the build's n_candidates
 PROBE = 8  # lists probed per query in the graph comparison
@@ -178,10 +178,10 @@ def real_points(index_dir: str | Path, work: Path, limit: int | None = None) -> 
     first that many distinct sentences, for a quick run)."""
     path = work / ("points.npy" if limit is None else f"points_{limit}.npy")
     if not path.is_file():
+        from graft.encoder import Encoder
         from graft.index import Index
         from graft.text import split_sentences
         from graphbuild.corpus import load_corpus
-        from graphbuild.embeddings import Encoder
 
         idx = Index.open(index_dir)
         texts = [s for a in idx.papers["abstract"].to_list() for s in split_sentences(a or "")]
@@ -210,7 +210,7 @@ def argpartition_columns(scores: np.ndarray, c: int) -> np.ndarray:
 def exact(x: np.ndarray, select=None) -> tuple[np.ndarray, float]:
     """The exact prefilter's candidates of every row of x and its seconds (`select`: in place of
     `best_columns`)."""
-    from graphbuild import similarity
+    from graft import similarity
 
     kept = similarity.best_columns
     if select is not None:
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 def pair_scoring(sentences: np.ndarray, sizes: list[int], all_items_max: int) -> list[dict]:
     """Each size's candidate pairs scored every way, against `score_gathered` (`graft build`)."""
     from experiments.graph_scoring import score_all_items
-    from graphbuild.similarity import group_items, prefilter_blocks, score_gathered, score_pairs
+    from graft.similarity import group_items, prefilter_blocks, score_gathered, score_pairs
 
     counts = np.resize([1, 2, 3], len(sentences))
     papers = int(np.searchsorted(np.cumsum(counts), len(sentences), side="right"))
@@ -362,12 +362,12 @@ def pair_scoring(sentences: np.ndarray, sizes: list[int], all_items_max: int) ->
 def graph_agreement(index_dir: str, probe: int, per_root: float) -> list[dict]:
     """Each facet graph built with the exact prefilter and with the IVF index in its place."""
     from experiments.index_agreement import edge_agreement
+    from graft import edges as graph
+    from graft.citations import citation_links
     from graft.facets import FACETS
     from graft.index import Index
-    from graphbuild import graph
+    from graft.similarity import group_items
     from graphbuild.build import BuildConfig
-    from graphbuild.citations import citation_links
-    from graphbuild.similarity import group_items
 
     idx = Index.open(index_dir)
     params = BuildConfig.from_manifest(idx.manifest).graph_params()

@@ -1,6 +1,6 @@
 """The graph stage's ways of scoring and ranking candidate pairs, on a built index's item vectors.
 
-`graphbuild.graph.facet_graph` scores each row's candidates exactly, a few rows at a time against
+`graft.edges.facet_graph` scores each row's candidates exactly, a few rows at a time against
 their candidates' gathered items (`similarity.score_gathered`); before, up to 16,000 papers, by one
 matrix product of a few rows' items with every item of the facet (`score_all_items` here), and
 pair by pair from the pairs' gathered items (`similarity.score_pairs`) beyond. It dedupes the
@@ -39,7 +39,7 @@ WAYS = {"pairs, np.unique + lexsort": ("pairs", True), "all items, np.unique + l
 def score_all_items(items, rows, cols, budget_floats: int = 1 << 23):
     """The graph's scoring up to 16,000 papers before `score_gathered`: a few rows' items against
     every item of the facet by one product (at most `budget_floats` cosines at a time)."""
-    from graphbuild.similarity import _mean_best_matches, _row_blocks
+    from graft.similarity import _mean_best_matches, _row_blocks
 
     n, width, d = items.padded.shape
     out = np.zeros(len(rows), dtype=np.float32)
@@ -57,7 +57,7 @@ def score_all_items(items, rows, cols, budget_floats: int = 1 << 23):
 
 def scorers() -> dict:
     """The scoring function of each way, as `graph.facet_graph` calls it."""
-    from graphbuild.similarity import score_gathered, score_pairs
+    from graft.similarity import score_gathered, score_pairs
 
     return {"pairs": lambda items, rows, cols: score_pairs(items, rows, items, cols),
             "all items": score_all_items, "gathered": score_gathered}
@@ -85,13 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from experiments.encoder_backend import cpu_flags
+    from graft import edges as graph
+    from graft.citations import citation_links
+    from graft.edges import facet_graph
     from graft.facets import FACETS
     from graft.index import Index
-    from graphbuild import graph
+    from graft.similarity import group_items
     from graphbuild.build import BuildConfig
-    from graphbuild.citations import citation_links
-    from graphbuild.graph import facet_graph
-    from graphbuild.similarity import group_items
 
     facets = args.facets.split(",") if args.facets else list(FACETS)
     if args.rounds < 1 or not set(facets) <= set(FACETS):

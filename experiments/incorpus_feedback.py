@@ -1,6 +1,6 @@
 """In-corpus queries: would the feedback pass of text-only papers help corpus papers too?
 
-Papers outside the corpus get a second pass (`graphbuild.external.ExternalScorer.with_feedback`):
+Papers outside the corpus get a second pass (`graft.external.ExternalScorer.with_feedback`):
 the citation links of the R papers their first rows rank highest raise the citation half of their
 rows. This benchmark asks the same of the split's in-corpus queries, which the graph teacher answers
 from the stored (symmetrised) graph rows. Rows compared, all walked by the graph teacher:
@@ -13,7 +13,7 @@ from the stored (symmetrised) graph rows. Rows compared, all walked by the graph
   that it cites or is cited by (the query paper's own links are never used).
 
 The `teacher-fb` system walks the `out-rows + links of the first R (graph)` rows
-(`graphbuild.external.CorpusScorer.feedback_rows`, R = `FEEDBACK`); the last row runs that path
+(`graft.external.CorpusScorer.feedback_rows`, R = `FEEDBACK`); the last row runs that path
 and must equal that row. (`graft query --paper` walks the stored rows with the citation channel
 instead, which does better: `experiments/citation_channel.py`.) Tune on dev.
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     import scipy.sparse as sp
 
     from experiments.distill_ceiling import mean_recalls
-    from graphbuild.external import FEEDBACK, CorpusScorer
+    from graft.external import FEEDBACK, CorpusScorer
 
     opened = open_split_queries(args)
     idx = opened.index

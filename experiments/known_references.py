@@ -7,7 +7,7 @@ scores the graph teacher on the others: gold = the references not given, and the
 never returned by any system. The citation half (beta) of the query's edge rows is:
 
 - `bibliographic`: coupling through the k known references (`external_citation_row`, what
-  `graphbuild.external.ExternalScorer` gives a record with references);
+  `graft.external.ExternalScorer` gives a record with references);
 - `text`: text coupling with the M = `TEXT_NEIGHBOURS` nearest papers by title + abstract, the
   references ignored (what a record without references gets);
 - `none`: zero (facet similarity alone);
@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     from eval.splits import read_queries, read_split
     from eval.trec import read_qrels
     from experiments.distill_ceiling import mean_recalls
+    from graft.citations import external_citation_row
+    from graft.external import ExternalScorer
     from graft.index import Index
     from graft.teacher import TeacherConfig
     from graft.text import paper_text
-    from graphbuild.citations import external_citation_row
-    from graphbuild.external import ExternalScorer
 
     split_dir = Path(args.split)
     split = read_split(split_dir)

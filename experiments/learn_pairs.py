@@ -31,10 +31,10 @@ from experiments.common import add_results_argument, parser, write_tables
 def learn(index: Path, base_model: str, pairs: int, steps: int, batch_size: int, lr: float, beams: int,
           seed: int = 0) -> dict[str, Any]:
     """Fine-tune `base_model` on `pairs` sampled pairs of `index` for `steps` steps and decode them."""
+    from graft.check import prompt_check, sample_pairs
     from graft.docids import load_docids, load_tries
     from graft.errors import GraftError
     from training.base_models import load_tokenizer, resolve_base_model
-    from training.check import prompt_check, sample_pairs
     from training.data import encode_pairs_table, read_docid_tokens, read_pairs
     from training.pairs import pairs_path
     from training.trainer import TrainConfig, fit

@@ -11,8 +11,8 @@ the largest difference of an edge weight.
 
 - `torch`: the encoder on PyTorch throughout (`Encoder(backend="torch")`);
 - `auto`: the default encoder without a store, which moves to ONNX Runtime with its first call of
-  `graphbuild.embeddings.AUTO_ONNX_TEXTS` new texts (the export's ~1.5 s is in its time);
-- `stored`: the model's stored export (`graphbuild.encoder_store`: tokenizers, ONNX Runtime and
+  `graft.encoder.AUTO_ONNX_TEXTS` new texts (the export's ~1.5 s is in its time);
+- `stored`: the model's stored export (`graft.encoder_store`: tokenizers, ONNX Runtime and
   NumPy pooling, no sentence-transformers), what `graft eval` runs once there is one; it is
   written before the first round where the user cache lacks it.
 
@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     from eval.splits import read_split
     from eval.systems import EvalContext
     from experiments.encoder_backend import cpu_flags
+    from graft import encoder_store
+    from graft.encoder import AUTO_ONNX_TEXTS, Encoder
     from graft.index import Index
-    from graphbuild import encoder_store
     from graphbuild.build import BuildConfig
-    from graphbuild.embeddings import AUTO_ONNX_TEXTS, Encoder
 
     split_dir = Path(args.split)
     split = read_split(split_dir)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if make("stored").model is not None:  # no stored export yet: write one, outside the timed rounds
         if Encoder(config.embedding_model, backend="onnx", store=store).stored is None:
             raise SystemExit(f"cannot store the encoder's export in {store} (a read-only cache, or a model "
-                             "graphbuild.encoder_store does not reproduce)")
+                             "graft.encoder_store does not reproduce)")
 
     seconds: dict[str, list[float]] = {b: [] for b in BACKENDS}
     used: dict[str, str] = {}

@@ -59,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from experiments.distill_ceiling import mean_recalls
     from graft.candidates import CandidateFusion
+    from graft.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer, text_coupling_row
     from graft.facets import FACETS
     from graft.fusion import CITATION_WEIGHT, TEXT_WEIGHT, corroboration, graph_rrf, rrf, support_rows
     from graft.teacher import symmetrise
-    from graphbuild.external import FEEDBACK, TEXT_NEIGHBOURS, CorpusScorer, text_coupling_row
 
     opened = open_split_queries(args, paper_embeddings=True)
     idx = opened.index

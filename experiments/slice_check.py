@@ -77,12 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     from eval.splits import read_split
     from eval.trec import read_qrels
     from experiments.distill_ceiling import ceiling_recalls, facet_lists_from_pairs
+    from graft.check import PromptCheck
     from graft.docids import load_docids
     from graft.index import Index
     from graft.progress import Reporter
     from graft.teacher import symmetrise
     from training.base_models import load_tokenizer
-    from training.check import PromptCheck
     from training.pipeline import train_index
     from training.trainer import TrainConfig
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
               "(experiments/distill_ceiling.py)", f"- runs and the full table: {table['files'][0]}"]
     check = PromptCheck.from_dict(summary.check)
     if check is not None:
-        lines.append(f"- prompt check (`graft train`'s, training/check.py): {check.summary()}; {check.verdict()}")
+        lines.append(f"- prompt check (`graft train`'s, graft/check.py): {check.summary()}; {check.verdict()}")
     (results / f"slice_check_{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -124,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     add_results_argument(ap)
     args = ap.parse_args(argv)
 
+    from graft.encoder import Encoder
     from graft.index import Index
     from graft.survey.support import SupportSettings, SupportTest
-    from graphbuild.embeddings import Encoder
 
     idx = Index.open(args.index)
     encoder = Encoder()

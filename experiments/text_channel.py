@@ -34,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from experiments.distill_ceiling import mean_recalls
+    from graft.external import text_coupling_row
     from graft.facets import FACETS
     from graft.fusion import CITATION, CITATION_WEIGHT, TEXT, rrf, text_run
     from graft.teacher import TeacherConfig
-    from graphbuild.external import text_coupling_row
 
     opened = open_split_queries(args, paper_embeddings=True)
     idx = opened.index

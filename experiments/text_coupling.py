@@ -6,12 +6,12 @@ half is zero. This benchmark poses a split's in-corpus papers as text-only queri
 item vectors, no references, the paper itself never returned; gold = its citation neighbours) and
 scores the graph teacher with the beta half filled in these ways:
 
-- `text only`: zero, as `graphbuild.external.ExternalScorer` scores a new paper with text coupling off;
+- `text only`: zero, as `graft.external.ExternalScorer` scores a new paper with text coupling off;
 - `pseudo-references R`: bibliographic coupling (`external_citation_row`) with the teacher's own
   first R papers taken as the query's references (pseudo-relevance feedback);
 - `text coupling M`: the cosine of title + abstract embeddings (the index's `embeddings/papers.npy`,
   as the dense baseline) with the query's M nearest papers, clipped to [0, 1]
-  (`graphbuild.external.text_coupling_row`, what `ExternalScorer` now gives a paper without
+  (`graft.external.text_coupling_row`, what `ExternalScorer` now gives a paper without
   references, with M = `TEXT_NEIGHBOURS`);
 - `text coupling M, then links of its first R` (M the first of `--neighbours`, R each of
   `--feedback`): a second pass, where the citation links of the R papers the text-coupled rows rank
@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from eval.metrics import KS
     from eval.runner import corpus_name
     from experiments.distill_ceiling import mean_recalls
+    from graft.citations import external_citation_row
+    from graft.external import ExternalScorer, text_coupling_row
     from graft.text import paper_texts
-    from graphbuild.citations import external_citation_row
-    from graphbuild.external import ExternalScorer, text_coupling_row
 
     opened = open_split_queries(args)
     split, idx, queries, gold = opened.split, opened.index, opened.rows, opened.gold
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
               "= clipped title + abstract cosine with the M nearest papers (M = 10: how `graft query --text` and the "
               "out-of-corpus suite score a paper without references, before their second pass); then links of its "
               "first R: beta half = the larger of that and the share of the R papers the text-coupled rows rank "
-              "highest that a paper cites or is cited by (R = 3: `graphbuild.external.FEEDBACK`, the second pass); "
+              "highest that a paper cites or is cited by (R = 3: `graft.external.FEEDBACK`, the second pass); "
               "dense: that cosine alone",
               "- the query papers are in the graph (their citations shaped their neighbours' edges): compare "
               "the rows with each other, not with the out-of-corpus tables"]

@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from eval.runner import corpus_name
+    from graft.citations import citation_signals
+    from graft.encoder import Encoder, title_vectors, with_title
     from graft.errors import IndexFormatError
     from graphbuild.build import BuildConfig, facet_graphs
-    from graphbuild.citations import citation_signals
-    from graphbuild.embeddings import Encoder, title_vectors, with_title
 
     weights = [float(w) for w in args.weights.split(",") if w.strip()]
     if not weights or min(weights) < 0:

@@ -12,7 +12,7 @@ stand-in decoder's lists can be fused exactly as the trained model's are
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,6 +21,8 @@ from graft.errors import GraftError
 from graft.fusion import (
     CHANNELS,
     CITATION,
+    CITATION_DEPTH,
+    CITATION_FIRST,
     CITATION_WEIGHT,
     FUSIONS,
     RRF_K,
@@ -29,15 +31,18 @@ from graft.fusion import (
     add_citation_run,
     corroboration,
     graph_rrf,
+    keep_first,
     linked_first,
     ranked,
     rrf,
     support_rows,
     text_run,
 )
-from graft.index import Index
 from graft.results import CitationEvidence, Evidence, Hit, QueryResult, TextEvidence
 from graft.teacher import TeacherConfig, symmetrise
+
+if TYPE_CHECKING:
+    from graft.index import Index
 
 
 class CandidateFusion:
@@ -58,7 +63,7 @@ class CandidateFusion:
 
     def fuse_paper(self, paper_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
                    fusion: str = "graph-rrf", rrf_k: int = RRF_K,
-                   citation_weight: float = CITATION_WEIGHT) -> QueryResult:
+                   citation_weight: float = CITATION_WEIGHT, **channel: int) -> QueryResult:
         """Fuse a corpus paper's facet lists (paper id -> decoder score per facet, as
         `GenerativeRetriever.facet_lists` gives them); graph-RRF support = the query's edges.
 
@@ -72,19 +77,19 @@ class CandidateFusion:
             weights = dict(zip(row.indices.tolist(), row.data.tolist()))
             return {c: float(weights.get(c, 0.0)) for c in cands}
 
-        return self._fuse(paper_id, lists, support, k, fusion, rrf_k, citation_weight, exclude={q})
+        return self._fuse(paper_id, lists, support, k, fusion, rrf_k, citation_weight, exclude={q}, **channel)
 
     def fuse_items(self, query_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
                    fusion: str = "graph-rrf", rrf_k: int = RRF_K, citation_weight: float = CITATION_WEIGHT,
                    exclude: set[str] | None = None, neighbours: dict[str, float] | None = None,
-                   text_weight: float = TEXT_WEIGHT) -> QueryResult:
+                   text_weight: float = TEXT_WEIGHT, **channel: int) -> QueryResult:
         """Fuse the facet lists of a paper outside the corpus; graph-RRF support by mutual
         corroboration among the candidates (`graft.retriever`'s docstring). `exclude`: paper ids
         never returned (left out of the lists and of the channels).
 
         Args:
             neighbours: the query's nearest corpus papers by title + abstract (paper id -> cosine,
-                `graphbuild.external.text_coupling_row`), for the text channel at W_t =
+                `graft.external.text_coupling_row`), for the text channel at W_t =
                 `text_weight` (`graft.fusion.TEXT`); None or empty = no text channel. In graph-walk
                 they join every facet row at beta x cosine instead, as text coupling joins the
                 teacher's rows.
@@ -100,15 +105,19 @@ class CandidateFusion:
         text = text_run({self.index.row_of[p]: c for p, c in (neighbours or {}).items() if p in self.index.row_of},
                         exclude=rows) if text_weight > 0 else []
         return self._fuse(query_id, lists, support, k, fusion, rrf_k, citation_weight, exclude=rows,
-                          text=text, text_weight=text_weight)
+                          text=text, text_weight=text_weight, **channel)
 
     # ---- internals -------------------------------------------------------------------------
     def _fuse(self, query_id: str, lists: dict[str, dict[str, float]], support: Any, k: int, fusion: str,
               rrf_k: int, citation_weight: float, exclude: set[int] | None = None,
-              text: list[tuple[int, float]] | None = None, text_weight: float = TEXT_WEIGHT) -> QueryResult:
+              text: list[tuple[int, float]] | None = None, text_weight: float = TEXT_WEIGHT, *,
+              citation_first: int = CITATION_FIRST, citation_depth: int = CITATION_DEPTH,
+              citation_keep: int = 0) -> QueryResult:
         """Fuse facet lists (paper id -> score) as `fusion`, with the text channel's run `text`
         ((row, cosine), best first) at W_t = `text_weight` and then the citation channel at W =
-        `citation_weight` (off for an index without citation links); `support(facet, rows)` gives
+        `citation_weight` (off for an index without citation links), made from the first
+        `citation_first` results, `citation_depth` papers long, never pushing the facet fusion's
+        first `citation_keep` results down (`graft.fusion.keep_first`); `support(facet, rows)` gives
         graph-RRF's weights. Runs are fused as corpus rows."""
         if fusion not in FUSIONS:
             raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
@@ -132,7 +141,10 @@ class CandidateFusion:
             rows = support_rows(weights, self.index.n)
             info["seeds"] = {f: int(r.nnz) for f, r in rows.items()}
             walked = self.index.query_rows(rows, query_id=query_id, k=k, exclude=exclude,
-                                           config=TeacherConfig(rrf_k=rrf_k, citation_weight=citation_weight))
+                                           config=TeacherConfig(rrf_k=rrf_k, citation_weight=citation_weight,
+                                                                citation_first=citation_first,
+                                                                citation_depth=citation_depth,
+                                                                citation_keep=citation_keep))
             return QueryResult(query_id, "graft", fusion, walked.hits, info)
 
         if text:
@@ -151,9 +163,13 @@ class CandidateFusion:
         fused = fuse()
         first: list[int] = []
         if citation_weight > 0:
-            first = add_citation_run(runs, fused, links, citation_weight, exclude=exclude or (),
-                                     support=weights if fusion == "graph-rrf" else None)
-            fused = fuse()
+            facet_fused = fused
+            runs, support_out, first = add_citation_run(
+                runs, fused, links, citation_weight, exclude=exclude or (), first=citation_first,
+                depth=citation_depth, support=weights if fusion == "graph-rrf" else None)
+            if support_out is not None:
+                weights = support_out
+            fused = keep_first(facet_fused, fuse(), citation_keep)
         cited = [int(e.doc) for e in fused[:k] if CITATION in e.terms]
         linked = dict(zip(cited, linked_first(links, first, cited)))
         titles, years = self.index.papers["title"], self.index.papers["year"]

@@ -9,6 +9,8 @@ import types
 import typing
 from typing import Any, TypeVar
 
+from graft.errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -17,7 +19,7 @@ def config_from_dict(cls: type[T], data: dict[str, Any]) -> T:
     allowed = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise ValueError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        raise ConfigError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
     return cls(**data)
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from graft.facets import FACETS
-from graft.index import Index, has_model
+from graft.index import Index
+from graft.manifest import has_model
 
 #: Build settings shown by `index_summary`, in order (the rest is in manifest.json).
 BUILD_SETTINGS = ("extractor", "top_k", "alpha", "beta", "title_weight", "citation_rescale", "n_candidates")

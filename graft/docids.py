@@ -32,7 +32,7 @@ import marisa_trie
 import numpy as np
 import polars as pl
 
-from graft.errors import IndexFormatError
+from graft.errors import ConfigError, IndexFormatError
 from graft.facets import FACETS
 from graft.manifest import read_manifest, record_stage
 from graft.store import atomic_path, read_json, write_json, write_parquet
@@ -55,10 +55,10 @@ _MAX_TOKEN_ID = 0x10FFFF - _SHIFT - 1
 def _key(seq: Sequence[int]) -> str:
     try:
         if min(seq, default=0) < 0:
-            raise ValueError("negative token id")
+            raise ConfigError("negative token id")
         return "".join([chr(t + 1) if t < _SURROGATES - 1 else chr(t + 1 + _SHIFT) for t in seq])
     except (ValueError, OverflowError, TypeError) as exc:
-        raise ValueError(f"token ids must be ints in [0, {_MAX_TOKEN_ID}], got {list(seq)}") from exc
+        raise ConfigError(f"token ids must be ints in [0, {_MAX_TOKEN_ID}], got {list(seq)}") from exc
 
 
 def _unkey(key: str) -> list[int]:
@@ -94,7 +94,7 @@ class DocidTrie:
         """
         ids = list(range(len(sequences))) if docid_ids is None else [int(i) for i in docid_ids]
         if len(ids) != len(sequences):
-            raise ValueError(f"{len(sequences)} sequences but {len(ids)} docid_ids")
+            raise ConfigError(f"{len(sequences)} sequences but {len(ids)} docid_ids")
         # Keyed by the encoded string: a prefix of a sequence is a slice of its key.
         complete: dict[str, int] = {}
         children: dict[str, set[int]] = {"": set()}
@@ -102,10 +102,10 @@ class DocidTrie:
         for seq, did in zip(sequences, ids):
             seq = [int(t) for t in seq]
             if not seq:
-                raise ValueError(f"DocID {did} has no tokens; empty DocIDs cannot be decoded")
+                raise ConfigError(f"DocID {did} has no tokens; empty DocIDs cannot be decoded")
             key = _key(seq)
             if key in complete:
-                raise ValueError(f"DocIDs {complete[key]} and {did} have the same tokens {seq}")
+                raise ConfigError(f"DocIDs {complete[key]} and {did} have the same tokens {seq}")
             complete[key] = did
             for k, tok in enumerate(seq):
                 prefix = key[:k]
@@ -286,7 +286,7 @@ class DocidTable:
             ValueError: max_tokens < 1.
         """
         if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+            raise ConfigError(f"max_tokens must be >= 1, got {max_tokens}")
         if "docid" in facets.columns:
             norm = facets["docid"].to_list()
         else:

@@ -1,7 +1,7 @@
 """Why a result is related, in the papers' own words.
 
 A facet credits a result because the query's and the result's items of that facet are alike (the
-facet graph's edge weight is the symmetric mean of best-match cosines, `graphbuild.similarity`).
+facet graph's edge weight is the symmetric mean of best-match cosines, `graft.similarity`).
 `attach_matches` names, for every facet that credits a result, the pair of items behind the
 strongest of those matches: the query's item and the result's item most alike, with the cosine of
 the two items' own embeddings (`embeddings/items_alone.npy` where the build mixed in titles, so the
@@ -10,11 +10,15 @@ shared title does not count). Nothing is re-ranked; only `Evidence.match` is fil
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from graft.facets import FACETS
-from graft.index import Index
 from graft.results import ItemMatch, QueryResult
+
+if TYPE_CHECKING:
+    from graft.index import Index
 
 
 def corpus_items(index: Index, paper_id: str) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from graft.errors import ConfigError
+
 #: Facet types, in a fixed order used for every per-facet artefact and loop.
 FACETS: tuple[str, ...] = ("problem", "method", "result", "contribution")
 
@@ -19,16 +21,16 @@ def check_facet_items(items: Mapping[str, list[str]], *, where: str = "facets") 
     """
     unknown = set(items) - set(FACETS)
     if unknown:
-        raise ValueError(f"{where}: unknown facet(s) {sorted(unknown)}; allowed: {list(FACETS)}")
+        raise ConfigError(f"{where}: unknown facet(s) {sorted(unknown)}; allowed: {list(FACETS)}")
     out: FacetItems = {}
     for facet in FACETS:
         values = items.get(facet)
         if not values:
-            raise ValueError(f"{where}: facet '{facet}' has no items (every facet needs at least one)")
+            raise ConfigError(f"{where}: facet '{facet}' has no items (every facet needs at least one)")
         clean = []
         for v in values:
             if not isinstance(v, str) or not v.strip():
-                raise ValueError(f"{where}: facet '{facet}' holds a blank or non-string item: {v!r}")
+                raise ConfigError(f"{where}: facet '{facet}' holds a blank or non-string item: {v!r}")
             clean.append(" ".join(v.split()))
         out[facet] = clean
     return out

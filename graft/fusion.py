@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from graft.errors import ConfigError
+
 #: RRF constant of Cormack et al. (2009); it damps the head of each list, it is not a cut-off.
 RRF_K = 60
 #: The generative retriever's fusions (`graft.retriever`): graph-weighted RRF, plain RRF, and the
@@ -29,12 +31,18 @@ CITATION_FIRST = 3
 CITATION_WEIGHT = 3.0
 #: Papers kept in the channel's run.
 CITATION_DEPTH = 100
+#: The first results of the facet fusion that the citation channel never pushes down
+#: (`keep_first`): the papers a user sees first stay the ones the facets found best. Measured on
+#: cs768's leak-free in-corpus dev split: docs/results/citation_keep_cs768.md.
+CITATION_KEEP = 3
+#: How far a kept result's score is raised above the next result's (`keep_first`).
+KEEP_STEP = 1e-6
 
 #: The text channel, for a query outside the corpus given with its text: a run of the corpus papers
 #: whose title + abstract reads most like the query's (`text_run`), fused next to the facet lists
 #: before the citation channel is made; its hits carry text evidence, never a facet credit. The
 #: query has no citation links, so this is the generative retriever's counterpart of the text coupling
-#: that stands in for them in the graph teacher's rows (`graphbuild.external.text_coupling_row`).
+#: that stands in for them in the graph teacher's rows (`graft.external.text_coupling_row`).
 TEXT = "text"
 #: W_t: the text channel's weight (each facet list weighs 1); in graph-RRF each of its papers is
 #: supported by W_t x its cosine. Chosen on cs768's dev papers posed as text-only queries with a
@@ -77,10 +85,10 @@ def rrf(runs: Mapping[str, Sequence[Hashable]], k: int = RRF_K,
         runs contributed and how much.
     """
     if k < 0:
-        raise ValueError(f"rrf: k must be >= 0, got {k}")
+        raise ConfigError(f"rrf: k must be >= 0, got {k}")
     weights = weights or {}
     if any(m < 0 for m in weights.values()):
-        raise ValueError(f"rrf: run weights must be >= 0, got {dict(weights)}")
+        raise ConfigError(f"rrf: run weights must be >= 0, got {dict(weights)}")
     fused: dict[Hashable, Fused] = {}
     for name, docs in runs.items():
         m = float(weights.get(name, 1.0))
@@ -127,7 +135,7 @@ def graph_rrf(
         ValueError: k < 0 or a negative weight.
     """
     if k < 0:
-        raise ValueError(f"graph_rrf: k must be >= 0, got {k}")
+        raise ConfigError(f"graph_rrf: k must be >= 0, got {k}")
     fused: dict[Hashable, Fused] = {}
     seen: set[Hashable] = set()
     for name, docs in runs.items():
@@ -136,7 +144,7 @@ def graph_rrf(
             seen.add(doc)
             w = float(weights.get(doc, 0.0))
             if w < 0:
-                raise ValueError(f"graph_rrf: negative support {w} for {doc!r} in {name!r}; weights must be >= 0")
+                raise ConfigError(f"graph_rrf: negative support {w} for {doc!r} in {name!r}; weights must be >= 0")
             if w == 0.0:
                 continue
             term = w / (k + rank)
@@ -216,25 +224,55 @@ def linked_first(links: sp.csr_matrix, first: Sequence[int], nodes: Sequence[int
     return [[int(first[i]) for i in np.flatnonzero(hit[:, j])] for j in range(len(nodes))]
 
 
-def add_citation_run(runs: dict[str, list[int]], fused: Sequence[Fused], links: sp.csr_matrix, weight: float, *,
-                     support: dict[str, dict[int, float]] | None = None, exclude: Iterable[int] = (),
-                     first: int = CITATION_FIRST) -> list[int]:
-    """Add the citation channel's run to `runs`, made from a facet fusion.
+def add_citation_run(runs: Mapping[str, Sequence[int]], fused: Sequence[Fused], links: sp.csr_matrix,
+                     weight: float, *, support: Mapping[str, Mapping[int, float]] | None = None,
+                     exclude: Iterable[int] = (), first: int = CITATION_FIRST, depth: int = CITATION_DEPTH,
+                     ) -> tuple[dict[str, list[int]], dict[str, dict[int, float]] | None, list[int]]:
+    """The runs (and graph-RRF support) with the citation channel's run added, made from a facet
+    fusion; `runs`, `fused` and `support` are left as they are.
 
-    The run is `cited_with` over the first `first` documents of `fused`; runs and `fused` hold
-    corpus rows. With `support` (graph-RRF), each of the run's papers is supported by `weight` x
-    its share. Without it (plain RRF), fuse the runs again with `weights={CITATION: weight}`.
+    The run is `cited_with` over the first `first` documents of `fused` (at most `depth` papers);
+    runs and `fused` hold corpus rows. With `support` (graph-RRF), each of the run's papers is
+    supported by `weight` x its share. Without it (plain RRF), fuse the runs again with
+    `weights={CITATION: weight}`.
 
     Returns:
-        The first results the run was made from (corpus rows).
+        (runs, support or None, the first results the run was made from as corpus rows): new dicts.
     """
     order = [int(x.doc) for x in fused]
     top = order[:first]
-    run = cited_with(links, top, order, exclude)
-    runs[CITATION] = [c for c, _ in run]
+    run = cited_with(links, top, order, exclude, depth)
+    runs_out = {name: list(docs) for name, docs in runs.items()}
+    runs_out[CITATION] = [c for c, _ in run]
+    support_out = None
     if support is not None:
-        support[CITATION] = {c: weight * share for c, share in run}
-    return top
+        support_out = {name: dict(w) for name, w in support.items()}
+        support_out[CITATION] = {c: weight * share for c, share in run}
+    return runs_out, support_out, top
+
+
+def keep_first(facet_fused: Sequence[Fused], fused: Sequence[Fused], keep: int) -> list[Fused]:
+    """The fusion with the citation channel (`fused`), with the first `keep` results of the facet
+    fusion alone (`facet_fused`) put back at the top, in their order: the channel adds papers linked
+    to the best facet results and may reorder the rest, but never pushes those results down.
+
+    A kept result's score is raised just above the next result's where the channel had ranked that
+    one higher (by `KEEP_STEP` per rank), so that ranks and scores agree (TREC files sort by score);
+    its `terms` stay its fused contributions. Returns copies; the inputs are left as they are.
+    """
+    if keep <= 0 or not facet_fused:
+        return [Fused(x.doc, x.score, dict(x.terms)) for x in fused]
+    top = [x.doc for x in facet_fused[:keep]]
+    by_doc = {x.doc: x for x in fused}
+    head = [Fused(d, by_doc[d].score, dict(by_doc[d].terms)) for d in top if d in by_doc]
+    kept = {x.doc for x in head}
+    rest = [Fused(x.doc, x.score, dict(x.terms)) for x in fused if x.doc not in kept]
+    floor = rest[0].score if rest else None
+    for entry in reversed(head):
+        if floor is not None and entry.score <= floor:
+            entry.score = floor + KEEP_STEP
+        floor = entry.score
+    return head + rest
 
 
 def text_run(neighbours: Mapping[int, float], exclude: Iterable[int] = ()) -> list[tuple[int, float]]:
@@ -242,7 +280,7 @@ def text_run(neighbours: Mapping[int, float], exclude: Iterable[int] = ()) -> li
 
     Args:
         neighbours: corpus row -> cosine of its title + abstract embedding with the query's (the
-            query's `text_neighbours` nearest; `graphbuild.external.text_coupling_row`).
+            query's `text_neighbours` nearest; `graft.external.text_coupling_row`).
         exclude: rows never returned.
     Returns:
         [(row, cosine)] with cosine > 0, by cosine then row.

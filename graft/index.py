@@ -11,55 +11,13 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from graft.config import is_number, is_whole
-from graft.errors import GraftError, IndexFormatError
+from graft.errors import GraftError, IndexFormatError, QueryError
 from graft.facets import FACETS
-from graft.fusion import CITATION, CITATION_WEIGHT
-from graft.manifest import MODEL_DONE, read_manifest
+from graft.fusion import CITATION
+from graft.manifest import read_manifest
 from graft.results import CitationEvidence, Evidence, Hit, QueryResult
 from graft.store import read_npz
 from graft.teacher import GraphTeacher, TeacherConfig
-
-#: Retrievers selectable in `Index.query` and `graft query --retriever`.
-RETRIEVERS = ("graft", "teacher")
-
-
-def has_model(index_dir: str | Path) -> bool:
-    """True when the index holds a finished generative retriever (`INDEX/model` with its weights and
-    the training record written after them)."""
-    folder = Path(index_dir) / "model"
-    return (folder / "config.json").is_file() and (folder / MODEL_DONE).is_file()
-
-
-def _check_items(facets: Any) -> None:
-    """Refuse `facets=` that is not {facet name: list of item strings} (a string would be read one
-    character at a time).
-
-    Raises:
-        GraftError: naming the facet and what it holds.
-    """
-    if facets is None:
-        return
-    if not isinstance(facets, dict):
-        raise GraftError(f"facets= must map facet names to lists of item strings, got {type(facets).__name__}")
-    unknown = sorted(set(facets) - set(FACETS))
-    if unknown:
-        raise GraftError(f"facets=: unknown facet(s) {unknown}; use {', '.join(FACETS)}")
-    for facet, items in facets.items():
-        if isinstance(items, str) or not isinstance(items, (list, tuple)) or not all(
-                isinstance(t, str) for t in items):
-            raise GraftError(f"facets[{facet!r}] must be a list of item strings, got {items!r:.80}"
-                             + (f" (write [{items!r:.60}])" if isinstance(items, str) else ""))
-
-
-def teacher_fusion_error(index_dir: str | Path, fusion: str, *, cli: bool = False) -> GraftError:
-    """The error for the teacher asked to fuse with `fusion` (it fuses with plain rrf only): the way
-    out it names is the graft retriever where the index has a trained one, else `graft train`."""
-    use = "--fusion rrf" if cli else "fusion rrf"
-    if has_model(index_dir):
-        return GraftError(f"the teacher fuses with plain rrf; use {use} or {'--retriever graft' if cli else 'the graft retriever'}")
-    return GraftError(f"the teacher fuses with plain rrf; use {use} ({fusion} is for the graft retriever, which "
-                      f"this index has not trained yet: graft train {index_dir})")
 
 
 def _memmap(path: Path) -> np.ndarray:
@@ -298,7 +256,7 @@ class Index:
     @cached_property
     def text_coupling(self) -> sp.csr_matrix:
         """n x n: the text coupling that stood in for the citation score of the papers without
-        citation links when the graphs were built (`graphbuild.citations.text_coupling`); empty for
+        citation links when the graphs were built (`graft.citations.text_coupling`); empty for
         an index built without it."""
         if not (self.path / "graph" / "text.npz").is_file():
             return sp.csr_matrix((self.n, self.n), dtype=np.float32)
@@ -419,83 +377,48 @@ class Index:
             self._generative[device] = load_retriever(self, device=device)
         return self._generative[device]
 
-    def query(
-        self,
-        paper: str | None = None,
-        facets: dict[str, list[str]] | None = None,
-        *,
-        retriever: str | None = None,
-        fusion: str | None = None,
-        k: int = 20,
-        beams: int = 20,
-        query_id: str = "query",
-        device: str = "cpu",
-        citation_weight: float = CITATION_WEIGHT,
-        neighbours: dict[str, float] | None = None,
-        exclude: set[str] | None = None,
-    ) -> QueryResult:
-        """Facet-attributed related papers of a corpus paper (`paper`) or of a paper outside the
-        corpus given by its facet items (`facets`).
+    def searcher(self, config: Any = None, **settings: Any) -> Any:
+        """A `graft.query.Searcher` of this index: `config` (a `graft.query.QueryConfig`) or the
+        config made from `settings` (its fields, checked there); `on_note` and `encoder` go to the
+        searcher.
+
+        Raises:
+            QueryError: a bad setting.
+        """
+        from graft.query import QueryConfig, Searcher
+
+        extra = {key: settings.pop(key) for key in ("on_note", "encoder") if key in settings}
+        if config is not None and settings:
+            raise QueryError("give a QueryConfig or its settings, not both")
+        return Searcher(self, config or QueryConfig(**settings), **extra)
+
+    def query(self, paper: str | None = None, facets: dict[str, list[str]] | None = None, *,
+              query_id: str = "query", neighbours: dict[str, float] | None = None,
+              exclude: set[str] | None = None, **settings: Any) -> QueryResult:
+        """Facet-attributed related papers of a corpus paper (`paper`) or, for the generative
+        retriever, of a paper outside the corpus given by its facet items (`facets`); a paper outside
+        the corpus given by its text: `searcher().text(title, abstract)`.
 
         Args:
-            retriever: "graft" (the trained generative retriever) or "teacher" (graph walks);
-                default graft when the index holds a trained model, else teacher.
-            fusion: "graph-rrf", "rrf" or "graph-walk" for graft (default graph-rrf); the teacher uses "rrf".
-            k: results returned; beams: beams per facet item (graft).
+            settings: `graft.query.QueryConfig` fields (retriever, fusion, k, beams, citation_weight,
+                device, ...), checked there.
             query_id: with `facets`, the result's query id (TREC lines); a corpus paper's is its id.
-            citation_weight: W of the citation channel (`graft.fusion.cited_with`; 0 = off); off
-                for an index without citation links.
-            neighbours: with `facets` (graft): the paper's nearest corpus papers by title +
-                abstract (paper id -> cosine; `graphbuild.external.text_coupling_row`), the text
-                channel (`graft.fusion.TEXT`); None = none.
-            exclude: with `facets` (graft): corpus paper ids never returned (a corpus paper posed
-                by its text).
+            neighbours: with `facets`: the paper's nearest corpus papers by title + abstract (paper id
+                -> cosine), the text channel; exclude: with `facets`: paper ids never returned.
         Raises:
-            GraftError: bad combination of arguments, k or beams < 1, an unknown facet, unknown paper,
-                or no trained model for graft.
+            QueryError: a bad setting or combination of arguments.
+            GraftError: an unknown paper, or no trained model for graft.
         """
-        from graft.devices import resolve_device
-        from graft.fusion import FUSIONS
-
         if (paper is None) == (facets is None):
-            raise GraftError("give exactly one of paper= (a corpus paper id) or facets= (a paper outside the corpus)")
-        if isinstance(paper, int) and not isinstance(paper, bool):
-            paper = str(paper)  # as a corpus's integer ids are read
-        if paper is not None and not isinstance(paper, str):
-            raise GraftError(f"paper= must be a paper id (a string), got {type(paper).__name__}")
-        _check_items(facets)
-        for name, value in (("k", k), ("beams", beams)):
-            if not is_whole(value):
-                raise GraftError(f"{name} = {value!r} must be a whole number")
-        if not is_number(citation_weight) or citation_weight < 0:
-            raise GraftError(f"citation_weight = {citation_weight!r} must be a finite number >= 0")
+            raise QueryError("give exactly one of paper= (a corpus paper id) or facets= (a paper outside the corpus)")
         if isinstance(exclude, str):
-            raise GraftError(f"exclude= takes a set of paper ids, not one string ({exclude!r}): exclude={{{exclude!r}}}")
-        device = resolve_device(device)  # whatever the retriever: the teacher would ignore a bad name
+            raise QueryError(f"exclude= takes a set of paper ids, not one string ({exclude!r}): exclude={{{exclude!r}}}")
         if (neighbours or exclude) and paper is not None:
-            raise GraftError("neighbours= (the text channel) and exclude= go with facets= (a paper outside the "
-                             "corpus)")
-        if k < 1 or beams < 1:
-            raise GraftError(f"k = {k}, beams = {beams}: ask for at least 1 result with at least 1 beam")
-        retriever = retriever or ("graft" if has_model(self.path) else "teacher")
-        if retriever not in RETRIEVERS:
-            raise GraftError(f"unknown retriever {retriever!r}; use one of {', '.join(RETRIEVERS)}")
-        fusion = fusion or ("graph-rrf" if retriever == "graft" else "rrf")
-        if fusion not in FUSIONS:
-            raise GraftError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}")
-        if retriever == "teacher":
-            if fusion != "rrf":
-                raise teacher_fusion_error(self.path, fusion)
-            if paper is None:
-                raise GraftError("the teacher scores a paper outside the corpus from its edge rows, made at query "
-                                 "time: use graphbuild.related.RelatedPapers(index).query(record), or "
-                                 "graphbuild.external.ExternalScorer(index).rows(record) and Index.query_rows")
-            return self.query_paper(paper, k=k, config=TeacherConfig(citation_weight=self.channel_weight(citation_weight)))
-        gen = self.generative(device=device)
+            raise QueryError("neighbours= (the text channel) and exclude= go with facets= (a paper outside the corpus)")
+        searcher = self.searcher(**settings)
         if paper is not None:
-            return gen.query_paper(paper, k=k, beams=beams, fusion=fusion, citation_weight=citation_weight)
-        return gen.query_items(facets, k=k, beams=beams, fusion=fusion, query_id=query_id,
-                               citation_weight=citation_weight, neighbours=neighbours, exclude=exclude)
+            return searcher.paper(paper)
+        return searcher.items(facets, query_id=query_id, neighbours=neighbours, exclude=exclude or ())
 
     def query_paper(self, paper_id: str, *, k: int = 20, config: TeacherConfig | None = None) -> QueryResult:
         """Related papers of a corpus paper by the graph teacher (facet-attributed)."""

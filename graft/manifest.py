@@ -182,3 +182,10 @@ def record_stage(
     }
     write_json(manifest_path(index_dir), manifest)
     return manifest
+
+
+def has_model(index_dir: str | Path) -> bool:
+    """True when the index holds a finished generative retriever (`INDEX/model` with its weights and
+    the training record written after them)."""
+    folder = Path(index_dir) / "model"
+    return (folder / "config.json").is_file() and (folder / MODEL_DONE).is_file()

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from graft.errors import ConfigError
+
 #: Bumped whenever the prompt or target layout changes; a model trained on another version must
 #: not be queried with this one (recorded in the model's training config).
 PROMPT_VERSION = 1
@@ -55,7 +57,7 @@ def encode_target(tokenizer: Any, docid: str, token_ids: Sequence[int] | None = 
         token_ids = tokenizer.encode(docid, add_special_tokens=False)
     eos = tokenizer.eos_token_id
     if eos is None:
-        raise ValueError("the tokenizer has no eos_token_id; the target needs an end marker")
+        raise ConfigError("the tokenizer has no eos_token_id; the target needs an end marker")
     return [int(t) for t in token_ids] + [int(eos)]
 
 
@@ -79,7 +81,7 @@ def encode_prompt(tokenizer: Any, facet: str, source_text: str, max_tokens: int 
     frame = len(tokenizer(prompt_for(facet, ""))["input_ids"])
     budget = max_tokens - frame
     if budget <= 0:
-        raise ValueError(f"max_tokens={max_tokens} leaves no room for the query text (the prompt frame "
+        raise ConfigError(f"max_tokens={max_tokens} leaves no room for the query text (the prompt frame "
                          f"alone takes {frame} tokens); raise max_length")
     src = tokenizer.encode(source_text, add_special_tokens=False)
     while budget > 0:

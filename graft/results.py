@@ -8,6 +8,10 @@ from typing import Any
 
 from graft.errors import InputValidationError
 
+#: A facet stands out for a result (`Hit.stands_out`) when its edge weight is within this margin of
+#: the result's strongest facet's weight.
+STANDOUT_MARGIN = 0.05
+
 
 @dataclass
 class ItemMatch:
@@ -66,25 +70,61 @@ class Hit:
     citation: CitationEvidence | None = None  # the citation channel's part of `score`, if any
     text: TextEvidence | None = None  # the text channel's part of `score`, if any
 
+    def weights(self) -> dict[str, float]:
+        """Per credited facet, its edge weight w_f(q, c) (`Evidence.weight`; the facet's RRF term
+        where a retriever recorded no evidence): the one number the table and `--json` show for a
+        facet."""
+        return {f: (self.evidence[f].weight if f in self.evidence else self.facets[f]) for f in self.facets}
+
+    def stands_out(self) -> list[str]:
+        """The facets that stand out for this result, strongest first: those whose edge weight is
+        within `STANDOUT_MARGIN` of its strongest facet's. Most results are reached by every facet
+        at similar weights (0.4 to 0.7); the label names the facets that say why this one came up,
+        and all of them when they are equally strong or none has an edge."""
+        weights = self.weights()
+        order = sorted(weights, key=lambda f: (-weights[f], f))
+        if not order:
+            return []
+        best = weights[order[0]]
+        if best <= 0:
+            return order
+        return [f for f in order if weights[f] >= best - STANDOUT_MARGIN]
+
     def facet_label(self) -> str:
-        """Human-readable attribution, strongest facet first, then the channels:
-        'method 0.71 · problem 0.42 (2-hop) · cited with 2 of the first 3 · reads like it 0.64'; a
-        facet that surfaced the result without a graph edge to the query (plain RRF of decoded lists)
-        reads 'result (no edge)'."""
-        order = sorted(self.facets, key=lambda f: -self.evidence[f].weight if f in self.evidence else 0.0)
+        """Human-readable attribution: the facets that stand out (`stands_out`) with their edge
+        weights, how many other facets also reached it, then the channels: 'method 0.71 (+2 facets)
+        · cited with 2 of the first 3 · reads like it 0.64'; a two-hop facet reads 'problem 0.42
+        (2-hop)', a facet that surfaced the result without a graph edge to the query (plain RRF of
+        decoded lists) 'result (no edge)'."""
+        weights = self.weights()
+        shown = self.stands_out()
         parts = []
-        for f in order:
-            w = self.evidence[f].weight if f in self.evidence else self.facets[f]
-            if f in self.evidence and w == 0.0:
+        for f in shown:
+            if f in self.evidence and weights[f] == 0.0:
                 parts.append(f"{f} (no edge)")
                 continue
             hop = "" if f not in self.evidence or self.evidence[f].hops == 1 else " (2-hop)"
-            parts.append(f"{f} {w:.2f}{hop}")
+            parts.append(f"{f} {weights[f]:.2f}{hop}")
+        label = " · ".join(parts)
+        if len(weights) > len(shown):
+            more = len(weights) - len(shown)
+            label += f" (+{more} facet{'s' if more > 1 else ''})"
+        channels = []
         if self.citation is not None:
-            parts.append(f"cited with {len(self.citation.papers)} of the first {self.citation.first}")
+            channels.append(f"cited with {len(self.citation.papers)} of the first {self.citation.first}")
         if self.text is not None:
-            parts.append(f"reads like it {self.text.cosine:.2f}")
-        return " · ".join(parts)
+            channels.append(f"reads like it {self.text.cosine:.2f}")
+        return " · ".join([x for x in (label, *channels) if x])
+
+    def to_json(self) -> dict[str, Any]:
+        """The `--json` form of a hit: `facets` = each credited facet's edge weight (the number the
+        table shows), `stands_out` = the facets of its label, `contributions` = each facet's part of
+        `score` (its RRF term), then the evidence and the channels' parts."""
+        out = asdict(self)
+        out["facets"] = {f: round(w, 6) for f, w in self.weights().items()}
+        out["stands_out"] = self.stands_out()
+        out["contributions"] = dict(self.facets)
+        return out
 
 
 @dataclass
@@ -98,8 +138,19 @@ class QueryResult:
     info: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> list[dict[str, Any]]:
-        """The `--json` form: a list of objects with paper_id, title, rank, score, facets, evidence."""
-        return [asdict(h) for h in self.hits]
+        """The hits' `--json` form (`Hit.to_json`), best first."""
+        return [h.to_json() for h in self.hits]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `--json` object of a result: who answered (retriever, fusion, model), `info` and the hits."""
+        return {"query_id": self.query_id, "retriever": self.retriever, "fusion": self.fusion,
+                "model": self.info.get("model"), "info": self.info, "hits": self.to_json()}
+
+    def answered_by(self) -> str:
+        """One line naming who answered: retriever, fusion and model."""
+        model = self.info.get("model")
+        return (f"retriever {self.retriever} · fusion {self.fusion}"
+                + (f" · model {model}" if model else ""))
 
     def trec_lines(self, tag: str | None = None) -> list[str]:
         """TREC run lines of this result (see `trec_lines`); the tag defaults to the retriever."""

@@ -29,7 +29,7 @@ fifth run of the papers that cite or are cited by the first R results of the fac
 Its hits carry citation evidence (`Hit.citation`), never a facet credit.
 
 A query outside the corpus given with its text may bring its nearest corpus papers by title +
-abstract (`neighbours`, `graphbuild.external.text_coupling_row`): they join the fusion as the text
+abstract (`neighbours`, `graft.external.text_coupling_row`): they join the fusion as the text
 channel (`graft.fusion.text_run`), a run of weight W_t in which graph-RRF supports each by W_t x its
 cosine, fused before the citation channel is made. It stands in for the query's citation links,
 which a new paper lacks, as text coupling does in the teacher's rows; its hits carry text evidence
@@ -38,26 +38,28 @@ cosine, as in the teacher's rows.
 
 The query path needs the model, the tries, the DocID table, the sparse graphs and the citation links
 only: no sentence encoder and no nearest-neighbour index (a text query's facet items and neighbours
-are found by the caller, `graphbuild.external`).
+are found by the caller, `graft.external`).
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graft.candidates import CandidateFusion
 from graft.decoding import decode_items, facet_candidates
 from graft.devices import resolve_device
 from graft.docids import DocidTable, DocidTrie, load_docids, load_tries
-from graft.errors import GraftError, IndexFormatError
+from graft.errors import ConfigError, GraftError, IndexFormatError
 from graft.facets import FACETS
 from graft.fusion import CITATION_WEIGHT, RRF_K, TEXT_WEIGHT
-from graft.index import Index
 from graft.manifest import MODEL_DONE
 from graft.progress import hf_progress_bars
 from graft.results import QueryResult
+
+if TYPE_CHECKING:
+    from graft.index import Index
 
 
 class GenerativeRetriever(CandidateFusion):
@@ -79,7 +81,7 @@ class GenerativeRetriever(CandidateFusion):
         if isinstance(model, (str, Path)):
             model, tokenizer = _load_model(Path(model), tokenizer)
         if tokenizer is None:
-            raise ValueError("pass the tokenizer with an in-memory model")
+            raise ConfigError("pass the tokenizer with an in-memory model")
         super().__init__(index)
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -98,7 +100,7 @@ class GenerativeRetriever(CandidateFusion):
 
     # ---- queries ---------------------------------------------------------------------------
     def query_paper(self, paper_id: str, k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
-                    *, rrf_k: int = RRF_K, citation_weight: float = CITATION_WEIGHT) -> QueryResult:
+                    *, rrf_k: int = RRF_K, citation_weight: float = CITATION_WEIGHT, **channel: int) -> QueryResult:
         """Related papers of a corpus paper.
 
         Args:
@@ -108,6 +110,7 @@ class GenerativeRetriever(CandidateFusion):
             fusion: `graph-rrf` (support = the query's edges), `rrf` or `graph-walk`.
             rrf_k: the RRF constant.
             citation_weight: W of the citation channel (0 = off).
+            channel: citation_first, citation_depth, citation_keep (`CandidateFusion._fuse`).
         Returns:
             the ranked, facet-attributed result; `info` has the per-facet candidate counts and, for
             graph-rrf, `dropped` (count) and `dropped_ids`.
@@ -116,12 +119,13 @@ class GenerativeRetriever(CandidateFusion):
         """
         self.index.row(paper_id)
         lists = self.facet_lists([(self.index.paper_facets(paper_id), {paper_id})], beams)[0]
-        return self.fuse_paper(paper_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight)
+        return self.fuse_paper(paper_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight,
+                               **channel)
 
     def query_items(self, facets: dict[str, list[str]], k: int = 20, beams: int = 20, fusion: str = "graph-rrf",
                     *, query_id: str = "query", rrf_k: int = RRF_K,
                     citation_weight: float = CITATION_WEIGHT, neighbours: dict[str, float] | None = None,
-                    text_weight: float = TEXT_WEIGHT, exclude: set[str] | None = None) -> QueryResult:
+                    text_weight: float = TEXT_WEIGHT, exclude: set[str] | None = None, **channel: int) -> QueryResult:
         """Related papers of a paper outside the corpus, given its facet items.
 
         Support is estimated by mutual corroboration among the retrieved candidates (module
@@ -131,7 +135,7 @@ class GenerativeRetriever(CandidateFusion):
         """
         lists = self.facet_lists([(facets, set(exclude or ()))], beams)[0]
         return self.fuse_items(query_id, lists, k=k, fusion=fusion, rrf_k=rrf_k, citation_weight=citation_weight,
-                               neighbours=neighbours, text_weight=text_weight, exclude=exclude)
+                               neighbours=neighbours, text_weight=text_weight, exclude=exclude, **channel)
 
     def facet_lists(self, queries: list[tuple[dict[str, list[str]], set[str]]], beams: int, *,
                     batch_size: int = 64) -> list[dict[str, dict[str, float]]]:
@@ -180,12 +184,12 @@ def _load_model(folder: Path, tokenizer: Any = None) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def load_retriever(index_dir: str | Path | Index, *, device: str = "cpu") -> GenerativeRetriever:
-    """Open an index's generative retriever: `INDEX/model`, the tries and the DocID table.
+def load_retriever(index: Index, *, device: str = "cpu") -> GenerativeRetriever:
+    """Open an opened index's generative retriever (`Index.generative` keeps one per device):
+    `INDEX/model`, the tries and the DocID table.
 
     Raises:
-        IndexFormatError: not an index, or DocIDs missing / made with another tokenizer.
+        IndexFormatError: DocIDs missing / made with another tokenizer.
         GraftError: no trained model in the index.
     """
-    index = index_dir if isinstance(index_dir, Index) else Index.open(index_dir)
     return GenerativeRetriever(index, index.path / "model", device=device)

@@ -7,7 +7,8 @@ neighbours. The per-facet lists are fused with reciprocal rank fusion (k = 60).
 
 With `citation_weight` W > 0 and the corpus's citation links, a fifth run joins the fusion: the
 papers that cite or are cited by the first R results of the facet fusion (`graft.fusion.cited_with`),
-weighted W. Its hits carry citation evidence, never a facet credit. The design's teacher (the
+weighted W; the first `citation_keep` results of the facet fusion stay first (`graft.fusion.keep_first`).
+Its hits carry citation evidence, never a facet credit. The design's teacher (the
 distillation teacher, the `teacher` system of the evaluation) has W = 0.
 """
 
@@ -21,8 +22,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from graft.config import config_from_dict, type_problems
+from graft.errors import ConfigError
 from graft.facets import FACETS
-from graft.fusion import CITATION, CITATION_FIRST, RRF_K, cited_with, linked_first, rrf
+from graft.fusion import (
+    CITATION,
+    CITATION_DEPTH,
+    CITATION_FIRST,
+    RRF_K,
+    cited_with,
+    keep_first,
+    linked_first,
+    rrf,
+)
 
 
 def symmetrise(graphs: dict[str, sp.csr_matrix]) -> dict[str, sp.csr_matrix]:
@@ -42,11 +53,13 @@ class TeacherConfig:
     rrf_k: int = RRF_K  # RRF constant (Cormack et al. 2009)
     citation_weight: float = 0.0  # W of the citation channel (0 = off; `graft.fusion.CITATION_WEIGHT`)
     citation_first: int = CITATION_FIRST  # R: first results whose citation links make the channel
+    citation_depth: int = CITATION_DEPTH  # papers kept in the channel's run
+    citation_keep: int = 0  # first results of the facet fusion the channel never pushes down (`keep_first`)
 
     def __post_init__(self) -> None:
         problems = type_problems(self)
         if problems:
-            raise ValueError("TeacherConfig: " + "; ".join(problems))
+            raise ConfigError("TeacherConfig: " + "; ".join(problems))
 
     @classmethod
     def from_dict(cls, data: dict) -> TeacherConfig:
@@ -83,9 +96,9 @@ class GraphTeacher:
         self.config = config or TeacherConfig()
         self.tie: Callable[[Hashable], Any] = str
         if self.config.citation_weight < 0:
-            raise ValueError(f"citation_weight must be >= 0, got {self.config.citation_weight}")
+            raise ConfigError(f"citation_weight must be >= 0, got {self.config.citation_weight}")
         if self.config.citation_weight > 0 and links is None:
-            raise ValueError("the citation channel (citation_weight > 0) needs the citation links")
+            raise ConfigError("the citation channel (citation_weight > 0) needs the citation links")
         self.links = links
         self.walk: dict[str, sp.csr_matrix] = (
             symmetrise(graphs) if self.config.symmetric
@@ -97,7 +110,7 @@ class GraphTeacher:
         self.tie_rank = np.arange(self.n, dtype=np.int64)
         if ids is not None:
             if len(ids) != self.n:
-                raise ValueError(f"ids: {len(ids)} paper ids for {self.n} rows")
+                raise ConfigError(f"ids: {len(ids)} paper ids for {self.n} rows")
             self.tie_rank[np.argsort(np.asarray(ids, dtype=object), kind="stable")] = np.arange(self.n)
             self.tie = self.tie_rank.__getitem__
 
@@ -150,7 +163,9 @@ class GraphTeacher:
             order = [int(x.doc) for x in fused]
             lists[CITATION] = self.citation_list(order, exclude)
             runs[CITATION] = [c.node for c in lists[CITATION]]
+            facet_fused = fused
             fused = rrf(runs, k=self.config.rrf_k, weights={CITATION: self.config.citation_weight}, tie=self.tie)
+            fused = keep_first(facet_fused, fused, self.config.citation_keep)
         per_facet = {f: {c.node: c for c in cands} for f, cands in lists.items()}
         return [(int(x.doc), x.score, dict(x.terms)) for x in fused[:k]], per_facet
 
@@ -158,7 +173,7 @@ class GraphTeacher:
         """The citation channel's run for a facet fusion's ranking `order`, as candidates (score and
         weight = the share of the first R results a paper is linked to; `linked` = those results)."""
         first = order[: self.config.citation_first]
-        run = cited_with(self.links, first, order, exclude)
+        run = cited_with(self.links, first, order, exclude, self.config.citation_depth)
         linked = linked_first(self.links, first, [node for node, _ in run])
         return [FacetCandidate(node, share, share, 1, None, rank, tuple(papers), len(first))
                 for rank, ((node, share), papers) in enumerate(zip(run, linked), start=1)]

@@ -15,12 +15,25 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from graft.config import config_from_dict, config_to_dict, type_problems
+from graft.build_config import BuildConfig
+from graft.citations import (
+    CitationSignals,
+    citation_links,
+    citation_matrix,
+    citation_signals,
+    linkless_rows,
+    text_coupling,
+)
+from graft.config import config_to_dict
 from graft.devices import resolve_device
+from graft.edges import GraphParams, facet_graph
+from graft.encoder import title_vectors, with_title
 from graft.errors import GraftError
+from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems
 from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
+from graft.similarity import group_items
 from graft.store import (
     LOCK_NAME,
     folder_problem,
@@ -33,24 +46,7 @@ from graft.store import (
 )
 from graft.text import normalize_text, paper_texts
 from graphbuild.checkpoints import RowStore, StoredEncoder, StoredRows, make_key, paper_digests, source_digest
-from graphbuild.citations import (
-    RESCALE_MODES,
-    TEXT_NEIGHBOURS,
-    CitationSignals,
-    citation_links,
-    citation_matrix,
-    citation_signals,
-    linkless_rows,
-    text_coupling,
-)
 from graphbuild.corpus import Corpus, load_corpus
-from graphbuild.embeddings import BACKENDS, DEFAULT_TITLE_WEIGHT, title_vectors, with_title
-from graphbuild.extract import EXTRACTORS, FacetExtractor
-from graphbuild.graph import GraphParams, facet_graph
-from graphbuild.similarity import group_items
-
-#: Largest title weight a build takes: past it an item's vector is its title's (and float32 overflows far beyond).
-MAX_TITLE_WEIGHT = 100.0
 
 #: Papers per stored shard of the facets stage: a build killed there loses at most this many papers' work.
 CHECKPOINT_PAPERS = 1024
@@ -61,88 +57,9 @@ CHECKPOINT_TEXTS = 4096
 #: The source files whose code decides each extractor's items: stored facets are kept per digest of
 #: the chosen extractor's files, so editing one extractor does not throw away the other's work.
 EXTRACTOR_SOURCES = {
-    "heuristic": ("graphbuild/facets_heuristic.py", "graft/facets.py", "graft/text.py"),
-    "llm": ("graphbuild/facets_llm.py", "graphbuild/facets_heuristic.py", "graft/facets.py", "graft/text.py"),
+    "heuristic": ("graft/extract.py", "graft/facets.py", "graft/text.py"),
+    "llm": ("graphbuild/facets_llm.py", "graft/extract.py", "graft/facets.py", "graft/text.py"),
 }
-
-
-@dataclass
-class BuildConfig:
-    """Settings of `graft build`, recorded in manifest.json."""
-
-    extractor: str = "heuristic"  # facet extractor: "heuristic" (offline default) or "llm"
-    embedding_model: str | None = None  # local sentence-transformers folder; None = all-MiniLM-L6-v2
-    embedding_batch_size: int | None = None  # texts per encoder batch; None: 16 on the CPU, 128 on a GPU
-    embedding_device: str = "cpu"  # torch device of the build's encoder: cpu, cuda, cuda:N, mps or auto
-    embedding_backend: str = "auto"  # encoder runtime: "auto" (ONNX Runtime on the CPU: cs768 in 0.63x), "torch", "onnx"
-    embedding_dtype: str = "float16"  # dtype of embeddings/items.npy ("float16" halves the file)
-    title_weight: float = DEFAULT_TITLE_WEIGHT  # item vector = unit(e(item) + w·e(title)); 0 = the item alone
-    paper_embeddings: bool = True  # write embeddings/papers.npy (title + abstract; text coupling, dense baseline)
-    top_k: int = 20  # K: out-edges kept per paper and facet (GRAFT paper)
-    alpha: float = 0.75  # facet-similarity weight in w_f (GRAFT paper)
-    beta: float = 0.25  # citation-score weight in w_f (GRAFT paper)
-    n_candidates: int = 100  # facet-similar candidates per paper from the pooled prefilter
-    citation_rescale: str = "pair"  # "pair": per-pair rescaling of log counts (README); "global": by the max
-    block_rows: int | None = None  # prefilter rows per block; None sizes blocks to ~128 MiB
-    # direct citation links (either way) as graph candidates; off = the reference design: candidates
-    # are facet-similar, coupled and co-cited papers, and a direct link is left to be found (the gold)
-    direct_links: bool = False
-    # M: a paper with no citation link in the corpus takes the clipped title + abstract cosine of its
-    # M nearest papers as the citation half of its edge weights (graph/text.npz); 0 = that half stays 0
-    text_coupling: int = TEXT_NEIGHBOURS
-    skip_bad: bool = False  # skip invalid corpus records (counted and listed) instead of stopping
-    limit: int | None = None  # keep only the first N valid records
-    llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
-
-    def __post_init__(self) -> None:
-        problems = type_problems(self)  # top_k 2.5 kept 3 edges; a string weight failed deep in the build
-        if problems:
-            raise ValueError("invalid build settings: " + "; ".join(problems))
-        wrong = [f"{name}={getattr(self, name)!r}" for name in ("top_k", "n_candidates", "embedding_batch_size",
-                                                               "block_rows", "limit")
-                 if getattr(self, name) is not None and getattr(self, name) < 1]
-        if wrong:
-            raise ValueError(f"{', '.join(wrong)}: must be >= 1 (batch size, block rows and limit: or None)")
-        if self.text_coupling < 0:
-            raise ValueError(f"text_coupling must be >= 0 (0 = off), got {self.text_coupling}")
-        if self.text_coupling and not self.paper_embeddings:
-            raise ValueError("text_coupling needs paper_embeddings (the title + abstract vectors it compares); "
-                             "set text_coupling to 0 to build without them")
-        if self.extractor not in EXTRACTORS:
-            raise ValueError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
-        if self.embedding_dtype not in ("float16", "float32"):
-            raise ValueError(f"embedding_dtype '{self.embedding_dtype}'; allowed: float16, float32")
-        if not 0 <= self.title_weight <= MAX_TITLE_WEIGHT:  # NaN and infinity too: they empty every graph
-            raise ValueError(f"title_weight must lie in [0, {MAX_TITLE_WEIGHT:g}], got {self.title_weight} (beyond "
-                             f"that an item's own text no longer counts)")
-        if self.citation_rescale not in RESCALE_MODES:
-            raise ValueError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
-        if self.embedding_backend not in BACKENDS:
-            raise ValueError(f"embedding_backend (--encoder-backend) '{self.embedding_backend}' is unknown; "
-                             f"allowed: {', '.join(BACKENDS)}")
-        if not (self.alpha >= 0 and self.beta >= 0 and abs(self.alpha + self.beta - 1) < 1e-6):
-            raise ValueError(f"alpha and beta must be >= 0 and sum to 1, got {self.alpha} + {self.beta}")
-        if self.extractor == "llm":  # a bad server URL or setting before any work, not after loading models
-            from graft.llm import LLMConfig
-
-            LLMConfig.from_dict(dict(self.llm))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BuildConfig:
-        # indexes built before items took their title as context embedded them alone, and those
-        # built before direct links became optional took them as candidates
-        # and those built before link-less papers were text-coupled left their citation half empty
-        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0, **data})
-
-    @classmethod
-    def from_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:
-        """The build settings recorded in an index's manifest (defaults where none are recorded)."""
-        return cls.from_dict(manifest.get("stages", {}).get("build", {}).get("config", {}))
-
-    def graph_params(self) -> GraphParams:
-        return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
-                           n_candidates=self.n_candidates, block_rows=self.block_rows,
-                           direct_links=self.direct_links)
 
 
 @dataclass
@@ -154,7 +71,7 @@ class BuildSummary:
     report: dict[str, Any]
     #: stages served from INDEX/cache/build: "facets" (all of it) or "facets (6,445 of 6,545 papers)"
     reused: list[str] = field(default_factory=list)
-    #: the encoder's ONNX export this build stored for queries (`graphbuild.encoder_store`), or None
+    #: the encoder's ONNX export this build stored for queries (`graft.encoder_store`), or None
     encoder_export: Path | None = None
     #: later stages' folders of the index this build replaced ("docids", "train", "model")
     removed: list[str] = field(default_factory=list)
@@ -165,7 +82,7 @@ class BuildSummary:
 
 def make_extractor(config: BuildConfig, encoder: Any, index_dir: Path) -> FacetExtractor:
     """The facet extractor named by the config (the LLM one falls back to the heuristic one)."""
-    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+    from graft.extract import HeuristicFacetExtractor
 
     heuristic = HeuristicFacetExtractor(encoder)
     if config.extractor == "heuristic":
@@ -385,8 +302,8 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
 
     with reporter.stage("model", unit="") as adv:
         if encoder is None:
-            from graphbuild.embeddings import Encoder
-            from graphbuild.encoder_store import default_store
+            from graft.encoder import Encoder
+            from graft.encoder_store import default_store
 
             # the export to ONNX Runtime is kept for queries, which then start without torch (and a
             # stored one is run instead of exporting again); the build itself always tokenises and

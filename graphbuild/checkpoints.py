@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from graft.errors import ConfigError
 from graft.store import read_json, write_json, write_npy, write_parquet
 
 #: Bumped when what a store holds changes, so older shards never match.
@@ -49,7 +50,7 @@ _REPO_PACKAGES = Path(__file__).resolve().parents[1]
 
 def source_digest(*modules: str) -> str:
     """sha256 of the named source files (paths relative to the repository root, e.g.
-    "graphbuild/facets_heuristic.py"): rows made by other code do not match."""
+    "graft/extract.py"): rows made by other code do not match."""
     digest = hashlib.sha256()
     for rel in modules:
         digest.update(rel.encode() + b"\0" + (_REPO_PACKAGES / rel).read_bytes() + b"\0")
@@ -176,7 +177,7 @@ class RowStore:
     def add(self, table: pl.DataFrame, vectors: np.ndarray, meta: dict[str, Any] | None = None) -> None:
         """Append rows (`table` with a "key" column) and their vectors as one new shard."""
         if table.height != len(vectors):
-            raise ValueError(f"{table.height} rows but {len(vectors)} vectors")
+            raise ConfigError(f"{table.height} rows but {len(vectors)} vectors")
         if not self._written:
             self._tidy()
             self._written = True

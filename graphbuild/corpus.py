@@ -24,7 +24,7 @@ from typing import Any
 
 import polars as pl
 
-from graft.errors import GraftError, InputValidationError
+from graft.errors import ConfigError, GraftError, InputValidationError
 from graft.results import is_one_word
 from graft.text import normalize_title
 
@@ -528,4 +528,4 @@ def _build(
 
 def _check_limit(limit: int | None) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+        raise ConfigError(f"limit must be a positive integer or None, got {limit!r}")

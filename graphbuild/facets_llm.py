@@ -17,9 +17,9 @@ from typing import Any
 import polars as pl
 
 from graft.errors import InputValidationError
+from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems, check_facet_items
 from graft.llm.client import ChatClient, ChatRequest
-from graphbuild.extract import FacetExtractor
 
 log = logging.getLogger(__name__)
 

@@ -114,7 +114,7 @@ def encoder():
     """The packaged MiniLM encoder on PyTorch, loaded once per session. Its backend is fixed: an
     "auto" encoder would move to ONNX Runtime with whichever test first brings it a bulk call, and
     what later tests record (a manifest's `embedding.backend`) would hang on the order they ran in."""
-    from graphbuild.embeddings import Encoder
+    from graft.encoder import Encoder
 
     return Encoder(backend="torch")
 

@@ -141,8 +141,6 @@ def test_explained_hits_name_the_closest_items_of_each_crediting_facet(cs768_ind
     """--explain: each facet credit of a corpus paper's hits names the query's and the hit's items
     of that facet with the highest cosine of their own embeddings (items_alone.npy), checked against
     every pair; a paper outside the corpus matches the items read from its text."""
-    from graphbuild.related import RelatedPapers
-
     idx = Index.open(cs768_index[0])
     alone = np.load(cs768_index[0] / "embeddings" / "items_alone.npy").astype(np.float32)
     facets = idx.facets.with_row_index("row")
@@ -152,9 +150,9 @@ def test_explained_hits_name_the_closest_items_of_each_crediting_facet(cs768_ind
         return alone[rows["row"].to_numpy()], rows["text"].to_list()
 
     pid = idx.citations["citing"][0]
-    plain = RelatedPapers(idx, retriever="teacher").query({"id": pid})
+    plain = idx.searcher(retriever="teacher").paper(pid)
     assert all(e.match is None for h in plain.hits for e in h.evidence.values())
-    res = RelatedPapers(idx, retriever="teacher", explain=True).query({"id": pid})
+    res = idx.searcher(retriever="teacher", explain=True).paper(pid)
     assert [h.paper_id for h in res.hits] == [h.paper_id for h in plain.hits]  # nothing re-ranked
     checked = 0
     for h in res.hits:
@@ -170,8 +168,8 @@ def test_explained_hits_name_the_closest_items_of_each_crediting_facet(cs768_ind
     assert checked >= len(res.hits)
 
     row = idx.papers.row(7, named=True)
-    outside = RelatedPapers(idx, retriever="teacher", explain=True).query(
-        {"title": row["title"] + " revisited", "abstract": row["abstract"]})
+    outside = idx.searcher(retriever="teacher", explain=True).text(
+        row["title"] + " revisited", row["abstract"])
     read = outside.info["query_facets"]
     matched = [(f, e.match) for h in outside.hits for f, e in h.evidence.items() if e.match is not None]
     assert matched
@@ -199,7 +197,7 @@ def test_teacher_finds_citation_neighbours_better_than_chance(cs768_index) -> No
 
 
 def test_external_query_of_a_corpus_paper_finds_itself(cs768_index, encoder) -> None:
-    from graphbuild.external import ExternalScorer
+    from graft.external import ExternalScorer
 
     idx = Index.open(cs768_index[0])
     row = idx.papers.row(5, named=True)
@@ -213,7 +211,7 @@ def test_external_query_of_a_corpus_paper_finds_itself(cs768_index, encoder) -> 
 def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(cs768_index, encoder, tmp_path) -> None:
     import shutil
 
-    from graphbuild.external import ExternalScorer
+    from graft.external import ExternalScorer
 
     idx = Index.open(cs768_index[0])
     assert idx.manifest["stages"]["build"]["config"]["title_weight"] == 0.7
@@ -394,7 +392,7 @@ def test_a_killed_build_resumes_from_its_stores_and_equals_a_fresh_one(tmp_path,
 
 def test_a_build_killed_in_the_facets_stage_keeps_the_papers_it_finished(tmp_path, encoder, monkeypatch) -> None:
     import graphbuild.build as b
-    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+    from graft.extract import HeuristicFacetExtractor
 
     monkeypatch.setattr(b, "CHECKPOINT_PAPERS", 16)  # 50 papers: batches of 16, 16, 16 and 2
     corpus = write_slice(cs768_path(), 50, tmp_path)
@@ -437,7 +435,7 @@ def test_a_build_killed_in_the_facets_stage_keeps_the_papers_it_finished(tmp_pat
 
 def _count_extractions(monkeypatch) -> list[str]:
     """The ids of the papers the heuristic extractor takes apart from now on, in order."""
-    from graphbuild.facets_heuristic import HeuristicFacetExtractor
+    from graft.extract import HeuristicFacetExtractor
 
     extracted: list[str] = []
     extract = HeuristicFacetExtractor.extract_counted
@@ -589,7 +587,7 @@ def test_stored_facets_follow_the_code_of_the_extractor_that_made_them(tmp_path,
     with open(code / "graphbuild" / "facets_llm.py", "a") as fh:  # another extractor's code
         fh.write("\n# edited\n")
     assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "papers"]
-    with open(code / "graphbuild" / "facets_heuristic.py", "a") as fh:  # this extractor's code
+    with open(code / "graft" / "extract.py", "a") as fh:  # this extractor's code
         fh.write("\n# edited\n")
     assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "papers"]
 
@@ -822,7 +820,7 @@ def test_build_writes_title_and_abstract_embeddings_of_the_papers(cs768_index, e
 
 
 def test_text_coupling_row_keeps_the_nearest_papers_clipped() -> None:
-    from graphbuild.external import text_coupling_row
+    from graft.external import text_coupling_row
 
     vecs = np.array([[1, 0], [0.8, 0.6], [0.6, 0.8], [0, 1], [-1, 0]], dtype=np.float32)
     query = np.array([1, 0], dtype=np.float32)
@@ -838,10 +836,10 @@ def test_text_coupling_row_keeps_the_nearest_papers_clipped() -> None:
 def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_index, encoder, tmp_path) -> None:
     import shutil
 
+    from graft.edges import external_facet_row
+    from graft.external import TEXT_NEIGHBOURS, ExternalScorer, text_coupling_row
+    from graft.similarity import group_items
     from graft.text import paper_text
-    from graphbuild.external import TEXT_NEIGHBOURS, ExternalScorer, text_coupling_row
-    from graphbuild.graph import external_facet_row
-    from graphbuild.similarity import group_items
 
     idx = Index.open(cs768_index[0])
     node = idx.row_of[idx.citations["citing"][0]]  # a paper with references, posed first without them
@@ -873,7 +871,7 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
             raised += 1
     assert raised > 0
     # the feedback pass: the citation links of the 3 papers the first rows rank highest join the half
-    from graphbuild.external import FEEDBACK
+    from graft.external import FEEDBACK
 
     fed = ExternalScorer(idx, encoder=encoder, extractor=coupled.facets_of.extractor)
     assert fed.feedback == FEEDBACK == 3
@@ -905,7 +903,7 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
         ExternalScorer(idx, encoder=encoder, feedback=-1)
     # with references into the corpus: per paper the largest of bibliographic coupling, the share of
     # the references it cites or is cited by, and text coupling
-    from graphbuild.citations import external_citation_row
+    from graft.citations import external_citation_row
 
     refs = idx.citations.filter(pl.col("citing") == row["paper_id"])["cited"].to_list()
     assert refs
@@ -948,9 +946,9 @@ def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
     scored again from its own items (`teacher-fb`; `graft query --paper --feedback 3`)."""
     from dataclasses import replace
 
-    from graphbuild.external import FEEDBACK, CorpusScorer
-    from graphbuild.graph import external_facet_row
-    from graphbuild.similarity import group_items
+    from graft.edges import external_facet_row
+    from graft.external import FEEDBACK, CorpusScorer
+    from graft.similarity import group_items
 
     idx = Index.open(cs768_index[0])
     assert CorpusScorer(idx).feedback == 0  # corpus papers: the stored rows by default
@@ -1008,8 +1006,8 @@ def test_papers_without_citation_links_are_text_coupled_in_the_graph(cs768_index
     """graph/text.npz holds the text coupling of exactly the link-less papers (10 nearest by title +
     abstract); their stored rows are what the query-time scorer gives from that row (`citation_half`),
     so the feedback pass starts from it too; old manifests read as built without it."""
-    from graphbuild.citations import TEXT_NEIGHBOURS, linkless_rows, text_coupling
-    from graphbuild.external import CorpusScorer
+    from graft.citations import TEXT_NEIGHBOURS, linkless_rows, text_coupling
+    from graft.external import CorpusScorer
 
     idx = Index.open(cs768_index[0])
     config = BuildConfig.from_manifest(idx.manifest)
@@ -1040,7 +1038,7 @@ def test_papers_without_citation_links_are_text_coupled_in_the_graph(cs768_index
 
 def test_build_without_paper_embeddings_leaves_text_coupling_off(tmp_path, encoder) -> None:
     from eval.ooc_facets import default_key
-    from graphbuild.external import ExternalScorer
+    from graft.external import ExternalScorer
 
     corpus = write_slice(cs768_path(), 30, tmp_path)
     out = tmp_path / "idx"
@@ -1100,7 +1098,7 @@ def test_incremental_build_benchmark_smoke(tmp_path) -> None:
 def test_graph_scoring_benchmark_smoke(cs768_index, tmp_path) -> None:
     """experiments/graph_scoring.py on the 400-paper index: every way of scoring and ranking
     gives the index's graph, and the graph module is restored afterwards."""
-    import graphbuild.graph as graph
+    import graft.edges as graph
     from experiments.graph_scoring import WAYS, main
 
     kept = graph.score_gathered, graph._unique, graph._top_k_rows
@@ -1121,7 +1119,7 @@ def test_graph_scale_benchmark_smoke(cs768_index, tmp_path) -> None:
     argpartition selection finds the same candidates as best_columns, the IVF index with every list
     probed finds the exact ones too and with one list fewer of them, every way of scoring pairs gives
     the same similarities, and the graph module is restored afterwards."""
-    import graphbuild.graph as graph
+    import graft.edges as graph
     from experiments.graph_scale import main
 
     kept = graph.prefilter_blocks

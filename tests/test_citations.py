@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from graphbuild.citations import citation_matrix, citation_signals, coupling_row_log, external_citation_row
+from graft.citations import citation_matrix, citation_signals, coupling_row_log, external_citation_row
 
 
 def brute_force(n: int, edges: set[tuple[int, int]]) -> list[list[float]]:

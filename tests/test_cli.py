@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from graft.errors import GraftError
+from graft.query import QueryConfig
 
 runner = CliRunner()
 
@@ -129,7 +130,7 @@ def test_query_json_and_table(built) -> None:
     pid = idx.paper_ids[3]
     res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--json"])
     assert res.exit_code == 0, res.output
-    hits = json.loads(res.stdout)
+    hits = json.loads(res.stdout)["hits"]
     assert 0 < len(hits) <= 5
     for h in hits:
         assert {"paper_id", "title", "rank", "score", "facets"} <= set(h)
@@ -143,7 +144,7 @@ def test_query_json_and_table(built) -> None:
     assert narrow.exit_code == 0 and all(h["paper_id"] in narrow.stdout for h in hits)  # ids never cut
     res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--json", "--explain"])
     assert res.exit_code == 0, res.output
-    explained = json.loads(res.stdout)
+    explained = json.loads(res.stdout)["hits"]
     assert [h["paper_id"] for h in explained] == [h["paper_id"] for h in hits]
     matches = [(h["paper_id"], f, e["match"]) for h in explained for f, e in h["evidence"].items() if e["match"]]
     assert matches and all({"query", "hit", "cosine"} == set(m) for _, _, m in matches)
@@ -161,9 +162,9 @@ def test_query_paper_citation_channel_feedback_and_off(built) -> None:
     default); `--citation-weight 0` is the stored rows alone (what the generative retriever learns);
     `--feedback 3` walks the rows with the feedback pass."""
     out, _ = built
+    from graft.external import FEEDBACK, CorpusScorer
     from graft.index import Index
     from graft.teacher import TeacherConfig
-    from graphbuild.external import FEEDBACK, CorpusScorer
 
     idx = Index.open(out)
     cited = idx.citations["cited"].value_counts().sort(["count", "cited"], descending=[True, False])["cited"].to_list()
@@ -171,12 +172,12 @@ def test_query_paper_citation_channel_feedback_and_off(built) -> None:
     for pid in cited[:3]:
         res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher", "--json"])
         assert res.exit_code == 0, res.output
-        hits = json.loads(res.stdout)
+        hits = json.loads(res.stdout)["hits"]
         if any(h["citation"] is not None for h in hits):
             with_channel.append(pid)
         node = idx.row(pid)
         want = idx.query_rows(idx.teacher().node_rows(node), k=20, exclude={node},
-                              config=TeacherConfig(citation_weight=3.0))
+                              config=TeacherConfig(citation_weight=3.0, citation_keep=3))
         assert [h["paper_id"] for h in hits] == [h.paper_id for h in want.hits]
         assert [h["paper_id"] for h in hits] == [h.paper_id for h in idx.query(paper=pid, retriever="teacher").hits]
         for h in hits:  # channel hits name the first results they are linked to; facets stay graph edges
@@ -184,12 +185,16 @@ def test_query_paper_citation_channel_feedback_and_off(built) -> None:
                 assert h["citation"]["papers"] and h["citation"]["first"] == 3
         res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher",
                                   "--citation-weight", "0", "--json"])
-        stored = [h["paper_id"] for h in json.loads(res.stdout)]
+        stored = [h["paper_id"] for h in json.loads(res.stdout)["hits"]]
         assert stored == [h.paper_id for h in idx.query_paper(pid).hits]
+        # the channel never pushes the facet fusion's first 3 down (--citation-keep 3, the default)
+        assert [h["paper_id"] for h in hits][:3] == stored[:3]
+        scores = [h["score"] for h in hits]
+        assert scores == sorted(scores, reverse=True)  # ranks and scores agree (TREC files sort by score)
         changed += [h["paper_id"] for h in hits] != stored
         res = runner.invoke(app, ["query", str(out), "--paper", pid, "--retriever", "teacher", "--feedback", "3",
                                   "--citation-weight", "0", "--json"])
-        fed = [h["paper_id"] for h in json.loads(res.stdout)]
+        fed = [h["paper_id"] for h in json.loads(res.stdout)["hits"]]
         assert fed == [h.paper_id for h in CorpusScorer(idx, feedback=FEEDBACK, citation_weight=0)
                        .query_paper(pid).hits]
     assert changed and with_channel  # the channel changes at least one of the rankings
@@ -209,9 +214,9 @@ def test_query_paper_citation_channel_feedback_and_off(built) -> None:
                               "--trec-out", str(run)])
     assert res.exit_code == 0, res.output
     lines = [line.split() for line in run.read_text().splitlines()]
-    scorer = CorpusScorer(idx)
+    searcher = idx.searcher(retriever="teacher", k=5)  # the library's front door: the same answers
     for pid in cited[:3]:
-        assert [x[2] for x in lines if x[0] == pid] == [h.paper_id for h in scorer.query_paper(pid, k=5).hits]
+        assert [x[2] for x in lines if x[0] == pid] == [h.paper_id for h in searcher.paper(pid).hits]
     for fusion in ("graph-rrf", "graph-walk"):  # no trained model here: the way out is not the graft retriever
         res = runner.invoke(app, ["query", str(out), "--paper", cited[0], "--retriever", "teacher",
                                   "--fusion", fusion], env={"COLUMNS": "300"})
@@ -228,14 +233,15 @@ def test_query_paper_citation_channel_feedback_and_off(built) -> None:
                               "--trec-out", str(run)])
     assert res.exit_code == 0, res.output
     lines = [line.split() for line in run.read_text().splitlines()]
-    assert [x[2] for x in lines if x[0] == cited[0]] == [h.paper_id for h in scorer.query_paper(cited[0], k=8).hits]
+    teacher8 = idx.searcher(retriever="teacher", k=8)
+    assert [x[2] for x in lines if x[0] == cited[0]] == [h.paper_id for h in teacher8.paper(cited[0]).hits]
     for rec in records:
         one = out.parent / f"{rec['id']}.json"
         one.write_text(json.dumps(rec))
         alone = runner.invoke(app, ["query", str(out), "--record", str(one), "--retriever", "teacher", "--k", "8",
                                     "--json"])
         assert alone.exit_code == 0, alone.output
-        hits = json.loads(alone.stdout)
+        hits = json.loads(alone.stdout)["hits"]
         batched = [x for x in lines if x[0] == rec["id"]]
         assert [x[2] for x in batched] == [h["paper_id"] for h in hits]
         assert [float(x[4]) for x in batched] == pytest.approx([h["score"] for h in hits], abs=1e-4)
@@ -295,7 +301,7 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
     by_record = runner.invoke(app, base + ["--record", str(bad), "--k", "5", "--json"])
     by_paper = runner.invoke(app, base + ["--paper", pid, "--k", "5", "--json"])
     assert by_record.exit_code == 0 == by_paper.exit_code, by_record.output
-    assert json.loads(by_record.stdout) == json.loads(by_paper.stdout) and len(json.loads(by_paper.stdout)) == 5
+    assert json.loads(by_record.stdout) == json.loads(by_paper.stdout) and len(json.loads(by_paper.stdout)["hits"]) == 5
     res = runner.invoke(app, base + ["--record", str(bad), "--references", idx.paper_ids[1]])
     assert res.exit_code == 2 and "--references goes with --text or --record (a paper outside" in res.output
     bad.write_text(json.dumps({"id": "no-such-paper"}))
@@ -316,21 +322,22 @@ def test_query_refuses_bad_input_with_a_clear_error(built) -> None:
     assert res.exit_code == 0, res.output
     qids = [line.split()[0] for line in run.read_text().splitlines()]
     assert qids == ["query-1"] * 3 + ["query-2"] * 3
-    # the library refuses the same record
-    from graphbuild.related import RelatedPapers
+    # the library refuses the same record, and bad settings in one place: QueryConfig
+    from graft.errors import QueryError
+    from graft.query import QueryConfig, Searcher
 
-    with pytest.raises(GraftError, match="query 1: give the 'id' of a corpus paper"):
-        RelatedPapers(idx, retriever="teacher").check([{"foo": 1}])
+    with pytest.raises(QueryError, match="query 1: give the 'id' of a corpus paper"):
+        Searcher(idx, QueryConfig(retriever="teacher")).check([{"foo": 1}])
     for bad, message in (({"k": 0}, "k must be a whole number >= 1, got 0"),
                          ({"k": 2.5}, "k must be a whole number >= 1, got 2.5"),
-                         ({"feedback": True}, "feedback must be a whole number >= 0, got True"),
+                         ({"feedback": True}, "feedback must be a whole number >= 0 (or None), got True"),
                          ({"citation_weight": float("nan")}, "citation_weight must be a finite number >= 0, got nan")):
-        with pytest.raises(GraftError, match=re.escape(message)):
-            RelatedPapers(idx, retriever="teacher", **bad)
-    with pytest.raises(GraftError, match=f"query 2: id '{pid}' is also query 1's"):
-        RelatedPapers(idx, retriever="teacher").query_many([{"id": pid}, {"id": pid}])
-    with pytest.raises(GraftError, match="k = 0, beams = 20: ask for at least 1 result"):
-        idx.query(paper=pid, k=0, retriever="teacher")
+        with pytest.raises(QueryError, match=re.escape(message)):
+            QueryConfig(retriever="teacher", **bad)
+        with pytest.raises(QueryError, match=re.escape(message)):  # the Python API: the same check
+            idx.query(paper=pid, retriever="teacher", **bad)
+    with pytest.raises(QueryError, match=f"query 2: id '{pid}' is also query 1's"):
+        idx.searcher(retriever="teacher").batch([{"id": pid}, {"id": pid}])
 
 
 def test_teacher_query_loads_no_model_libraries(built) -> None:
@@ -365,9 +372,10 @@ def test_text_query_runs_the_stored_encoder_without_model_libraries(built, encod
     import subprocess
     import sys
 
+    from graft.encoder_store import default_store, load
+    from graft.external import ExternalScorer
     from graft.index import Index
-    from graphbuild.encoder_store import default_store, load
-    from graphbuild.external import ExternalScorer, record_from_text
+    from graft.records import record_from_text
 
     out, _ = built
     assert load(default_store(), encoder.path) is not None
@@ -382,37 +390,39 @@ def test_text_query_runs_the_stored_encoder_without_model_libraries(built, encod
                           timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("LOADED []"), done.stdout[-200:]
-    hits = json.loads(done.stdout[: done.stdout.rindex("LOADED")])
+    hits = json.loads(done.stdout[: done.stdout.rindex("LOADED")])["hits"]
     idx = Index.open(out)
-    scorer, rec = ExternalScorer(idx, encoder=encoder), record_from_text(text)
+    scorer, rec = ExternalScorer(idx, teacher=QueryConfig().teacher_config(), encoder=encoder), record_from_text(text)
     want = scorer.query_rows(scorer.rows(rec)[0], k=20, exclude=set(scorer.reference_rows(rec).tolist()))
     assert [h["paper_id"] for h in hits] == [h.paper_id for h in want.hits]
     assert [h["score"] for h in hits] == pytest.approx([h.score for h in want.hits], abs=1e-4)
 
 
-def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
-    """`graphbuild.related.RelatedPapers`, what `graft query` runs: a paper outside the corpus with
-    references gets the CLI's answer and never its references back; a mixed batch answers each query
-    as alone; bad queries and settings are refused before any work."""
+def test_searcher_is_graft_querys_library_form(built, encoder) -> None:
+    """`graft.query.Searcher`, what `graft query` runs: a paper outside the corpus with references
+    gets the CLI's answer and never its references back; a mixed batch answers each query as alone;
+    bad queries and settings are refused before any work."""
     from graft.index import Index
-    from graphbuild.external import ExternalScorer
-    from graphbuild.related import RelatedPapers, is_outside
+    from graft.query import QueryConfig, Searcher
+    from graft.records import is_outside
 
     out, _ = built
     idx = Index.open(out)
     cited = idx.citations["cited"].value_counts().sort(["count", "cited"], descending=[True, False])["cited"].to_list()
     row = idx.papers.row(idx.row(cited[1]), named=True)
     record = {"id": "draft", "title": row["title"], "abstract": row["abstract"], "references": cited[2:4]}
-    related = RelatedPapers(idx, retriever="teacher", k=10)
-    related._made["scorer"] = ExternalScorer(idx, encoder=encoder)  # the session's encoder, as the CLI's own
-    alone = related.query(record)
+    related = Searcher(idx, QueryConfig(retriever="teacher", k=10), encoder=encoder)  # the session's encoder
+    alone = related.record(record)
+    assert alone.info["model"] == "none (graph walk)" and alone.retriever == "teacher"
     assert alone.query_id == "draft" and len(alone.hits) == 10
     assert not {h.paper_id for h in alone.hits} & set(cited[2:4])
     path = out.parent / "draft.json"
     path.write_text(json.dumps(record))
     res = runner.invoke(app, ["query", str(out), "--record", str(path), "--retriever", "teacher", "--k", "10", "--json"])
     assert res.exit_code == 0, res.output
-    assert [h["paper_id"] for h in json.loads(res.stdout)] == [h.paper_id for h in alone.hits]
+    payload = json.loads(res.stdout)
+    assert (payload["retriever"], payload["fusion"], payload["model"]) == ("teacher", "rrf", "none (graph walk)")
+    assert [h["paper_id"] for h in payload["hits"]] == [h.paper_id for h in alone.hits]
     # the paper's facets as read from its text travel with the result, and the table shows them
     read = related.scorer.rows(record)[1]
     assert alone.info["query_facets"] == read and all(read[f] for f in read)
@@ -427,25 +437,25 @@ def test_related_papers_is_graft_querys_library_form(built, encoder) -> None:
     assert res.exit_code == 0 and "note: 1 reference(s) of 1 query paper(s) are not in the index and count for " \
         "nothing (e.g. query 1: 'no-such-paper')" in res.stderr
     res = runner.invoke(app, ["query", str(out), "--record", str(path), "--retriever", "teacher", "--k", "3", "--json"])
-    assert res.exit_code == 0 and json.loads(res.stdout) and "no-such-paper" in res.stderr  # --json: still said
+    assert res.exit_code == 0 and json.loads(res.stdout)["hits"] and "no-such-paper" in res.stderr  # --json: still said
 
     other = {"title": row["title"], "abstract": row["abstract"]}
     batch = [record, {"id": cited[0]}, other]
     assert [is_outside(r) for r in batch] == [True, False, True]
-    many = related.query_many(batch)
+    many = related.batch(batch)
     assert [r.query_id for r in many] == ["draft", cited[0], "query-3"]  # one qid each, by position
     for got, rec in zip(many, batch):
-        assert [h.paper_id for h in got.hits] == [h.paper_id for h in related.query(rec).hits]
-    fresh = RelatedPapers(idx, retriever="teacher")
+        assert [h.paper_id for h in got.hits] == [h.paper_id for h in related.record(rec).hits]
+    fresh = Searcher(idx, QueryConfig(retriever="teacher"))
     with pytest.raises(GraftError, match="'no-such-paper' is not in index"):
-        fresh.query_many([record, other, {"id": "no-such-paper"}])
+        fresh.batch([record, other, {"id": "no-such-paper"}])
     assert not fresh._made  # refused before any scorer was loaded or any record taken apart
     with pytest.raises(GraftError, match="plain rrf"):
-        RelatedPapers(idx, retriever="teacher", fusion="graph-rrf").query(other)
+        QueryConfig(retriever="teacher", fusion="graph-rrf")
     with pytest.raises(GraftError, match="text_neighbours must be a whole number >= 0"):
-        RelatedPapers(idx, text_neighbours=-1)
+        QueryConfig(text_neighbours=-1)
     with pytest.raises(GraftError, match="unknown retriever 'bm25'"):
-        RelatedPapers(idx, retriever="bm25")
+        QueryConfig(retriever="bm25")
 
 
 @pytest.mark.slow
@@ -469,12 +479,12 @@ def test_query_text_and_record(built, tmp_path) -> None:
             "network that outperforms baselines on several benchmarks.")
     res = runner.invoke(app, ["query", str(out), "--text", text, "--k", "3", "--json"])
     assert res.exit_code == 0, res.output
-    assert len(json.loads(res.stdout)) == 3
+    assert len(json.loads(res.stdout)["hits"]) == 3
     rec = tmp_path / "q.json"
     rec.write_text(json.dumps({"title": "Robust mixtures", "abstract": "We study outlier detection."}))
     res = runner.invoke(app, ["query", str(out), "--record", str(rec), "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)
+    assert json.loads(res.stdout)["hits"]
     # a corpus paper posed by its text (its id, title and abstract; a file with a byte-order mark)
     # is not its own first result, though its text matches its own items best
     from graft.index import Index
@@ -484,17 +494,18 @@ def test_query_text_and_record(built, tmp_path) -> None:
     rec.write_bytes(b"\xef\xbb\xbf" + json.dumps(own).encode())
     res = runner.invoke(app, ["query", str(out), "--record", str(rec), "--json", "--k", "5"])
     assert res.exit_code == 0, res.output
-    ids = [h["paper_id"] for h in json.loads(res.stdout)]
+    ids = [h["paper_id"] for h in json.loads(res.stdout)["hits"]]
     assert len(ids) == 5 and own["id"] not in ids
     without_id = {k: v for k, v in own.items() if k != "id"}
     rec.write_text(json.dumps(without_id))
     res = runner.invoke(app, ["query", str(out), "--record", str(rec), "--json", "--k", "5"])
-    assert res.exit_code == 0 and json.loads(res.stdout)[0]["paper_id"] == own["id"], res.output
+    assert res.exit_code == 0 and json.loads(res.stdout)["hits"][0]["paper_id"] == own["id"], res.output
 
 
 def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
+    from graft.external import ExternalScorer
     from graft.index import Index
-    from graphbuild.external import ExternalScorer, record_from_text
+    from graft.records import record_from_text
 
     out, _ = built
     idx = Index.open(out)
@@ -505,8 +516,8 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
         args = ["query", str(out), "--text", text, "--k", "10", "--json", "--retriever", "teacher"]
         res = runner.invoke(app, args + ([] if m == 10 else ["--text-neighbours", "0"]))
         assert res.exit_code == 0, res.output
-        got[m] = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
-        scorer = ExternalScorer(idx, encoder=encoder, text_neighbours=m)
+        got[m] = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)["hits"]]
+        scorer = ExternalScorer(idx, teacher=QueryConfig().teacher_config(), encoder=encoder, text_neighbours=m)
         rows, _ = scorer.rows(record_from_text(text))
         want = scorer.query_rows(rows, query_id="query", k=10)  # with the citation channel
         assert got[m] == [(h.paper_id, round(h.score, 6)) for h in want.hits]
@@ -517,8 +528,8 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
     res = runner.invoke(app, ["query", str(out), "--text", text, "--k", "10", "--json", "--retriever", "teacher",
                               "--feedback", "0"])
     assert res.exit_code == 0, res.output
-    one_pass = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
-    scorer = ExternalScorer(idx, encoder=encoder, feedback=0)
+    one_pass = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)["hits"]]
+    scorer = ExternalScorer(idx, teacher=QueryConfig().teacher_config(), encoder=encoder, feedback=0)
     rows, _ = scorer.rows(record_from_text(text))
     assert one_pass == [(h.paper_id, round(h.score, 6)) for h in scorer.query_rows(rows, query_id="query", k=10).hits]
     assert one_pass != got[10]
@@ -527,8 +538,9 @@ def test_query_text_neighbours_sets_the_text_coupling(built, encoder) -> None:
 
 
 def test_query_references_shape_the_result_and_are_not_returned(built, encoder) -> None:
+    from graft.external import ExternalScorer
     from graft.index import Index
-    from graphbuild.external import ExternalScorer, record_from_text
+    from graft.records import record_from_text
 
     out, _ = built
     idx = Index.open(out)
@@ -539,15 +551,15 @@ def test_query_references_shape_the_result_and_are_not_returned(built, encoder) 
     args = ["query", str(out), "--text", text, "--k", "10", "--json", "--retriever", "teacher"]
     res = runner.invoke(app, args + ["--references", ",".join(cited)])
     assert res.exit_code == 0, res.output
-    got = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)]
+    got = [(h["paper_id"], round(h["score"], 6)) for h in json.loads(res.stdout)["hits"]]
     record = {**record_from_text(text), "references": cited}
-    scorer = ExternalScorer(idx, encoder=encoder)
+    scorer = ExternalScorer(idx, teacher=QueryConfig().teacher_config(), encoder=encoder)
     rows, _ = scorer.rows(record)
     want = scorer.query_rows(rows, k=10, exclude={idx.row_of[p] for p in cited})
     assert got == [(h.paper_id, round(h.score, 6)) for h in want.hits]
     assert not {p for p, _ in got} & set(cited)
     plain = runner.invoke(app, args)
-    assert [h["paper_id"] for h in json.loads(plain.stdout)] != [p for p, _ in got]
+    assert [h["paper_id"] for h in json.loads(plain.stdout)["hits"]] != [p for p, _ in got]
     for extra, message in ((["--references", "nope"], "not in the index"),
                            (["--references", cited[0], "--retriever", "graft"], "no trained model")):
         res = runner.invoke(app, ["query", str(out), "--text", text, *extra])
@@ -695,8 +707,8 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
         "facets": 0, "titles": 0, "papers": 0}
     # auto, with a store to keep the export in for queries: it is due with the first call, however small,
     # so ONNX Runtime made the vectors, the manifest says so, and the store holds the export
-    from graphbuild.embeddings import default_model_path
-    from graphbuild.encoder_store import default_store, stored_export
+    from graft.encoder import default_model_path
+    from graft.encoder_store import default_store, stored_export
 
     assert read_manifest(tmp_path / "i")["embedding"]["backend"] == "onnx"
     assert stored_export(default_store(), default_model_path()) is not None
@@ -731,7 +743,7 @@ def test_demo_runs_on_aclsum(tmp_path) -> None:
     paper = res.stdout.split("--paper ", 1)[1].split()[0]
     again = runner.invoke(app, ["query", str(tmp_path / "demo"), "--paper", paper, "--k", "10", "--json"])
     assert again.exit_code == 0, again.output
-    hits = [h["paper_id"] for h in json.loads(again.stdout)]
+    hits = [h["paper_id"] for h in json.loads(again.stdout)["hits"]]
     assert hits and all(h in res.stdout for h in hits)
     # an unknown --paper is refused before the build, not after it
     res = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo2"), "--limit", "20", "--paper",

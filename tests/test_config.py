@@ -12,11 +12,11 @@ from eval.runner import RunOptions, run_suites
 from eval.splits import SplitConfig
 from graft.config import type_problems
 from graft.errors import GraftError
+from graft.extract import HeuristicConfig
 from graft.llm.client import LLMConfig
 from graft.survey.config import SurveyConfig, SurveyError
 from graft.teacher import TeacherConfig
 from graphbuild.build import BuildConfig
-from graphbuild.facets_heuristic import HeuristicConfig
 from training.pairs import DistillConfig
 from training.trainer import TrainConfig
 

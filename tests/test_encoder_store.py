@@ -1,4 +1,4 @@
-"""The encoder's stored ONNX export (`graphbuild.encoder_store`): same vectors as
+"""The encoder's stored ONNX export (`graft.encoder_store`): same vectors as
 sentence-transformers, no torch, and a fresh export whenever the stored one does not fit."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from graphbuild import encoder_store
-from graphbuild.embeddings import AUTO_ONNX_TEXTS, Encoder, default_model_path
+from graft import encoder_store
+from graft.encoder import AUTO_ONNX_TEXTS, Encoder, default_model_path
 
 
 def real_texts() -> list[str]:

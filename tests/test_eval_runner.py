@@ -275,7 +275,7 @@ def test_attribution_suite_without_queries_on_one_side_or_both(built, encoder, t
 def test_teacher_with_the_feedback_pass_in_corpus(built, encoder, tmp_path, monkeypatch) -> None:
     """teacher-fb: in corpus, the teacher over the rows with the feedback pass; out of corpus not
     applicable (the teacher's rows have the pass there); its credits are attributed."""
-    from graphbuild.external import CorpusScorer
+    from graft.external import CorpusScorer
 
     _, split = built
     opts = RunOptions(systems=["teacher", "teacher-fb"], results_dir=tmp_path, limit=12)
@@ -311,7 +311,6 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     out of corpus (the text-only rows); its credits are facets only; a change of W is another run."""
     from eval.systems import EvalContext
     from graft.fusion import CITATION_WEIGHT
-    from graphbuild.external import CorpusScorer
 
     _, split = built
     opts = RunOptions(systems=["teacher", "teacher-cite"], results_dir=tmp_path, limit=12)
@@ -319,15 +318,15 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
     rows = {r["system"]: r for r in table["rows"]}
     assert 0.0 < rows["teacher-cite"]["R@20"] <= rows["teacher-cite"]["R@50"] <= 1.0
     idx = Index.open(incorpus_index(split))
-    scorer = CorpusScorer(idx)  # graft query --paper's teacher: stored rows, the channel at W
+    searcher = idx.searcher(retriever="teacher")  # graft query --paper's teacher: stored rows, the channel at W
     run = read_run(stored(table, "teacher-cite")[0])
     for q in load_queries(split, "incorpus", "test", 12):
-        result = scorer.query_paper(q.paper_id, k=20)
+        result = searcher.paper(q.paper_id)
         assert [d for d, _ in run[q.qid]][:20] == [h.paper_id for h in result.hits]
     assert any(h.citation is not None for h in result.hits)
     assert run != read_run(stored(table, "teacher")[0])
     meta = json.loads(stored(table, "teacher-cite")[2].read_text())
-    assert meta["citation"] == {"weight": CITATION_WEIGHT, "first": 3}
+    assert meta["citation"] == {"weight": CITATION_WEIGHT, "first": 3, "keep": 3}
     credits = read_credits(stored(table, "teacher-cite")[1])
     assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
     att = run_suite(split, "attribution", RunOptions(systems=["teacher", "teacher-cite"], results_dir=tmp_path,
@@ -342,12 +341,12 @@ def test_teacher_with_the_citation_channel(built, encoder, tmp_path, monkeypatch
                     encoder=encoder)
     assert ooc["rows"][0]["R@20"] is not None
     main = Index.open(split / "index")  # out of corpus: the split's own index
-    ctx, scorer = EvalContext(main, encoder=encoder, split_dir=split), CorpusScorer(main)
+    ctx, searcher = EvalContext(main, encoder=encoder, split_dir=split), main.searcher(retriever="teacher")
     run = read_run(stored(ooc, "teacher-cite")[0])
     for q in load_queries(split, "ooc", "test", 5):
-        want = scorer.query_rows(ctx.ooc_rows(q)[0], query_id=q.qid, k=20)
+        want = searcher.rows(ctx.ooc_rows(q)[0], query_id=q.qid)
         assert [d for d, _ in run[q.qid]][:20] == [h.paper_id for h in want.hits]
-    monkeypatch.setattr("eval.runner._citation_stamp", lambda: {"weight": 1.0, "first": 3})
+    monkeypatch.setattr("eval.runner._citation_stamp", lambda: {"weight": 1.0, "first": 3, "keep": 3})
     run_suite(split, "incorpus", RunOptions(systems=["teacher-cite"], results_dir=tmp_path, limit=12), encoder=encoder)
     assert json.loads(stored(table, "teacher-cite")[2].read_text())["citation"]["weight"] == 1.0
 
@@ -374,7 +373,7 @@ def test_graft_pipeline_check_with_a_tiny_model(built, encoder, tmp_path, monkey
     assert "pipeline check" in table["meta"]["label"]
     assert "pipeline check" in next((tmp_path / "res").glob("eval_incorpus*.md")).read_text()
     # the model's note carries its prompt check as `graft train` recorded it
-    from training.check import PromptCheck
+    from graft.check import PromptCheck
 
     check = PromptCheck.from_dict(Index.open(index).manifest["stages"]["train"]["check"])
     note = next(n for n in table["notes"] if n.startswith("model: "))
@@ -451,8 +450,8 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     from eval.ooc_facets import cache_path, read_cache
     from eval.runner import load_queries
     from eval.systems import DEPTH, EvalContext
+    from graft.external import ExternalScorer
     from graft.facets import FACETS
-    from graphbuild.external import ExternalScorer
 
     _, built_split = built
     split = tmp_path / "split"
@@ -543,8 +542,8 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     # so is the code that takes the queries apart (the sentence splitter among it)
     from graphbuild.checkpoints import source_digest
 
-    assert ctx.ooc_key["code"] == source_digest("graphbuild/facets_heuristic.py", "graft/facets.py", "graft/text.py",
-                                                 "graphbuild/external.py")
+    assert ctx.ooc_key["code"] == source_digest("graft/extract.py", "graft/facets.py", "graft/text.py",
+                                                 "graft/external.py")
     with pytest.raises(AssertionError, match="encoder was used"):
         EvalContext(idx, encoder=NoEncoder(), split_dir=split).prepare_ooc(queries)
     EvalContext(idx, encoder=encoder, split_dir=split).prepare_ooc(queries)
@@ -567,7 +566,7 @@ def test_ooc_facets_stopped_midway_keep_the_chunks_already_made(built, encoder, 
     from eval.ooc_facets import cache_path, read_cache
     from eval.runner import load_queries
     from eval.systems import EvalContext
-    from graphbuild.external import ExternalScorer
+    from graft.external import ExternalScorer
 
     _, built_split = built
     split = tmp_path / "split"
@@ -977,7 +976,7 @@ def test_ooc_encoder_benchmark_rows(built, tmp_path, monkeypatch) -> None:
     "auto" encoder that moves to ONNX Runtime (threshold lowered so the slice's calls reach it) and
     on the index's stored export: the same facet items and edge rows to float32 rounding."""
     from experiments.ooc_encoder import main
-    from graphbuild import embeddings
+    from graft import encoder as embeddings
 
     _, split = built
     monkeypatch.setattr(embeddings, "AUTO_ONNX_TEXTS", 2)
@@ -1123,8 +1122,8 @@ def test_citation_channel_benchmark_rows(built, tmp_path) -> None:
     is `graft query --paper`'s teacher; every setting has its W = 0 baseline."""
     from eval.metrics import recall_at
     from experiments.citation_channel import main
+    from graft.external import CorpusScorer
     from graft.fusion import CITATION_WEIGHT
-    from graphbuild.external import CorpusScorer
 
     _, split = built
     assert main(["--split", str(split), "--part", "test", "--limit", "8", "--weights", f"1,{CITATION_WEIGHT:g}",

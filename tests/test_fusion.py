@@ -93,6 +93,49 @@ def test_cited_with_ranks_by_share_then_fusion_order() -> None:
     runs = {"method": [0, 1, 2, 7, 5]}
     support = {"method": {0: 0.5, 1: 0.4, 2: 0.3, 7: 0.2, 5: 0.1}}
     fused = rrf(runs)
-    first = add_citation_run(runs, fused, links, 3.0, support=support, exclude={9})
-    assert first == [0, 1, 2] and runs[CITATION] == [4, 6, 7, 5, 3]
-    assert support[CITATION][4] == pytest.approx(2.0) and support[CITATION][3] == pytest.approx(1.0)
+    before = (repr(runs), repr(support), repr(fused))
+    new_runs, new_support, first = add_citation_run(runs, fused, links, 3.0, support=support, exclude={9})
+    assert before == (repr(runs), repr(support), repr(fused))  # its inputs are left as they were
+    assert first == [0, 1, 2] and new_runs[CITATION] == [4, 6, 7, 5, 3] and new_runs["method"] == runs["method"]
+    assert new_support[CITATION][4] == pytest.approx(2.0) and new_support[CITATION][3] == pytest.approx(1.0)
+    assert add_citation_run(runs, fused, links, 3.0, exclude={9}, depth=2)[0][CITATION] == [4, 6]
+    assert add_citation_run(runs, fused, links, 3.0)[1] is None
+
+
+def test_keep_first_keeps_the_facet_fusion_s_first_results_first() -> None:
+    """The citation channel may reorder the rest, never push the facet fusion's first `keep` down:
+    they come back first, in their order, with scores raised just above the next result's."""
+    from graft.fusion import Fused, keep_first
+
+    facet = [Fused("a", 0.05, {"method": 0.05}), Fused("b", 0.04, {"method": 0.04}), Fused("c", 0.03, {"method": 0.03})]
+    cited = [Fused("x", 0.09, {"citation": 0.09}), Fused("b", 0.07, {"method": 0.04, "citation": 0.03}),
+             Fused("a", 0.05, {"method": 0.05}), Fused("y", 0.045, {"citation": 0.045}),
+             Fused("c", 0.03, {"method": 0.03})]
+    kept = keep_first(facet, cited, 2)
+    assert [x.doc for x in kept] == ["a", "b", "x", "y", "c"]
+    assert [x.score for x in kept] == sorted((x.score for x in kept), reverse=True)  # ranks and scores agree
+    assert kept[1].score == pytest.approx(0.09 + 1e-6) and kept[0].score == pytest.approx(0.09 + 2e-6)
+    assert kept[1].terms == {"method": 0.04, "citation": 0.03} and cited[1].score == 0.07  # copies
+    assert [x.doc for x in keep_first(facet, cited, 0)] == [x.doc for x in cited]
+    assert [x.doc for x in keep_first(facet, cited, 5)] == ["a", "b", "c", "x", "y"]
+
+
+def test_a_hit_s_label_names_the_facets_that_stand_out_and_json_shows_the_same_number() -> None:
+    """Facets within STANDOUT_MARGIN of the hit's strongest edge weight are named, the others
+    counted; the table's number and --json's `facets` are both the edge weight, the RRF terms are
+    `contributions`."""
+    from graft.results import STANDOUT_MARGIN, Evidence, Hit
+
+    weights = {"problem": 0.47, "method": 0.70, "result": 0.68, "contribution": 0.52}
+    terms = {f: w / (60 + 1) for f, w in weights.items()}
+    hit = Hit("p1", "A paper", 1, sum(terms.values()), terms,
+              {f: Evidence(weight=w, hops=1, rank=1) for f, w in weights.items()})
+    assert STANDOUT_MARGIN == 0.05 and hit.stands_out() == ["method", "result"]
+    assert hit.facet_label() == "method 0.70 · result 0.68 (+2 facets)"
+    js = hit.to_json()
+    assert js["facets"] == weights and js["stands_out"] == ["method", "result"] and js["contributions"] == terms
+    even = Hit("p2", "B", 2, 0.1, {"method": 0.01, "problem": 0.01},
+               {"method": Evidence(0.5, 1), "problem": Evidence(0.5, 2, via="p9")})
+    assert even.facet_label() == "method 0.50 · problem 0.50 (2-hop)"  # equally strong: both named
+    none = Hit("p3", "C", 3, 0.1, {"method": 0.01}, {"method": Evidence(0.0, 1)})
+    assert none.facet_label() == "method (no edge)"

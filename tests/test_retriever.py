@@ -68,8 +68,12 @@ def test_in_corpus_query_returns_supported_corpus_papers(retriever) -> None:
     for h in plain.hits:
         label = h.facet_label()
         assert "0.00" not in label
-        for f, e in h.evidence.items():
-            assert (f"{f} (no edge)" in label) == (e.weight == 0.0)
+        no_edge = [f for f, e in h.evidence.items() if e.weight == 0.0]
+        if len(no_edge) == len(h.facets):  # no facet stands out: all named, without an edge
+            assert all(f"{f} (no edge)" in label for f in no_edge)
+        else:  # the facets with an edge stand out; the others are counted, not named
+            assert not any(f in label for f in no_edge) and set(h.stands_out()).isdisjoint(no_edge)
+            assert (f"(+{len(h.facets) - len(h.stands_out())} facet" in label) == (len(h.stands_out()) < len(h.facets))
     assert any(e.weight == 0.0 for h in plain.hits for e in h.evidence.values())
 
 
@@ -167,32 +171,35 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     idx = Index.open(trained)
     ids = idx.paper_ids[:3]
     runner = CliRunner()
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--beams", "3", "--k", "5", "--json"])
+    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--beams", "3", "--k", "5", "--json",
+                              "--retriever", "graft"])
     assert res.exit_code == 0, res.output
-    hits = json.loads(res.output)
+    payload = json.loads(res.output)
+    assert payload["retriever"] == "graft" and payload["fusion"] == "graph-rrf" and "tiny" in payload["model"]
+    hits = payload["hits"]
     assert isinstance(hits, list) and all((h["facets"] or h["citation"]) and h["paper_id"] in idx.row_of
                                           for h in hits)
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--beams", "3", "--k", "5", "--json",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--paper", ids[0], "--beams", "3", "--k", "5", "--json",
                               "--citation-weight", "0"])
     assert res.exit_code == 0, res.output
-    assert all(h["facets"] and h["citation"] is None for h in json.loads(res.output))
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--citation-weight", "-1"])
+    assert all(h["facets"] and h["citation"] is None for h in json.loads(res.output)["hits"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--paper", ids[0], "--citation-weight", "-1"])
     assert res.exit_code == 2 and "citation-weight" in res.output
     # a text with the papers it cites: those are never among the results (graft as the teacher)
     row = idx.papers.row(0, named=True)
     text = f"{row['title']}. {row['abstract']}"
-    plain = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "8", "--json"])
+    plain = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "8", "--json"])
     assert plain.exit_code == 0, plain.output
-    cited = [h["paper_id"] for h in json.loads(plain.stdout)][:2]
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--references", ",".join(cited), "--beams", "3",
+    cited = [h["paper_id"] for h in json.loads(plain.stdout)["hits"]][:2]
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--references", ",".join(cited), "--beams", "3",
                               "--k", "8", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout) and not set(cited) & {h["paper_id"] for h in json.loads(res.stdout)}
+    assert json.loads(res.stdout)["hits"] and not set(cited) & {h["paper_id"] for h in json.loads(res.stdout)["hits"]}
 
     qfile = tmp_path / "queries.txt"
     qfile.write_text("\n".join([ids[0], json.dumps({"id": ids[1]}), ids[2]]) + "\n")
     run = tmp_path / "run.txt"
-    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--queries", str(qfile), "--beams", "3", "--k", "5",
                               "--trec-out", str(run)])
     assert res.exit_code == 0, res.output
     lines = [line.split() for line in run.read_text().splitlines()]
@@ -207,20 +214,20 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     records = [{"id": f"new-{i}", "title": idx.papers["title"][i], "abstract": idx.papers["abstract"][i]}
                for i in (3, 4)]
     qfile.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--queries", str(qfile), "--beams", "3", "--k", "5",
                               "--trec-out", str(run)])
     assert res.exit_code == 0, res.output
     lines = [line.split() for line in run.read_text().splitlines()]
     for rec in records:
         one = tmp_path / f"{rec['id']}.json"
         one.write_text(json.dumps(rec))
-        alone = runner.invoke(app, ["query", str(trained), "--record", str(one), "--beams", "3", "--k", "5",
+        alone = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--record", str(one), "--beams", "3", "--k", "5",
                                     "--json"])
         assert alone.exit_code == 0, alone.output
-        want = [h["paper_id"] for h in json.loads(alone.stdout)]
+        want = [h["paper_id"] for h in json.loads(alone.stdout)["hits"]]
         assert want and [x[2] for x in lines if x[0] == rec["id"]] == want
     # --json of a batch: each paper outside the corpus carries its facets as read from its text
-    res = runner.invoke(app, ["query", str(trained), "--queries", str(qfile), "--beams", "3", "--k", "5", "--json"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--queries", str(qfile), "--beams", "3", "--k", "5", "--json"])
     assert res.exit_code == 0, res.output
     from graft.facets import FACETS
 
@@ -233,13 +240,13 @@ def test_cli_query_graft_json_and_trec(trained, tmp_path) -> None:
     res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--retriever", "teacher",
                               "--fusion", "graph-rrf"])
     assert res.exit_code == 2 and "rrf" in res.output
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--fusion", "bogus"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--paper", ids[0], "--fusion", "bogus"])
     assert res.exit_code == 2
-    res = runner.invoke(app, ["query", str(trained), "--paper", ids[0], "--fusion", "graph-walk", "--beams", "3",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--paper", ids[0], "--fusion", "graph-walk", "--beams", "3",
                               "--json"])
     assert res.exit_code == 0, res.output
     want = Index.open(trained).query(paper=ids[0], retriever="graft", fusion="graph-walk", beams=3)
-    assert [h["paper_id"] for h in json.loads(res.stdout)] == [h.paper_id for h in want.hits]
+    assert [h["paper_id"] for h in json.loads(res.stdout)["hits"]] == [h.paper_id for h in want.hits]
 
 
 def test_latency_benchmark_smoke(trained, tmp_path) -> None:
@@ -281,12 +288,18 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
     gen = idx.generative()
     assert idx.generative() is gen  # loaded once
     pid = _query_paper(gen)
-    default = idx.query(paper=pid, k=5, beams=4)
-    assert default.retriever == "graft" and default.fusion == "graph-rrf"
-    assert [h.paper_id for h in default.hits] == [h.paper_id for h in gen.query_paper(pid, k=5, beams=4).hits]
+    from graft.query import ModelState
+
+    # the default: the trained model only once it passed its prompt check, else the teacher
+    expected = "graft" if ModelState.of(idx).passed else "teacher"
+    assert idx.query(paper=pid, k=5, beams=4).retriever == expected
+    default = idx.query(paper=pid, k=5, beams=4, retriever="graft")
+    assert default.retriever == "graft" and default.fusion == "graph-rrf" and "tiny" in default.info["model"]
+    assert [h.paper_id for h in default.hits] == [h.paper_id for h in gen.query_paper(pid, k=5, beams=4,
+                                                                                    citation_keep=3).hits]
     teacher = idx.query(paper=pid, retriever="teacher", k=5)
     assert teacher.retriever == "teacher" and teacher.hits
-    outside = idx.query(facets=idx.paper_facets(pid), k=5, beams=4, query_id="new")
+    outside = idx.query(facets=idx.paper_facets(pid), k=5, beams=4, query_id="new", retriever="graft")
     assert outside.query_id == "new"
     for bad in ({"paper": pid, "retriever": "bm25"}, {"paper": pid, "fusion": "max"},
                 {"paper": pid, "retriever": "teacher", "fusion": "graph-rrf"},
@@ -300,13 +313,13 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
     for bad, message in (({"facets": {"method": items[0]}}, r"facets\['method'\] must be a list of item strings.*write \["),
                          ({"facets": {"method": [1, 2]}}, "must be a list of item strings"),
                          ({"facets": {"method": None}}, "must be a list of item strings"),
-                         ({"facets": ["method"]}, "must map facet names"),
-                         ({"paper": pid, "k": 2.5}, "k = 2.5 must be a whole number"),
-                         ({"paper": pid, "k": "5"}, "k = '5' must be a whole number"),
-                         ({"paper": pid, "beams": 2.5}, "beams = 2.5 must be a whole number"),
-                         ({"paper": pid, "citation_weight": "3"}, "citation_weight = '3' must be a finite number >= 0"),
-                         ({"paper": pid, "citation_weight": float("inf")}, "citation_weight = inf must be a finite"),
-                         ({"paper": b"x"}, "paper= must be a paper id"),
+                         ({"facets": ["method"]}, "facets must map facet names"),
+                         ({"paper": pid, "k": 2.5}, "k must be a whole number >= 1, got 2.5"),
+                         ({"paper": pid, "k": "5"}, "k must be a whole number >= 1, got '5'"),
+                         ({"paper": pid, "beams": 2.5}, "beams must be a whole number >= 1, got 2.5"),
+                         ({"paper": pid, "citation_weight": "3"}, "citation_weight must be a finite number >= 0, got '3'"),
+                         ({"paper": pid, "citation_weight": float("inf")}, "citation_weight must be a finite number >= 0, got inf"),
+                         ({"paper": b"x"}, "a paper id is a string, got bytes"),
                          ({"paper": 123}, "paper '123' is not in index"),
                          ({"facets": {"method": items}, "exclude": pid}, "exclude= takes a set of paper ids"),
                          ({"paper": pid, "retriever": "teacher", "device": "gpu0"}, "device 'gpu0' is unknown")):
@@ -323,7 +336,7 @@ def test_index_query_is_the_one_entry_point(trained) -> None:
             idx.query(paper=pid, device="cuda")
     assert idx.generative(device="auto") is gen or torch.cuda.is_available()  # "auto" is the CPU here
     # one beam is greedy search, scored as beam search scores the same DocIDs
-    greedy = idx.query(paper=pid, k=5, beams=1)
+    greedy = idx.query(paper=pid, k=5, beams=1, retriever="graft")
     assert greedy.hits and len({h.paper_id for h in greedy.hits}) == len(greedy.hits)
 
 
@@ -381,8 +394,8 @@ def test_text_channel_fuses_the_query_s_nearest_papers_by_title_and_abstract(ret
     """A query outside the corpus given with its text: its nearest papers by title + abstract join
     graph-RRF / RRF as a run of weight W_t (graph-RRF support W_t x cosine), ranked by cosine, with
     text evidence and no facet credit; graph-walk adds them to every facet row at beta x cosine."""
+    from graft.external import text_coupling_row
     from graft.fusion import TEXT_WEIGHT
-    from graphbuild.external import text_coupling_row
 
     pid = _query_paper(retriever)
     idx, n = retriever.index, retriever.index.n
@@ -434,33 +447,33 @@ def test_cli_query_text_with_graft_has_the_text_channel(trained, tmp_path) -> No
     row = idx.papers.row(idx.row(pid), named=True)
     text = f"{row['title']}. {row['abstract']}"
     runner = CliRunner()
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "30", "--json"])
     assert res.exit_code == 0, res.output
-    hits = json.loads(res.stdout)
+    hits = json.loads(res.stdout)["hits"]
     reads = [h for h in hits if h["text"] is not None]
     assert reads and all(0 < h["text"]["cosine"] <= 1 for h in reads)
     assert any(h["paper_id"] == pid for h in reads)  # a record without an id: its own text reads like it
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "30", "--json",
                               "--explain"])  # the decoded papers' facet credits in words
     assert res.exit_code == 0, res.output
-    matched = [(h["paper_id"], f, e["match"]) for h in json.loads(res.stdout) for f, e in h["evidence"].items()]
+    matched = [(h["paper_id"], f, e["match"]) for h in json.loads(res.stdout)["hits"] for f, e in h["evidence"].items()]
     assert matched and all(m is not None for _, _, m in matched)
     for hit_id, facet, m in matched:
         assert m["hit"] in idx.paper_facets(hit_id)[facet] and -1 <= m["cosine"] <= 1
     flat = " ".join(text.split())
     assert all(" ".join(m["query"].split())[:40] in flat for _, _, m in matched)  # items read from the text
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "30", "--json",
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "30", "--json",
                               "--text-neighbours", "0"])
     assert res.exit_code == 0, res.output
-    assert all(h["text"] is None for h in json.loads(res.stdout))
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--beams", "3", "--k", "10"])
+    assert all(h["text"] is None for h in json.loads(res.stdout)["hits"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "10"])
     assert res.exit_code == 0 and "reads like it" in res.output, res.output
-    res = runner.invoke(app, ["query", str(trained), "--text", text, "--text-neighbours", "-1"])
+    res = runner.invoke(app, ["query", str(trained), "--retriever", "graft", "--text", text, "--text-neighbours", "-1"])
     assert res.exit_code == 2 and "text-neighbours" in res.output
     older = tmp_path / "older"  # an index built before embeddings/papers.npy: no channel, and it says so
     shutil.copytree(trained, older)
     (older / "embeddings" / "papers.npy").unlink()
-    res = runner.invoke(app, ["query", str(older), "--text", text, "--beams", "3", "--k", "10"])
+    res = runner.invoke(app, ["query", str(older), "--retriever", "graft", "--text", text, "--beams", "3", "--k", "10"])
     assert res.exit_code == 0 and "no text channel" in res.output and "reads like it" not in res.output
 
 
@@ -468,16 +481,14 @@ def test_a_new_paper_s_references_are_left_out_of_graft_s_results(trained, encod
     """graft query --record with references: the papers it already cites are not returned (as the
     teacher leaves them out; they leave the decoded lists, so the others move up)."""
     from graft.index import Index
-    from graphbuild.external import RecordFacets
-    from graphbuild.related import RelatedPapers
 
     idx = Index.open(trained)
-    related = RelatedPapers(idx, retriever="graft", k=12, beams=3, citation_weight=0, text_neighbours=0)
-    related._made["facets"] = RecordFacets(idx, encoder=encoder)  # the session's encoder
+    related = idx.searcher(retriever="graft", k=12, beams=3, citation_weight=0, text_neighbours=0,
+                           encoder=encoder)  # the session's encoder
     row = idx.papers.row(0, named=True)
     record = {"id": "draft", "title": row["title"], "abstract": row["abstract"]}
-    before = [h.paper_id for h in related.query(record).hits]
+    before = [h.paper_id for h in related.record(record).hits]
     cited = before[:2]
-    after = [h.paper_id for h in related.query({**record, "references": [*cited, "not-in-the-index"]}).hits]
+    after = [h.paper_id for h in related.record({**record, "references": [*cited, "not-in-the-index"]}).hits]
     assert len(before) >= 4 and after and not set(cited) & set(after)
     assert set(after) & (set(before) - set(cited))

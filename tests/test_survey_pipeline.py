@@ -93,7 +93,9 @@ def test_teacher_search_with_the_citation_channel(acl) -> None:
     retriever = TopicRetriever(idx, tools, "teacher", citation_weight=3.0)
     assert retriever.teacher_config.citation_weight == (3.0 if idx.citation_links.nnz else 0.0)
     assert TopicRetriever(idx, tools, "teacher").teacher_config.citation_weight == 0.0
-    want = idx.query_rows(tools.rows(topic_record(TOPIC, "q")), query_id="q", k=10, config=retriever.teacher_config)
+    rows = retriever.searcher.scorer.rows(topic_record(TOPIC, "q"))[0]
+    assert retriever.searcher.scorer.text_neighbours in (tools.text_neighbours, 0)
+    want = idx.query_rows(rows, query_id="q", k=10, config=retriever.teacher_config)
     assert [pid for pid, _, _ in retriever._retrieve(TOPIC, 10, "q")] == [h.paper_id for h in want.hits]
 
 
@@ -332,10 +334,9 @@ def test_tools_made_with_other_settings_than_the_config_are_refused(acl, tmp_pat
     survey.json would record settings it was not made with."""
     from graft.survey.pipeline import write_survey
     from graft.survey.retrieve import QueryTools
-    from graphbuild.external import ExternalScorer
 
     idx, tools = acl
-    other = QueryTools.from_scorer(ExternalScorer(idx, encoder=tools.encoder))  # its defaults: 10 and 3
+    other = QueryTools(encoder=tools.encoder, text_neighbours=10, feedback=3)
     assert idx.paper_embeddings is not None
     with pytest.raises(SurveyError, match="text_neighbours=10, feedback=3 but the SurveyConfig says "
                                           "text_neighbours=0, feedback=0"):

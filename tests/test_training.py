@@ -305,8 +305,8 @@ def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
     assert stage["timings_s"]["train"] <= stage["timings_s"]["total"]
     assert stage["train_seconds_all_parts"] == pytest.approx(r.seconds, abs=1e-3)
     # the prompt check decoded 32 of its training prompts; the saved model decodes them the same way
+    from graft.check import prompt_check
     from graft.docids import load_tries
-    from training.check import prompt_check
 
     assert stage["check"] == summary.check and shown["model"]["check"] == summary.check
     assert summary.check["pairs"] == 32 and 1 <= summary.check["distinct_top_beams"] <= 32
@@ -319,7 +319,7 @@ def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
     assert again.result.already_done and again.result.steps == 40 and again.check == summary.check
     # weights without the record written after them: a final save that did not finish
     from graft.errors import GraftError
-    from graft.index import has_model
+    from graft.manifest import has_model
     from graft.retriever import load_retriever
 
     assert has_model(index80)
@@ -331,7 +331,7 @@ def test_tiny_loss_falls_on_the_real_graph(index80) -> None:
         idx = Index.open(index80)
         assert idx.query(paper=idx.paper_ids[0], k=3).retriever == "teacher"  # the default falls back
         with pytest.raises(GraftError, match="unfinished"):
-            load_retriever(index80)
+            load_retriever(idx)
     finally:
         marker.write_bytes(record)
 
@@ -413,6 +413,7 @@ def test_cli_train_command(index80, tmp_path) -> None:
     import typer
 
     from cli.train_cmd import train
+    from graft.index import Index
 
     app = typer.Typer()
     app.command("train")(train)
@@ -447,6 +448,25 @@ def test_cli_train_command(index80, tmp_path) -> None:
         assert res.exit_code == 0, res.output
         assert "prompt check: 32 training prompts decoded (5 beams): 1 distinct top DocIDs" in res.stdout
         assert "warning: the model decodes the same few DocIDs for most prompts (1 distinct of 32)" in res.stdout
+        # a model that failed its check does not answer by default: the teacher does, and says why
+        pid = Index.open(index80).paper_ids[0]
+        res = runner.invoke(graft_app, ["query", str(index80), "--paper", pid, "--k", "3", "--json"])
+        assert res.exit_code == 0, res.output
+        payload = json.loads(res.stdout)
+        assert payload["retriever"] == "teacher" and payload["model"] == "none (graph walk)"
+        assert "the graph teacher answers" in res.stderr and "decodes the same few DocIDs" in res.stderr
+        assert "the graph teacher answers" in payload["info"]["note"]
+        res = runner.invoke(graft_app, ["query", str(index80), "--paper", pid, "--k", "3", "--retriever", "graft",
+                                        "--beams", "2", "--json"])  # asked for: it answers, named with its check
+        assert res.exit_code == 0 and json.loads(res.stdout)["retriever"] == "graft", res.output
+        assert "prompt check: NOT learned" in json.loads(res.stdout)["model"]
+        learned = {**out["check"], "distinct_top_beams": 32, "target_in_beams": 0.5, "learned": True}
+        manifest["stages"]["train"]["check"] = learned
+        path.write_text(json.dumps(manifest))
+        res = runner.invoke(graft_app, ["query", str(index80), "--paper", pid, "--k", "3", "--beams", "2", "--json"])
+        assert res.exit_code == 0 and json.loads(res.stdout)["retriever"] == "graft", res.output
+        assert "tiny" in json.loads(res.stdout)["model"] and "the graph teacher answers" not in res.stderr
+        manifest["stages"]["train"]["check"] = collapsed
         manifest["stages"]["train"]["check"] = {"pairs": "many"}  # damaged: not shown, no traceback
         path.write_text(json.dumps(manifest))
         res = runner.invoke(graft_app, ["info", str(index80)], env={"COLUMNS": "300"})
@@ -530,11 +550,17 @@ def test_train_refuses_before_writing_anything(index80, tmp_path, monkeypatch) -
     assert summary.result.steps == 1 and written() == ["docids", "model", "train"]
 
 
-def test_accelerate_entry_point_runs_single_process(index80, capsys) -> None:
-    from training.trainer import main
+def test_accelerate_entry_point_runs_single_process(index80) -> None:
+    """`accelerate launch -m cli.app train INDEX` (several GPUs) runs `graft train`'s module as a
+    script: one process here, the same summary."""
+    import subprocess
+    import sys
 
-    assert main([str(index80), "--base-model", "tiny", "--max-steps", "2", "--quiet", "--no-resume"]) == 0
-    assert json.loads(capsys.readouterr().out)["result"]["steps"] == 2
+    res = subprocess.run([sys.executable, "-m", "cli.app", "train", str(index80), "--base-model", "tiny",
+                          "--max-steps", "2", "--quiet", "--no-resume", "--check-pairs", "0", "--json"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["result"]["steps"] == 2
 
 
 def test_gpu_benchmark_script_smoke(index80, tmp_path) -> None:
@@ -554,7 +580,7 @@ def test_learn_pairs_benchmark_smoke(index80, tmp_path) -> None:
     """experiments/learn_pairs.py with the tiny model: its sampled pairs are learned and decoded
     back under the tries (every target the top beam), and the table is written."""
     from experiments.learn_pairs import main
-    from training.check import sample_pairs
+    from graft.check import sample_pairs
 
     table = sample_pairs(read_pairs(index80 / "train" / "pairs.parquet"), 10, seed=0)
     assert len(set(zip(table.column("facet").to_pylist(), table.column("source_text").to_pylist()))) == 10
@@ -572,8 +598,8 @@ def test_prompt_check_tells_a_model_that_reads_its_prompts_from_one_that_does_no
     model, made on purpose) decodes one and gets the warning."""
     import pyarrow as pa
 
+    from graft.check import PromptCheck, prompt_check, sample_pairs
     from graft.docids import load_tries
-    from training.check import PromptCheck, prompt_check, sample_pairs
 
     pairs = read_pairs(index80 / "train" / "pairs.parquet")
     one_facet = pairs.filter(pa.compute.equal(pairs.column("facet"), "method"))

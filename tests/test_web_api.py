@@ -92,7 +92,7 @@ def test_view_holds_the_facts_of_query_json(served, web_index):
     view = client.get("/api/graph", params={"paper": pid, "k": 10}).json()
     run = CliRunner().invoke(app, ["query", str(web_index), "--paper", pid, "--k", "10", "--json", "--explain"])
     assert run.exit_code == 0, run.output
-    cli = json.loads(run.stdout)
+    cli = json.loads(run.stdout)["hits"]
     assert [h["paper_id"] for h in view["hits"]] == [h["paper_id"] for h in cli]
     for mine, theirs in zip(view["hits"], cli):
         for key in ("rank", "score", "facets", "evidence", "citation", "title", "year"):

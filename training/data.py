@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from graft.errors import ConfigError
 from graft.prompts import encode_prompt, encode_target, prompt_for
 
 #: Columns of `train/pairs.parquet` the trainer reads (the file holds more: provenance).
@@ -77,7 +78,7 @@ def read_pairs(path: str | Path, columns: Sequence[str] = PAIR_COLUMNS) -> Any:
     schema = pq.read_schema(path)
     missing = [c for c in columns if c not in schema.names]
     if missing:
-        raise ValueError(f"{path}: pairs table lacks column(s) {missing} (has {schema.names}); delete it "
+        raise ConfigError(f"{path}: pairs table lacks column(s) {missing} (has {schema.names}); delete it "
                          f"and rerun `graft train INDEX` to rebuild the pairs")
     return pq.read_table(path, columns=list(columns))
 
@@ -114,7 +115,7 @@ def encode_pairs(
     """
     n = len(facets)
     if not (len(sources) == len(docids) == n) or (target_ids is not None and len(target_ids) != n):
-        raise ValueError(f"facets, sources, docids (and target_ids) must have one entry per pair; got "
+        raise ConfigError(f"facets, sources, docids (and target_ids) must have one entry per pair; got "
                          f"{n}, {len(sources)}, {len(docids)}")
     # Prompts repeat (one source item feeds many edges), so encode each distinct one once.
     keys = list(dict.fromkeys(zip(facets, sources)))
@@ -169,7 +170,7 @@ def length_grouped_batches(lengths: Sequence[int] | np.ndarray, batch_size: int,
             randomness.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     lengths = np.asarray(lengths)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(lengths))

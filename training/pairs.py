@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 from graft.config import config_from_dict, config_to_dict, type_problems
 from graft.docids import MAX_TOKENS, DocidTable, load_or_build_docids, tokenizer_info
+from graft.errors import ConfigError
 from graft.facets import FACETS
 from graft.manifest import read_manifest, record_stage
 from graft.store import write_parquet
@@ -53,13 +54,13 @@ class DistillConfig:
     def __post_init__(self) -> None:
         problems = type_problems(self)
         if problems:
-            raise ValueError("DistillConfig: " + "; ".join(problems))
+            raise ConfigError("DistillConfig: " + "; ".join(problems))
         if self.seed < 0:  # numpy's Generator takes no negative seed
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
         if self.sampling not in SAMPLINGS:
-            raise ValueError(f"sampling '{self.sampling}' is unknown; allowed: {list(SAMPLINGS)}")
+            raise ConfigError(f"sampling '{self.sampling}' is unknown; allowed: {list(SAMPLINGS)}")
         if self.max_edges_per_source < 1 or self.k_min < 1 or self.max_tokens < 1:
-            raise ValueError(f"max_edges_per_source, k_min and max_tokens must be >= 1, got "
+            raise ConfigError(f"max_edges_per_source, k_min and max_tokens must be >= 1, got "
                              f"{self.max_edges_per_source}, {self.k_min}, {self.max_tokens}")
 
     @classmethod

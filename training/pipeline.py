@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graft.errors import GraftError
+from graft.check import CHECK_PAIRS
+from graft.errors import ConfigError, GraftError
 from graft.prompts import PROMPT_VERSION
 from graft.store import index_lock, lock_holder
 from training.base_models import (
@@ -24,7 +25,6 @@ from training.base_models import (
     load_tokenizer,
     resolve_base_model,
 )
-from training.check import CHECK_PAIRS
 from training.data import encode_pairs_table, read_docid_tokens, read_pairs
 from training.trainer import TrainConfig, TrainResult, check_run, fit, process_state
 
@@ -41,7 +41,7 @@ class TrainSummary:
     pairs_reused: bool = False
     coverage: dict[str, Any] | None = None  # dry run: naive vs coverage report; else the pairs' coverage
     result: TrainResult | None = None
-    check: dict[str, Any] | None = None  # training.check.PromptCheck.to_dict() of the trained model
+    check: dict[str, Any] | None = None  # graft.check.PromptCheck.to_dict() of the trained model
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -100,7 +100,7 @@ def train_index(
         reporter: a `graft.progress.Reporter` (progress bars, timings); quiet by default.
         distill: a `training.pairs.DistillConfig` (N, K_min, seed); its sampling must agree.
         check_pairs: training pairs decoded after training to check that the model reads its
-            prompts (`training.check`; recorded in the manifest); 0 = no check.
+            prompts (`graft.check`; recorded in the manifest); 0 = no check.
     Returns:
         the summary; the run is recorded as the `train` stage of manifest.json.
     Raises:
@@ -118,9 +118,9 @@ def train_index(
     reporter = reporter or Reporter(quiet=True)
     distill = distill or DistillConfig(sampling=sampling)
     if distill.sampling != sampling:
-        raise ValueError(f"sampling={sampling!r} disagrees with the DistillConfig's {distill.sampling!r}")
+        raise ConfigError(f"sampling={sampling!r} disagrees with the DistillConfig's {distill.sampling!r}")
     if check_pairs < 0:
-        raise ValueError(f"check_pairs must be >= 0 (0 = no check), got {check_pairs}")
+        raise ConfigError(f"check_pairs must be >= 0 (0 = no check), got {check_pairs}")
     read_manifest(index_dir, require=("build",))  # not a built index: refused before the tokenizer loads
     busy = None if dry_run else lock_holder(index_dir)  # and an index another command writes, at once too
     if busy:
@@ -178,8 +178,8 @@ def _train(index_dir: Path, config: TrainConfig, summary: TrainSummary, tokenize
     if result.already_done:
         summary.check = (manifest["stages"].get("train") or {}).get("check")
     elif check_pairs and state.is_main_process and result.model is not None:
+        from graft.check import prompt_check
         from graft.docids import load_tries
-        from training.check import prompt_check
 
         with reporter.stage("prompt check", total=None, unit=""):
             summary.check = prompt_check(result.model, tokenizer, load_tries(index_dir), table,

@@ -3,7 +3,7 @@
 A custom accelerate loop in the style of Hugging Face's `no_trainer` examples: `accelerator.prepare`,
 `accelerator.accumulate(model)`, AdamW with linear warm-up and decay, bf16 autocast on GPUs that
 support it (never on the CPU), length-grouped batches (`training.data.BatchPlan`). It runs on one
-CPU, one GPU or several: `accelerate launch -m training.trainer INDEX [options]`.
+CPU, one GPU or several: `accelerate launch -m cli.app train INDEX [options]` (`graft train`, the only training command).
 
 The data order is a pure function of (data_seed, epoch), so a run killed mid-way and restarted
 with the same command resumes from its newest checkpoint (`training.checkpoints`), skips exactly
@@ -13,13 +13,11 @@ Only the main process writes.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import math
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +26,7 @@ from typing import Any
 
 from graft.config import config_from_dict, type_problems
 from graft.devices import attention_kernels
-from graft.errors import GraftError
+from graft.errors import ConfigError, GraftError
 from training import checkpoints as ckpts
 from training.data import BatchPlan, Collator, EncodedPairs
 
@@ -67,24 +65,24 @@ class TrainConfig:
     def __post_init__(self) -> None:
         problems = type_problems(self)  # 2.5 steps or a string seed: named before the ranges below
         if problems:
-            raise ValueError("TrainConfig: " + "; ".join(problems))
+            raise ConfigError("TrainConfig: " + "; ".join(problems))
         if self.seed < 0 or (self.data_seed is not None and self.data_seed < 0):
-            raise ValueError(f"seed and data_seed must be >= 0, got {self.seed}, {self.data_seed}")
+            raise ConfigError(f"seed and data_seed must be >= 0, got {self.seed}, {self.data_seed}")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1 (or None to use epochs), got {self.max_steps}")
+            raise ConfigError(f"max_steps must be >= 1 (or None to use epochs), got {self.max_steps}")
         if self.max_steps is None and not 0 < self.epochs < math.inf:
-            raise ValueError(f"epochs must be finite and > 0, got {self.epochs}")
+            raise ConfigError(f"epochs must be finite and > 0, got {self.epochs}")
         for name in ("batch_size", "max_length", "save_total_limit", "logging_steps", "mega_batch_mult"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.per_device_batch_size is not None and self.per_device_batch_size < 1:
-            raise ValueError(f"per_device_batch_size must be >= 1, got {self.per_device_batch_size}")
+            raise ConfigError(f"per_device_batch_size must be >= 1, got {self.per_device_batch_size}")
         if not 0 < self.lr < math.inf:
-            raise ValueError(f"lr must be finite and > 0, got {self.lr}")
+            raise ConfigError(f"lr must be finite and > 0, got {self.lr}")
         if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.save_every_steps < 0:
-            raise ValueError(f"save_every_steps must be >= 0, got {self.save_every_steps}")
+            raise ConfigError(f"save_every_steps must be >= 0, got {self.save_every_steps}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -215,7 +213,7 @@ def batch_layout(config: TrainConfig, processes: int) -> tuple[int, int]:
     """
     micro = config.per_device_batch_size or max(1, config.batch_size // processes)
     if config.batch_size % (micro * processes):
-        raise ValueError(f"batch_size {config.batch_size} is not a multiple of per-device batch {micro} x "
+        raise ConfigError(f"batch_size {config.batch_size} is not a multiple of per-device batch {micro} x "
                          f"{processes} process(es); choose sizes that divide")
     return micro, config.batch_size // (micro * processes)
 
@@ -236,7 +234,7 @@ def _mixed_precision(config: TrainConfig) -> str:
 
     supported = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if config.bf16 and not supported:
-        raise ValueError("bf16=True needs a CUDA GPU with bf16 support; use bf16=None (auto) or False")
+        raise ConfigError("bf16=True needs a CUDA GPU with bf16 support; use bf16=None (auto) or False")
     return "bf16" if supported and config.bf16 is not False else "no"
 
 
@@ -306,7 +304,7 @@ def fit(
     config = config or TrainConfig()
     record = dict(record or {})
     if len(data) == 0:
-        raise ValueError("no training examples: the pairs table is empty")
+        raise ConfigError("no training examples: the pairs table is empty")
     mixed = _mixed_precision(config)
     cpu = not torch.cuda.is_available()
     procs = process_state().num_processes
@@ -340,7 +338,7 @@ def fit(
     if ckpt is not None:
         saved = ckpts.read_trainer_state(ckpt)
         if saved.get("fingerprint") != fingerprint:
-            raise ValueError(f"checkpoint {ckpt} belongs to another run (other pairs, base model or settings; "
+            raise ConfigError(f"checkpoint {ckpt} belongs to another run (other pairs, base model or settings; "
                              f"its settings: {saved.get('config')}); rerun with --no-resume to start over")
         ckpts.load_model_weights(model, ckpt)
         state = saved
@@ -438,44 +436,3 @@ def fit(
             shutil.rmtree(ckpt_dir, ignore_errors=True)  # superseded by the final model
         accelerator.wait_for_everyone()
     return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`accelerate launch -m training.trainer INDEX [options]` (or `python -m training.trainer`).
-
-    The same options as `graft train`, plus the checkpoint interval and the per-device batch.
-    """
-    from graft.errors import GraftError
-    from graft.progress import Reporter
-    from training.pipeline import train_index
-
-    p = argparse.ArgumentParser(prog="python -m training.trainer", description=main.__doc__)
-    p.add_argument("index", type=Path, help="index directory (graft build)")
-    p.add_argument("--base-model", default="smollm2-135m", help="smollm2-135m, tiny or a local HF folder")
-    p.add_argument("--sampling", default="coverage", choices=("coverage", "naive"))
-    p.add_argument("--epochs", type=float, default=TrainConfig.epochs)
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size, help="effective batch")
-    p.add_argument("--per-device-batch-size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=TrainConfig.lr)
-    p.add_argument("--save-every-steps", type=int, default=TrainConfig.save_every_steps)
-    p.add_argument("--seed", type=int, default=TrainConfig.seed)
-    p.add_argument("--no-resume", dest="resume", action="store_false")
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
-    try:
-        config = TrainConfig(epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
-                             per_device_batch_size=args.per_device_batch_size, lr=args.lr,
-                             save_every_steps=args.save_every_steps, seed=args.seed)
-        summary = train_index(args.index, config, base_model=args.base_model, sampling=args.sampling,
-                              resume=args.resume, reporter=Reporter(quiet=args.quiet))
-    except (GraftError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if process_state().is_main_process:
-        print(json.dumps({k: v for k, v in summary.to_dict().items() if k != "coverage"}, indent=2, default=str))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

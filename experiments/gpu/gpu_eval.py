@@ -425,13 +425,13 @@ def _train(index: Path, sampling: str, base: str, steps: int, args: argparse.Nam
 
 
 def _memorisation(index_dir: Path, args: argparse.Namespace, device: str) -> dict[str, Any]:
-    """How far the trained model has learned its own pairs (`training.check.prompt_check`): for a
+    """How far the trained model has learned its own pairs (`graft.check.prompt_check`): for a
     seeded sample of its training pairs with distinct source items, the share whose target DocID is
     the top beam (at most 1 / the source item's number of targets) or among the beams, and how many
     distinct DocIDs the top beams are — a model that has not yet learned to read its prompt decodes
     the same few for every source."""
+    from graft.check import prompt_check
     from graft.index import Index
-    from training.check import prompt_check
     from training.data import read_pairs
 
     gen = Index.open(index_dir).generative(device=device)

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from graft.errors import ConfigError
 from graft.facets import FACETS
 from graft.index import Index
 from graft.llm import CACHE_RELPATH, ChatClient, LLMCache, LLMConfig, LLMError, canonical_request, request_key
@@ -238,10 +239,10 @@ def parse_json_object(text: str) -> dict[str, Any]:
         text = fence.group(1)
     start = text.find("{")
     if start < 0:
-        raise ValueError("no JSON object in the answer")
+        raise ConfigError("no JSON object in the answer")
     obj, _ = json.JSONDecoder().raw_decode(text[start:])
     if not isinstance(obj, dict):
-        raise ValueError("the answer is not a JSON object")
+        raise ConfigError("the answer is not a JSON object")
     return obj
 
 

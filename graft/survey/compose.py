@@ -12,7 +12,7 @@ import numpy as np
 
 from graft.text import tokens
 
-_STOP = frozenset("""
+STOPWORDS = frozenset("""
 a an the and or but if then than of in on at to for from by with without within into onto over under
 about as is are was were be been being this that these those it its their our we us you they them he
 she his her which who whom whose what when where why how all any both each few more most other some
@@ -101,7 +101,7 @@ def _ngrams(words: list[str], n_max: int = 3) -> set[str]:
     for n in range(1, n_max + 1):
         for i in range(len(words) - n + 1):
             gram = words[i : i + n]
-            if gram[0] in _STOP or gram[-1] in _STOP or any(len(w) < 3 or w.isdigit() for w in gram):
+            if gram[0] in STOPWORDS or gram[-1] in STOPWORDS or any(len(w) < 3 or w.isdigit() for w in gram):
                 continue
             out.add(" ".join(gram))
     return out

@@ -75,6 +75,18 @@ def _locked(encode: Any) -> Any:
     return run
 
 
+class _LockedEncoder:
+    """An encoder whose `encode` runs one call at a time (the writer's sections run in threads);
+    everything else (its dimension, model, the extractor's use of it) is the encoder's own."""
+
+    def __init__(self, encoder: Any, encode: Any) -> None:
+        self._encoder = encoder
+        self.encode = encode
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._encoder, name)
+
+
 class Ranker:
     """The relevance filter and the two-stage rerank of one survey's candidate lists (the topic's
     and each section's), remembering the facets that surfaced each paper for the citations.
@@ -186,9 +198,8 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
         out_dir: where survey.md, references.bib and survey.json go (created).
         config: survey settings (backend, retriever, outline sizes, verification rounds).
         reporter: per-stage progress and timings; quiet by default.
-        tools: the encoder, edge-row scorer and facet extractor for text queries, made with the
-            config's text coupling and feedback (`QueryTools.from_scorer(graphbuild.external.ExternalScorer(
-            index, text_neighbours=config.text_neighbours, feedback=config.feedback))`).
+        tools: the encoder and the text coupling and feedback of text queries, as the config's
+            (`QueryTools(encoder, text_neighbours=config.text_neighbours, feedback=config.feedback)`).
         dense: title + abstract vectors for the dense retriever (reused across calls).
         device: where the generative retriever and a local LLM (`llm="local"`) run.
     Returns:
@@ -208,10 +219,10 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             years = [y for y in index.papers["year"].to_list() if y is not None]
             raise SurveyError(f"no paper of index '{index.path}' is dated {config.until_year} or earlier "
                               f"(earliest: {min(years)}); give a later --until-year")
-    tools.check(config)
-    tools = QueryTools(encoder=tools.encoder, rows=tools.rows, facets_of=tools.facets_of)
+    tools.check(config, index)
     encode = _locked(tools.encoder.encode)
-    tools.encoder = type("LockedEncoder", (), {"encode": staticmethod(encode)})()
+    tools = QueryTools(encoder=_LockedEncoder(tools.encoder, encode), text_neighbours=tools.text_neighbours,
+                       feedback=tools.feedback)
     retriever = TopicRetriever(index, tools, config.retriever, dense=dense, device=device, seeds=config.graph_seeds,
                                until_year=config.until_year, citation_weight=config.citation_weight)
     vectors = retriever.vectors

@@ -1,11 +1,10 @@
 """Retrieval for the survey writer: topic descriptions -> facet-attributed corpus papers.
 
-A topic description is not a corpus paper, so it has no row in the facet graphs. `QueryTools`
-supplies what turns text into something the index can walk: `rows(record)` gives the record's
-facet edge rows, scored exactly as corpus rows are at build time (the graph teacher walks them),
-and `facets_of(record)` its facet items (the generative retriever decodes them). Both come from
-`graphbuild.external` (`QueryTools.from_scorer`); `graft` itself builds neither, since it imports
-no build code.
+A topic description is not a corpus paper, so it has no row in the facet graphs: it is asked as a
+paper outside the corpus through the query front door (`graft.query.Searcher`), which scores its
+facet edge rows exactly as corpus rows are at build time (the graph teacher walks them) and
+extracts its facet items (the generative retriever decodes them). `QueryTools` holds the encoder
+and the text coupling and feedback settings the searcher uses.
 
 Retrievers: `teacher` (graph walks, RRF over facets), `graft` (the trained generative retriever,
 graph-RRF over facets) and `dense` (cosine over title + abstract embeddings; the baseline).
@@ -20,7 +19,7 @@ from 0.109 to 0.181.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -31,6 +30,7 @@ import scipy.sparse as sp
 from graft.facets import FACETS
 from graft.fusion import rrf
 from graft.index import Index
+from graft.query import QueryConfig, Searcher
 from graft.survey.config import SurveyError
 from graft.survey.types import Candidate
 from graft.text import paper_texts
@@ -98,46 +98,37 @@ class TextEncoder:
 
 @dataclass
 class QueryTools:
-    """Turns text into retrievable queries.
+    """What the survey writer asks text queries with, besides the index: the index's sentence
+    encoder and the settings of the query front door (`graft.query.Searcher`) for topic texts.
 
     Attributes:
         encoder: the index's sentence encoder (`encode(texts)` -> unit rows).
-        rows: record -> facet edge rows (1 x n each) for the graph teacher; None = teacher unavailable.
-        facets_of: record -> facet items for the generative retriever; None = graft unavailable.
+        text_neighbours: M of the teacher's text coupling for topic texts (`QueryConfig.text_neighbours`).
+        feedback: R of the teacher's feedback pass for topic texts (`QueryConfig.feedback`).
     """
 
     encoder: Any
-    rows: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    facets_of: Callable[[dict[str, Any]], dict[str, list[str]]] | None = None
-    #: the scorer's text coupling and feedback (`SurveyConfig.text_neighbours` / `feedback` must
-    #: agree); None where the rows come from elsewhere
-    settings: dict[str, int] | None = None
+    text_neighbours: int = 10
+    feedback: int = 3
 
-    @classmethod
-    def from_scorer(cls, scorer: Any) -> QueryTools:
-        """From a `graphbuild.external.ExternalScorer` (its encoder, rows and facet extractor)."""
-        # an index without title + abstract vectors has no text coupling, whatever was asked
-        text = None if scorer.index.paper_embeddings is None else scorer.text_neighbours
-        return cls(encoder=scorer.encoder, rows=lambda rec: scorer.rows(rec)[0], facets_of=scorer.facets_of,
-                   settings={"text_neighbours": text, "feedback": scorer.feedback})
-
-    def check(self, config: Any) -> None:
-        """Refuse tools whose edge rows are made otherwise than `config` says (the survey would not
-        be the one its recorded settings describe).
+    def check(self, config: Any, index: Index | None = None) -> None:
+        """Refuse tools whose settings differ from `config`'s (the survey would not be the one its
+        recorded settings describe); an index without title + abstract vectors has no text
+        coupling, whatever was asked.
 
         Raises:
             SurveyError: naming both settings and how to make matching tools.
         """
-        if not self.settings:
-            return
+        have = {"text_neighbours": self.text_neighbours, "feedback": self.feedback}
+        if index is not None and index.paper_embeddings is None:
+            del have["text_neighbours"]
         want = {"text_neighbours": config.text_neighbours, "feedback": config.feedback}
-        have = {k: v for k, v in self.settings.items() if v is not None}
         wrong = {k: v for k, v in have.items() if v != want[k]}
         if wrong:
             raise SurveyError(
                 "the query tools make edge rows with " + ", ".join(f"{k}={v}" for k, v in wrong.items())
                 + " but the SurveyConfig says " + ", ".join(f"{k}={want[k]}" for k in wrong)
-                + "; make them with ExternalScorer(index, text_neighbours=config.text_neighbours, "
+                + "; make them with QueryTools(encoder, text_neighbours=config.text_neighbours, "
                 "feedback=config.feedback) (or cli.survey_cmd.survey_tools)")
 
 
@@ -270,12 +261,9 @@ class TopicRetriever:
                  dense: DenseIndex | None = None, device: str = "cpu", seeds: int = 0,
                  until_year: int | None = None, citation_weight: float = 0.0,
                  vectors: PaperVectors | None = None) -> None:
-        from graft.index import has_model
-        from graft.teacher import TeacherConfig
+        from graft.manifest import has_model
 
         self.index = index
-        #: the fusion's citation channel at W (`SurveyConfig.citation_weight`; off without citation links)
-        self.teacher_config = TeacherConfig(citation_weight=index.channel_weight(citation_weight))
         self.tools = tools
         self.retriever = retriever
         self.device = device
@@ -289,10 +277,27 @@ class TopicRetriever:
                 f"--retriever graft needs a trained generative retriever in {index.path / 'model'}; run "
                 f"`graft train {index.path}` first, or use --retriever teacher"
             )
-        if retriever == "teacher" and tools.rows is None:
-            raise SurveyError("the teacher retriever needs QueryTools.rows (graphbuild.external.ExternalScorer)")
-        if retriever == "graft" and tools.facets_of is None:
-            raise SurveyError("the graft retriever needs QueryTools.facets_of (graphbuild.external.RecordFacets)")
+        self.searcher: Searcher | None = None
+        if retriever != "dense":
+            # the topic's rows and facets as `graft query --text` makes them, the citation channel
+            # at W (`SurveyConfig.citation_weight`; off without citation links), no text channel
+            # and nothing kept first: the writer fuses several descriptions' lists itself
+            self.searcher = Searcher(index, QueryConfig(
+                retriever=retriever, k=20, citation_weight=float(citation_weight), citation_keep=0,
+                text_neighbours=tools.text_neighbours, feedback=tools.feedback, text_weight=0.0,
+                device=device if retriever == "graft" else "cpu"),  # the teacher decodes nothing
+                encoder=tools.encoder)
+        #: the fusion's citation channel (the graph teacher's settings of the searcher)
+        self.teacher_config = (self.searcher.config if self.searcher is not None
+                               else QueryConfig(citation_weight=float(citation_weight))).teacher_config(index)
+        self._searchers: dict[int, Searcher] = {}
+
+    def _with_k(self, k: int) -> Searcher:
+        """The searcher asking for `k` results."""
+        assert self.searcher is not None
+        if k not in self._searchers:
+            self._searchers[k] = self.searcher.with_config(k=k)
+        return self._searchers[k]
 
     @cached_property
     def allowed(self) -> np.ndarray | None:
@@ -327,16 +332,13 @@ class TopicRetriever:
         elif self.retriever == "teacher":
             # rank over the whole corpus and drop later papers; if that leaves fewer than k, rank
             # again with the later papers left out of the facet lists, so the list comes out full
-            rows = self.tools.rows(rec)
-            config = self.teacher_config
-            hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=fetch, config=config), k)
+            rows = self.searcher.scorer.rows(rec)[0]
+            hits = self._allowed_hits(self._with_k(fetch).rows(rows, query_id=qid), k)
             if allowed is not None and len(hits) < k:
-                hits = self._allowed_hits(self.index.query_rows(rows, query_id=qid, k=k, exclude=self.disallowed,
-                                                                config=config), k)
+                hits = self._allowed_hits(self._with_k(k).rows(rows, query_id=qid, exclude=self.disallowed), k)
         else:  # constrained decoding reaches every DocID: over-fetch, then drop papers after until_year
-            hits = self._allowed_hits(self.index.query(
-                facets=self.tools.facets_of(rec), retriever="graft", fusion="graph-rrf",
-                k=fetch, query_id=qid, device=self.device, citation_weight=self.teacher_config.citation_weight), k)
+            facets = self.searcher.record_facets(rec)
+            hits = self._allowed_hits(self._with_k(fetch).items(facets, query_id=qid), k)
         if self.seeds and self.retriever != "dense" and hits:
             hits = self._grow(hits, text, k)
         return [(self.index.paper_ids[node], score, terms) for node, score, terms in hits]

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from graft.facets import FACETS
-from graft.survey.compose import _STOP, numbers
+from graft.survey.compose import STOPWORDS, numbers
 from graft.survey.latex import plain_text
 from graft.survey.prose import split_sentences
 from graft.text import normalize_text
@@ -61,7 +61,7 @@ def content_terms(text: str, ignore: frozenset[str] = frozenset()) -> list[str]:
     """Stemmed content words of a text (LaTeX read as plain text; stop and framing words out)."""
     out = []
     for w in normalize_text(plain_text(text)).split():
-        if w in _STOP or w in FRAME_WORDS or w in ignore or (len(w) < 3 and not w.isdigit()):
+        if w in STOPWORDS or w in FRAME_WORDS or w in ignore or (len(w) < 3 and not w.isdigit()):
             continue
         out.append(stem(w))
     return out

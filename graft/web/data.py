@@ -13,7 +13,6 @@ import io
 import math
 import re
 import threading
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -145,14 +144,14 @@ class Explorer:
     def related_of(self, record: dict[str, Any], k: int) -> Any:
         """The teacher's results for a query record, each facet credit with its closest pair of
         items (`graft query --explain`)."""
-        from graphbuild.related import RelatedPapers
+        from graft.query import QueryConfig, Searcher
 
         with self._lock:
             if k not in self._related:
-                self._related[k] = RelatedPapers(self.index, retriever="teacher", k=k, explain=True)
+                self._related[k] = Searcher(self.index, QueryConfig(retriever="teacher", k=k, explain=True))
             related = self._related[k]
             related.check([record])
-            return related.query(record)
+            return related.record(record)
 
     def record_of(self, paper: str | None, text: str | None) -> dict[str, Any]:
         """The query record of a corpus paper id or of a pasted 'Title. Abstract ...'.
@@ -170,7 +169,7 @@ class Explorer:
                 except GraftError as exc:
                     raise NotFound(str(exc)) from None
             return {"id": paper}
-        from graphbuild.external import record_from_text
+        from graft.records import record_from_text
 
         return record_from_text(check_text(text))
 
@@ -211,7 +210,7 @@ class Explorer:
                       "year": None, "outside": True, "facets": result.info.get("query_facets", {})}
         listed = []
         for pos, h in enumerate(hits, start=1):
-            item = asdict(h)
+            item = h.to_json()  # as `graft query --json`: facets = edge weights, contributions = RRF terms
             item["label"] = h.facet_label()
             item["position"] = pos
             if mode == "pivot":

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from graft.build_config import BuildConfig
+from graft.citations import TEXT_NEIGHBOURS, coupling_row_log, external_citation_row
+from graft.edges import GraphParams, external_facet_row
+from graft.encoder import embed_items
 from graft.errors import IndexFormatError, InputValidationError
 from graft.facets import FACETS, FacetItems
 from graft.fusion import CITATION_WEIGHT
-from graft.index import Index
-from graft.results import QueryResult, is_one_word
+from graft.results import QueryResult
+from graft.similarity import group_items
 from graft.teacher import TeacherConfig
-from graphbuild.citations import TEXT_NEIGHBOURS, coupling_row_log, external_citation_row
-from graphbuild.embeddings import embed_items
-from graphbuild.graph import GraphParams, external_facet_row
-from graphbuild.similarity import group_items
+
+if TYPE_CHECKING:
+    from graft.index import Index
 
 #: A paper outside the corpus is scored twice: the citation links of the R papers its first rows rank
 #: highest (the share of them that a paper cites or is cited by) are added to its citation half
@@ -79,75 +80,18 @@ def _without(row: sp.csr_matrix, node: int | None) -> sp.csr_matrix:
     return row
 
 
-def record_from_text(text: str) -> dict[str, Any]:
-    """`"Title. Abstract..."` -> a record: the first sentence is the title, the rest the abstract."""
-    from graft.text import split_sentences
-
-    text = " ".join(text.split())
-    if not text:
-        raise InputValidationError("query text is empty; pass --text \"Title. Abstract ...\"")
-    sents = split_sentences(text)
-    title = sents[0] if sents else text
-    abstract = " ".join(sents[1:]) or title
-    return {"id": "query", "title": title, "abstract": abstract}
-
-
-def record_problem(record: Any) -> str | None:
-    """Why `record` is not a query `graft query` can answer, or None when it is one.
-
-    A query is a JSON object with the `id` of a corpus paper, or a paper's `title` and/or `abstract`
-    (strings), optionally with `references` (a list of paper ids) and an `id`. An id is one word: it
-    names the query in TREC run files, whose fields are separated by whitespace.
-    """
-    if not isinstance(record, dict):
-        return f"a query must be a JSON object, got {type(record).__name__}"
-    pid = record.get("id")
-    if pid is not None:
-        if isinstance(pid, bool) or not isinstance(pid, str | int):
-            return f"'id' must be a string, got {type(pid).__name__} {pid!r:.40}"
-        if not is_one_word(str(pid)):
-            return f"'id' {str(pid)!r:.60} must be one word, without spaces (a query's id in TREC run files)"
-    for name in ("title", "abstract"):
-        if record.get(name) is not None and not isinstance(record[name], str):
-            return f"'{name}' must be a string, got {type(record[name]).__name__} {record[name]!r:.40}"
-    refs = record.get("references")
-    if refs is not None and (not isinstance(refs, list) or not all(isinstance(r, str) for r in refs)):
-        return f"'references' must be a list of paper ids (strings), got {refs!r:.60}"
-    if pid is None and not (record.get("title") or record.get("abstract")):
-        return "give the 'id' of a corpus paper, or a paper's 'title' and/or 'abstract'"
-    return None
-
-
-def read_record(path: str | Path) -> dict[str, Any]:
-    """A query as one JSON object, as a `graft query --queries` line takes it: a paper with `title`
-    and/or `abstract` (optional id, references, full_text), or a corpus paper by its `id` alone; a
-    leading byte-order mark is allowed."""
-    path = Path(path)
-    try:
-        rec = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError) as exc:
-        raise InputValidationError(f"{path}: cannot read a JSON record ({exc})") from exc
-    problem = record_problem(rec)
-    if problem is not None:
-        raise InputValidationError(f"{path}: {problem} (a JSON object with 'title' and/or 'abstract'; "
-                                   "optional: id, references, full_text)")
-    return rec
-
-
 class RecordFacets:
     """Facet items of papers outside the corpus, extracted as the index's build did: the offline
     heuristic extractor with the index's embedding model (loaded once)."""
 
     def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None) -> None:
-        from graphbuild.build import BuildConfig
-
         self.config = BuildConfig.from_manifest(index.manifest)
         if encoder is None:
-            from graphbuild.embeddings import index_encoder
+            from graft.encoder import index_encoder
 
             encoder = index_encoder(index)
         if extractor is None:
-            from graphbuild.facets_heuristic import HeuristicFacetExtractor
+            from graft.extract import HeuristicFacetExtractor
 
             extractor = HeuristicFacetExtractor(encoder)
         self.index = index
@@ -241,15 +185,16 @@ class CorpusScorer:
             `graft.fusion.CITATION_WEIGHT`; 0 = off); the index's citation links make it.
     """
 
-    def __init__(self, index: Index, *, feedback: int = 0, citation_weight: float = CITATION_WEIGHT) -> None:
-        from graphbuild.build import BuildConfig
-
+    def __init__(self, index: Index, *, feedback: int = 0, citation_weight: float = CITATION_WEIGHT,
+                 teacher: TeacherConfig | None = None) -> None:
         if feedback < 0:
             raise InputValidationError(f"feedback must be >= 0, got {feedback}")
         if citation_weight < 0:
             raise InputValidationError(f"citation_weight must be >= 0, got {citation_weight}")
         self.feedback = feedback
-        self.citation_weight = float(citation_weight)
+        #: the walk's settings (`graft.query.QueryConfig.teacher_config`); its W wins over `citation_weight`
+        self.walk_config = teacher or TeacherConfig(citation_weight=float(citation_weight))
+        self.citation_weight = float(self.walk_config.citation_weight)
         self.index = index
         self.config = BuildConfig.from_manifest(index.manifest)
         self.params: GraphParams = self.config.graph_params()
@@ -277,7 +222,7 @@ class CorpusScorer:
     def teacher_config(self) -> TeacherConfig:
         """The graph teacher's settings of this scorer's queries: the citation channel at W when
         the index has citation links, off otherwise."""
-        return TeacherConfig(citation_weight=self.citation_weight if self.linked.nnz else 0.0)
+        return replace(self.walk_config, citation_weight=self.citation_weight if self.linked.nnz else 0.0)
 
     def query_rows(self, rows: dict[str, sp.csr_matrix], *, query_id: str = "query", k: int = 20,
                    exclude: set[int] | None = None) -> QueryResult:
@@ -393,10 +338,10 @@ class ExternalScorer(CorpusScorer):
 
     def __init__(self, index: Index, *, encoder: Any = None, extractor: Any = None,
                  text_neighbours: int = TEXT_NEIGHBOURS, feedback: int = FEEDBACK,
-                 citation_weight: float = CITATION_WEIGHT) -> None:
+                 citation_weight: float = CITATION_WEIGHT, teacher: TeacherConfig | None = None) -> None:
         if text_neighbours < 0:
             raise InputValidationError(f"text_neighbours must be >= 0, got {text_neighbours}")
-        super().__init__(index, feedback=feedback, citation_weight=citation_weight)
+        super().__init__(index, feedback=feedback, citation_weight=citation_weight, teacher=teacher)
         self.facets_of = RecordFacets(index, encoder=encoder, extractor=extractor)
         self.encoder = self.facets_of.encoder
         self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from graft.errors import ConfigError
+
 
 def citation_matrix(citing: np.ndarray, cited: np.ndarray, n: int) -> sp.csr_matrix:
     """Binary n x n CSR matrix with A[citing[k], cited[k]] = 1 (duplicates and self-loops dropped)."""
@@ -50,7 +52,7 @@ def _row_max_log(m: sp.csr_matrix, rescale: str = "pair") -> np.ndarray:
     """log(1 + max count) of each row (0 for an empty row); with "global", the corpus maximum for
     every row, which turns the per-pair formula into division by the global maximum."""
     if rescale not in RESCALE_MODES:
-        raise ValueError(f"citation rescale '{rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
+        raise ConfigError(f"citation rescale '{rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
     m = sp.csr_matrix(m)
     out = np.zeros(m.shape[0], dtype=np.float64)
     if rescale == "global":
@@ -140,7 +142,7 @@ def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr
     A paper without citation links has no coupling or co-citation with any paper, so the citation
     half (beta) of its edge weights would be zero; the papers it reads most like are the ones it
     would most likely share references with. A paper outside the corpus without references is
-    scored the same way (`graphbuild.external.text_coupling_row`).
+    scored the same way (`graft.external.text_coupling_row`).
 
     Args:
         paper_vectors: (n, d) unit rows (`embeddings/papers.npy`).

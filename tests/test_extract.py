@@ -10,16 +10,16 @@ import pytest
 
 from eval.textmetrics import joined_rouge_l
 from experiments.facet_extraction import GOLD_ASPECT, load_gold
-from graft.facets import FACETS
-from graft.text import normalize_text, split_sentences
-from graphbuild.corpus import load_aclsum
-from graphbuild.embeddings import Encoder
-from graphbuild.facets_heuristic import (
+from graft.encoder import Encoder
+from graft.extract import (
     HeuristicConfig,
     HeuristicFacetExtractor,
     clean_sentence,
     strip_citations,
 )
+from graft.facets import FACETS
+from graft.text import normalize_text, split_sentences
+from graphbuild.corpus import load_aclsum
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("aclsum", reason="ACLSum papers come from the `aclsum` package")

@@ -20,15 +20,48 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
 
 from graft.config import type_problems
+from graft.encoder import Encoder
+from graft.errors import ConfigError
 from graft.facets import FACETS, FacetItems, check_facet_items
 from graft.text import split_sentences
-from graphbuild.embeddings import Encoder
+
+#: Extractors selectable with `graft build --extractor`.
+EXTRACTORS = ("heuristic", "llm")
+
+
+class FacetExtractor(Protocol):
+    """Turns corpus rows into facet items, one `FacetItems` per row, every facet non-empty."""
+
+    name: str
+
+    def extract(
+        self, papers: pl.DataFrame, *, progress: Callable[[int], None] | None = None
+    ) -> list[FacetItems]:
+        """Args:
+            papers: corpus table (columns paper_id, title, abstract, full_text, ...).
+            progress: called with the number of papers finished since the last call.
+        Returns:
+            one dict per row, in row order, with at least one item for each of `FACETS`.
+        """
+        ...
+
+    def extract_counted(
+        self, papers: pl.DataFrame, *, progress: Callable[[int], None] | None = None
+    ) -> tuple[list[FacetItems], list[dict[str, int]]]:
+        """`extract`, and each row's share of the per-paper counters of `stats()` (one dict per
+        row), so that the counters of papers extracted in different runs add up."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Counters for the manifest and the summary table (e.g. discarded LLM responses)."""
+        ...
+
 
 _NUM_FACETS = len(FACETS)
 #: Prototype signal of sentences that are not embedded (`embed_full_text=False`): the mean max-cosine
@@ -66,9 +99,9 @@ class HeuristicConfig:
     def __post_init__(self) -> None:
         problems = type_problems(self)
         if problems:
-            raise ValueError("HeuristicConfig: " + "; ".join(problems))
+            raise ConfigError("HeuristicConfig: " + "; ".join(problems))
         if self.max_items < 1 or self.max_item_words < 5 or self.min_sentence_words < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"HeuristicConfig: max_items={self.max_items} (>= 1), max_item_words="
                 f"{self.max_item_words} (>= 5), min_sentence_words={self.min_sentence_words} (>= 1)"
             )
@@ -79,7 +112,7 @@ class HeuristicConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"HeuristicConfig: unknown key(s) {unknown}; allowed: {sorted(known)}")
+            raise ConfigError(f"HeuristicConfig: unknown key(s) {unknown}; allowed: {sorted(known)}")
         return cls(**values)
 
 

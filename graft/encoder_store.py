@@ -3,7 +3,7 @@
 A query for a paper outside the corpus (`graft query --text / --record / --queries`, the survey,
 `graft eval`) embeds a handful of sentences, yet loading sentence-transformers (and with it torch
 and transformers) takes most of its time: about 8 of a `--text` query's 9.5 s on 2 cores. The
-model's transformer, once exported to ONNX (`graphbuild.encoder_onnx`), needs none of them: the
+model's transformer, once exported to ONNX (`graft.encoder_onnx`), needs none of them: the
 model folder's `tokenizer.json` tokenises through the `tokenizers` package, ONNX Runtime runs the
 transformer, and the pooling is a few NumPy lines.
 
@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from graft.errors import ConfigError
 from graft.store import atomic_path, user_cache_dir
 
 #: The store's folder inside the user cache.
@@ -235,7 +236,7 @@ class StoredEncoder:
         self.tokenizer.enable_truncation(max_length=spec.max_length, strategy="longest_first")
         pad_id = self.tokenizer.token_to_id(spec.pad_token)
         if pad_id is None:
-            raise ValueError(f"pad token {spec.pad_token!r} is not in the vocabulary")
+            raise ConfigError(f"pad token {spec.pad_token!r} is not in the vocabulary")
         self.tokenizer.enable_padding(direction="left" if spec.padding_left else "right", pad_id=pad_id,
                                       pad_token=spec.pad_token)
         if spec.lowercase:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from graphbuild.similarity import FacetItemsMatrix, prefilter_blocks, score_gathered, score_pairs
-from graphbuild.similarity import sorted_unique as _unique  # a name of this module: benchmarks swap it
+from graft.similarity import FacetItemsMatrix, prefilter_blocks, score_gathered, score_pairs
+from graft.similarity import sorted_unique as _unique  # a name of this module: benchmarks swap it
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from graft.devices import resolve_device
-from graft.errors import GraftError
+from graft.errors import ConfigError, GraftError
 
 #: Name recorded in manifests for the packaged default model.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -28,7 +28,7 @@ DEFAULT_TITLE_WEIGHT = 0.7
 BATCH_SIZE = {"cpu": 16, "gpu": 128}
 
 #: What runs the encoder's transformer: "torch", "onnx" (ONNX Runtime, CPU only;
-#: `graphbuild.encoder_onnx`), or "auto": ONNX Runtime on the CPU where it is installed, else torch.
+#: `graft.encoder_onnx`), or "auto": ONNX Runtime on the CPU where it is installed, else torch.
 BACKENDS = ("auto", "torch", "onnx")
 
 #: Fewest new texts in one `encode` call that make an "auto" encoder on the CPU export its model to
@@ -80,9 +80,9 @@ def in_context(encoder: Any, alone: np.ndarray, titles: list[str], title_weight:
         title_weight: w >= 0.
     """
     if len(alone) != len(titles):
-        raise ValueError(f"{len(alone)} items but {len(titles)} titles")
+        raise ConfigError(f"{len(alone)} items but {len(titles)} titles")
     if title_weight < 0:
-        raise ValueError(f"title_weight must be >= 0, got {title_weight}")
+        raise ConfigError(f"title_weight must be >= 0, got {title_weight}")
     if title_weight == 0 or not len(alone):
         return alone
     return with_title(alone, title_vectors(encoder, titles), title_weight)
@@ -116,14 +116,13 @@ def with_title(item_vecs: np.ndarray, title_vecs: np.ndarray, title_weight: floa
 
 def index_encoder(index: Any, **kwargs: Any) -> Encoder:
     """The encoder of an opened index's build (its model and batch size), for papers outside the
-    corpus: run from the model's stored ONNX export when there is one (`graphbuild.encoder_store`).
+    corpus: run from the model's stored ONNX export when there is one (`graft.encoder_store`).
     `kwargs` go to `Encoder`."""
-    from graphbuild.build import BuildConfig
-    from graphbuild.encoder_store import default_store
+    from graft.encoder_store import default_store
 
-    config = BuildConfig.from_manifest(index.manifest)
     kwargs.setdefault("store", default_store())
-    return Encoder(config.embedding_model, batch_size=config.embedding_batch_size, **kwargs)
+    return Encoder(index.build_setting("embedding_model", None),
+                   batch_size=index.build_setting("embedding_batch_size", None), **kwargs)
 
 
 def default_model_path() -> str:
@@ -164,7 +163,7 @@ def resolve_backend(backend: str, device: str) -> str:
     Raises:
         GraftError: an unknown name, or "onnx" on a GPU or without onnxruntime.
     """
-    from graphbuild import encoder_onnx
+    from graft import encoder_onnx
 
     if backend not in BACKENDS:
         raise GraftError(f"encoder backend '{backend}' is unknown; allowed: {', '.join(BACKENDS)}")
@@ -193,7 +192,7 @@ class Encoder:
             torch, with a warning. "onnx" exports at once and fails on a failed export; "torch"
             never exports. Once the model runs in ONNX Runtime, the PyTorch copy of the
             transformer's weights is released (~90 MiB for MiniLM).
-        store: a folder of encoder exports (`graphbuild.encoder_store.default_store`). A stored export of
+        store: a folder of encoder exports (`graft.encoder_store.default_store`). A stored export of
             this model is run from it with neither torch nor transformers loaded (on the CPU, backend
             "auto" or "onnx"); without one, an "auto" encoder exports with its first call, whatever
             its size, and the export is written there for later processes (where the folder is
@@ -208,7 +207,7 @@ class Encoder:
         memo_size: int = 500_000, backend: str = "auto", store: str | Path | None = None,
         from_store: bool = True,
     ) -> None:
-        from graphbuild import encoder_store
+        from graft import encoder_store
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.device = resolve_device(device)
@@ -228,7 +227,7 @@ class Encoder:
         # and the move to ONNX Runtime (weights released) and its per-batch torch thread count must
         # not interleave with another thread's batch
         self._lock = threading.Lock()
-        #: where the model's ONNX export is kept between processes (`graphbuild.encoder_store`), or None
+        #: where the model's ONNX export is kept between processes (`graft.encoder_store`), or None
         self.store = Path(store) if store is not None else None
         #: the stored export's file once this encoder has written one
         self.stored: Path | None = None
@@ -257,7 +256,7 @@ class Encoder:
 
     def _storable(self) -> bool:
         """True when this encoder's export can be written to its store for later processes."""
-        from graphbuild import encoder_store
+        from graft import encoder_store
 
         return (self.store is not None and not isinstance(encoder_store.light_spec(self.path), str)
                 and encoder_store.available() and encoder_store.writable(self.store))
@@ -268,8 +267,8 @@ class Encoder:
         Raises:
             GraftError: the export failed (the encoder stays on torch).
         """
-        from graphbuild import encoder_store
-        from graphbuild.encoder_onnx import OnnxBackbone
+        from graft import encoder_store
+        from graft.encoder_onnx import OnnxBackbone
 
         self._onnx_due = False
         # written once per model: where another encoder (another build, a query) has stored it, the

@@ -3,8 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graft.errors import GraftError
-from graphbuild.embeddings import (
+from graft.encoder import (
     AUTO_ONNX_TEXTS,
     BATCH_SIZE,
     DEFAULT_MODEL,
@@ -13,6 +12,7 @@ from graphbuild.embeddings import (
     embed_items,
     resolve_model_path,
 )
+from graft.errors import GraftError
 
 
 def test_memo_returns_the_same_vectors_as_a_fresh_encode(encoder) -> None:
@@ -88,8 +88,8 @@ def test_items_take_their_papers_title_vector_at_the_given_weight(encoder) -> No
 
 
 def test_batch_size_defaults_by_device_and_is_checked(encoder) -> None:
+    from graft.encoder import BATCH_SIZE, default_batch_size
     from graphbuild.build import BuildConfig
-    from graphbuild.embeddings import BATCH_SIZE, default_batch_size
 
     assert encoder.device == "cpu" and encoder.batch_size == BATCH_SIZE["cpu"] == 16
     assert default_batch_size("cuda:1") == default_batch_size("mps") == BATCH_SIZE["gpu"]
@@ -160,9 +160,9 @@ def test_onnx_backend_leaves_torchs_thread_count_as_it_was(onnx_encoder) -> None
 
 
 def test_backend_names_resolve_or_fail_clearly(monkeypatch) -> None:
-    from graphbuild import encoder_onnx
+    from graft import encoder_onnx
+    from graft.encoder import resolve_backend
     from graphbuild.build import BuildConfig
-    from graphbuild.embeddings import resolve_backend
 
     assert resolve_backend("auto", "cpu") == "onnx"
     assert resolve_backend("auto", "cuda") == resolve_backend("torch", "cpu") == "torch"
@@ -182,7 +182,7 @@ def test_backend_names_resolve_or_fail_clearly(monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_auto_backend_falls_back_to_torch_when_the_export_fails(monkeypatch) -> None:
-    from graphbuild import encoder_onnx
+    from graft import encoder_onnx
 
     def broken(self, model, **kwargs):
         raise GraftError("exporting BertModel to ONNX failed (stand-in)")
@@ -250,8 +250,8 @@ def test_an_encoder_shared_by_threads_moves_to_onnx_once_and_keeps_the_thread_co
 
     import torch
 
+    from graft import encoder as embeddings
     from graft.text import paper_text
-    from graphbuild import embeddings
     from graphbuild.corpus import load_corpus
 
     papers = load_corpus(None, limit=48).papers

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graft.errors import ConfigError
+
 
 @dataclass
 class FacetItemsMatrix:
@@ -126,7 +128,7 @@ def score_gathered(items: FacetItemsMatrix, rows: np.ndarray, cols: np.ndarray,
     if not len(rows):
         return out
     if np.any(np.diff(rows) < 0):
-        raise ValueError("score_gathered needs the pairs sorted by row")
+        raise ConfigError("score_gathered needs the pairs sorted by row")
     count = items.mask.sum(axis=1)
     for start, lo, hi in _row_blocks(rows, block_rows):
         r, c = rows[lo:hi], cols[lo:hi]

@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphbuild.citations import (
+from graft.citations import (
     citation_links,
     citation_matrix,
     citation_signals,
     linkless_rows,
     text_coupling,
 )
-from graphbuild.graph import GraphParams, external_facet_row, facet_graph
-from graphbuild.similarity import (
+from graft.edges import GraphParams, external_facet_row, facet_graph
+from graft.similarity import (
     best_columns,
     group_items,
     pair_similarity,
@@ -66,7 +66,7 @@ def dense_top_k(w: np.ndarray, k: int) -> sp.csr_matrix:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_blocked_top_k_equals_dense_argsort(seed: int, block_rows: int, monkeypatch) -> None:
     """The candidates scored a row, a few rows (the default) or every row at a time."""
-    import graphbuild.graph as graph
+    import graft.edges as graph
 
     monkeypatch.setattr(graph, "score_gathered", lambda items, rows, cols: score_gathered(
         items, rows, cols, block_rows=block_rows))
@@ -90,7 +90,7 @@ def test_blocked_top_k_equals_dense_argsort(seed: int, block_rows: int, monkeypa
 def test_top_k_rows_and_unique_equal_numpy_s_own() -> None:
     """The packed-key sort keeps each row's k best by (-weight, col), ties in column order, exactly
     as the three-key lexsort; input it cannot pack (unsorted, float64) takes the lexsort."""
-    from graphbuild.graph import _top_k_rows, _unique
+    from graft.edges import _top_k_rows, _unique
 
     rng = np.random.default_rng(0)
     n = 300
@@ -239,7 +239,7 @@ def test_prefilter_blocks_match_full_sort() -> None:
 def test_best_columns_orders_ties_by_column_whichever_selection(via_torch: bool, monkeypatch) -> None:
     """Scores with many exact ties (few distinct values), some running past the tie margin: the
     result is the stable full sort's, whether torch.topk or np.argpartition selected the rows' best."""
-    import graphbuild.similarity as sim
+    import graft.similarity as sim
 
     monkeypatch.setattr(sim, "TORCH_TOPK_MIN", 0 if via_torch else 10**12)
     rng = np.random.default_rng(11)

@@ -11,7 +11,7 @@ pooling.
 The model is exported from the loaded PyTorch weights into memory when the backbone is made
 (about 1.5 s for MiniLM). Nothing is written to disk here; an `Encoder` given a store (the user
 cache's `encoders/`) keeps the export there, and later processes run it without torch
-(`graphbuild.encoder_store`).
+(`graft.encoder_store`).
 An `Encoder` on "auto" (its default) makes the backbone with its first call of
 `embeddings.AUTO_ONNX_TEXTS` new texts: the few sentences of a query stay on PyTorch.
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from graft.errors import GraftError
+from graft.errors import ConfigError, GraftError
 
 #: The transformer inputs the export may take, in the order the exported graph names them.
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -60,7 +60,7 @@ class OnnxBackbone:
         threads: ONNX Runtime's intra-op threads (None: torch's thread count, so both backends use
             the same cores).
         keep_bytes: keep the serialised export for `take_bytes` (to store it for later processes).
-        exported: (file, input names) of this model's stored export (`graphbuild.encoder_store`):
+        exported: (file, input names) of this model's stored export (`graft.encoder_store`):
             run from it instead of exporting, where its inputs are the model's and it loads.
     Raises:
         GraftError: onnxruntime / onnx missing, or a model this export does not cover.
@@ -93,7 +93,7 @@ class OnnxBackbone:
         #: True when the session runs the stored export given as `exported` (nothing was exported)
         self.from_stored = False
         if exported is not None and list(exported[1]) == self.input_names:
-            try:  # this model's stored export (`graphbuild.encoder_store`): no export to make
+            try:  # this model's stored export (`graft.encoder_store`): no export to make
                 self.session = ort.InferenceSession(str(exported[0]), options, providers=["CPUExecutionProvider"])
                 self.from_stored = True
                 return
@@ -131,9 +131,9 @@ class OnnxBackbone:
         self._bytes = buffer.getvalue() if keep_bytes else None
 
     def take_bytes(self) -> bytes:
-        """The serialised export, once (`keep_bytes=True`; `graphbuild.encoder_store.save` writes it)."""
+        """The serialised export, once (`keep_bytes=True`; `graft.encoder_store.save` writes it)."""
         if self._bytes is None:
-            raise ValueError("the export's bytes were not kept (keep_bytes=False) or were taken already")
+            raise ConfigError("the export's bytes were not kept (keep_bytes=False) or were taken already")
         data, self._bytes = self._bytes, None
         return data
 

@@ -1,0 +1,95 @@
+"""The settings of `graft build`, recorded in an index's manifest: what the build used, and what a
+query outside the corpus must use again to be scored as corpus papers were (`graft.external`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from graft.citations import RESCALE_MODES, TEXT_NEIGHBOURS
+from graft.config import config_from_dict, type_problems
+from graft.edges import GraphParams
+from graft.encoder import BACKENDS, DEFAULT_TITLE_WEIGHT
+from graft.errors import ConfigError
+from graft.extract import EXTRACTORS
+
+#: Largest title weight a build takes: past it an item's vector is its title's (and float32 overflows far beyond).
+MAX_TITLE_WEIGHT = 100.0
+
+@dataclass
+class BuildConfig:
+    """Settings of `graft build`, recorded in manifest.json."""
+
+    extractor: str = "heuristic"  # facet extractor: "heuristic" (offline default) or "llm"
+    embedding_model: str | None = None  # local sentence-transformers folder; None = all-MiniLM-L6-v2
+    embedding_batch_size: int | None = None  # texts per encoder batch; None: 16 on the CPU, 128 on a GPU
+    embedding_device: str = "cpu"  # torch device of the build's encoder: cpu, cuda, cuda:N, mps or auto
+    embedding_backend: str = "auto"  # encoder runtime: "auto" (ONNX Runtime on the CPU: cs768 in 0.63x), "torch", "onnx"
+    embedding_dtype: str = "float16"  # dtype of embeddings/items.npy ("float16" halves the file)
+    title_weight: float = DEFAULT_TITLE_WEIGHT  # item vector = unit(e(item) + w·e(title)); 0 = the item alone
+    paper_embeddings: bool = True  # write embeddings/papers.npy (title + abstract; text coupling, dense baseline)
+    top_k: int = 20  # K: out-edges kept per paper and facet (GRAFT paper)
+    alpha: float = 0.75  # facet-similarity weight in w_f (GRAFT paper)
+    beta: float = 0.25  # citation-score weight in w_f (GRAFT paper)
+    n_candidates: int = 100  # facet-similar candidates per paper from the pooled prefilter
+    citation_rescale: str = "pair"  # "pair": per-pair rescaling of log counts (README); "global": by the max
+    block_rows: int | None = None  # prefilter rows per block; None sizes blocks to ~128 MiB
+    # direct citation links (either way) as graph candidates; off = the reference design: candidates
+    # are facet-similar, coupled and co-cited papers, and a direct link is left to be found (the gold)
+    direct_links: bool = False
+    # M: a paper with no citation link in the corpus takes the clipped title + abstract cosine of its
+    # M nearest papers as the citation half of its edge weights (graph/text.npz); 0 = that half stays 0
+    text_coupling: int = TEXT_NEIGHBOURS
+    skip_bad: bool = False  # skip invalid corpus records (counted and listed) instead of stopping
+    limit: int | None = None  # keep only the first N valid records
+    llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
+
+    def __post_init__(self) -> None:
+        problems = type_problems(self)  # top_k 2.5 kept 3 edges; a string weight failed deep in the build
+        if problems:
+            raise ConfigError("invalid build settings: " + "; ".join(problems))
+        wrong = [f"{name}={getattr(self, name)!r}" for name in ("top_k", "n_candidates", "embedding_batch_size",
+                                                               "block_rows", "limit")
+                 if getattr(self, name) is not None and getattr(self, name) < 1]
+        if wrong:
+            raise ConfigError(f"{', '.join(wrong)}: must be >= 1 (batch size, block rows and limit: or None)")
+        if self.text_coupling < 0:
+            raise ConfigError(f"text_coupling must be >= 0 (0 = off), got {self.text_coupling}")
+        if self.text_coupling and not self.paper_embeddings:
+            raise ConfigError("text_coupling needs paper_embeddings (the title + abstract vectors it compares); "
+                             "set text_coupling to 0 to build without them")
+        if self.extractor not in EXTRACTORS:
+            raise ConfigError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
+        if self.embedding_dtype not in ("float16", "float32"):
+            raise ConfigError(f"embedding_dtype '{self.embedding_dtype}'; allowed: float16, float32")
+        if not 0 <= self.title_weight <= MAX_TITLE_WEIGHT:  # NaN and infinity too: they empty every graph
+            raise ConfigError(f"title_weight must lie in [0, {MAX_TITLE_WEIGHT:g}], got {self.title_weight} (beyond "
+                             f"that an item's own text no longer counts)")
+        if self.citation_rescale not in RESCALE_MODES:
+            raise ConfigError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
+        if self.embedding_backend not in BACKENDS:
+            raise ConfigError(f"embedding_backend (--encoder-backend) '{self.embedding_backend}' is unknown; "
+                             f"allowed: {', '.join(BACKENDS)}")
+        if not (self.alpha >= 0 and self.beta >= 0 and abs(self.alpha + self.beta - 1) < 1e-6):
+            raise ConfigError(f"alpha and beta must be >= 0 and sum to 1, got {self.alpha} + {self.beta}")
+        if self.extractor == "llm":  # a bad server URL or setting before any work, not after loading models
+            from graft.llm import LLMConfig
+
+            LLMConfig.from_dict(dict(self.llm))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BuildConfig:
+        # indexes built before items took their title as context embedded them alone, and those
+        # built before direct links became optional took them as candidates
+        # and those built before link-less papers were text-coupled left their citation half empty
+        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0, **data})
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:
+        """The build settings recorded in an index's manifest (defaults where none are recorded)."""
+        return cls.from_dict(manifest.get("stages", {}).get("build", {}).get("config", {}))
+
+    def graph_params(self) -> GraphParams:
+        return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
+                           n_candidates=self.n_candidates, block_rows=self.block_rows,
+                           direct_links=self.direct_links)
