@@ -778,10 +778,16 @@ def _open_indexes(split_dir: Path, split: dict[str, Any], suite: str, index_dir:
                   options: RunOptions) -> tuple[Index, Index | None]:
     """The index a suite runs on, and the naive index, each checked against the corpus it must come
     from: an in-corpus part's leak-free corpus for `incorpus` (or, given with `--index`, the
-    split's own corpus: a run that reads the gold links, labelled so), the split's corpus otherwise."""
+    split's own corpus: a run that reads the gold links, labelled so), the split's corpus otherwise
+    (or, given with `--index`, a part's: a model trained leak-free answers both kinds of query)."""
     part = suite_part(suite, options.part)
     wanted = expected_corpus_hash(split, part)
-    allowed = {wanted} | ({split["corpus_hash"]} if options.index_dir is not None else set())
+    allowed = {wanted}
+    if options.index_dir is not None:  # the split's whole corpus (reads gold links in corpus), and for
+        # the suites outside the corpus a part's leak-free corpus too (their queries are in none of them)
+        allowed.add(split["corpus_hash"])
+        if part is None:
+            allowed |= {expected_corpus_hash(split, p) for p in split.get("incorpus_parts") or {}}
     source = split_dir / "corpus.jsonl" if part is None else split_dir / "incorpus" / part / "corpus.jsonl"
     if not (index_dir / "manifest.json").is_file() and options.index_dir is None:
         raise GraftError(f"no index at {index_dir}; build the split's indexes with "

@@ -664,6 +664,9 @@ def test_gpu_eval_script_stages_a_split_and_rehearses_the_run_on_the_cpu(built, 
     assert {f"runs/{graft_run}", f"runs/{naive_run}", "index-naive/manifest.json"} <= names
     rows = {r["system"]: r for r in table["rows"]}
     assert all(rows[s]["R@20"] is not None for s in ("graft", "graft-rrf", "graft-naive", "teacher"))
+    # trained on the test part's leak-free index: the in-corpus table reads no gold link
+    assert table["meta"]["protocol"] == "leak-free"
+    assert json.loads((stage / folders[-1].name / "stage.json").read_text())["index"]["part"] == "test"
 
 
 def test_cli_prepare_run_score(built, tmp_path, monkeypatch) -> None:

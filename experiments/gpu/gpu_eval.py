@@ -22,7 +22,9 @@ pyarrow, scipy and networkx; polars, marisa-trie and gguf travel as wheels. Noth
 needs the sentence encoder: out-of-corpus facets and rows come from `SPLITDIR/ooc/facets.jsonl` and
 the nearest-paper sets from `SPLITDIR/runs/{suite}.obvious.json`, both made by `prepare`. The
 staged index carries an empty `embeddings/items.npy` (0 x dim) in place of the 25 MiB of item
-embeddings, so that anything that would read them fails at once instead of using stale numbers.
+embeddings; the run fills it with NaN of the recorded shape, so that the index opens and anything
+that would read them gets NaN instead of stale numbers. The model is trained on the in-corpus test
+part's leak-free index (`SPLITDIR/incorpus/test/index`), which answers both suites.
 """
 
 from __future__ import annotations
@@ -143,12 +145,27 @@ def _data_archive(split: Path, index: Path, out: Path) -> dict[str, Any]:
     return info
 
 
+def _unread_item_embeddings(index: Path) -> None:
+    """Replace the staged index's empty `embeddings/items.npy` (0 x dim) by a NaN array of the shape
+    its manifest records, so that the index opens (its files are checked against each other) while
+    anything that read the item vectors would get NaN, never stale numbers."""
+    import numpy as np
+
+    path = index / "embeddings" / "items.npy"
+    dim = int(np.load(path, mmap_mode="r").shape[1])
+    counts = json.loads((index / "manifest.json").read_text())["stages"]["build"]["counts"]
+    items = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=(sum(counts["facet_items"].values()), dim))
+    items[:] = np.nan
+    items.flush()
+    del items
+
+
 def prepare(args: argparse.Namespace) -> int:
     """CPU: precomputations, DocIDs and pairs, wheels, GGUF pieces; stage the carry folders."""
     from importlib.metadata import version
 
     from eval.runner import load_queries, obvious_sets
-    from eval.splits import read_split
+    from eval.splits import expected_corpus_hash, part_index, read_split
     from eval.systems import EvalContext
     from graft.config import config_to_dict
     from graft.index import Index
@@ -159,10 +176,15 @@ def prepare(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     split, work, stage = Path(args.split), Path(args.work), Path(args.stage)
     meta = read_split(split)
-    index_dir = split / "index"
+    # the in-corpus test part's leak-free index: the model learns a graph that holds none of the test
+    # queries' citation links (their gold); the out-of-corpus queries are in no part's corpus
+    index_dir = part_index(split, "test")
+    if not (index_dir / "manifest.json").is_file():
+        raise SystemExit(f"no index at {index_dir}; build the split's indexes with `graft eval build {split}`")
     index = Index.open(index_dir)
-    if index.manifest.get("corpus_hash") != meta["corpus_hash"]:
-        raise SystemExit(f"{index_dir} was built from another corpus than {split}'s; rebuild it")
+    if index.manifest.get("corpus_hash") != expected_corpus_hash(meta, "test"):
+        raise SystemExit(f"{index_dir} was built from another corpus than {split}'s test part; rebuild it "
+                         f"with `graft eval build {split}`")
     reporter = Reporter(quiet=args.quiet)
     # 1. what needs the encoder: out-of-corpus facets and rows, nearest-paper sets (kept in the split)
     ctx = EvalContext(index, split_dir=split)
@@ -215,6 +237,8 @@ def prepare(args: argparse.Namespace) -> int:
         "pieces": pieces,
         "gguf": {"name": gguf.name, "bytes": gguf.stat().st_size, "sha256": sha256_file(gguf),
                  "parts": [p.name for p, _ in parts]},
+        "index": {"part": "test", "corpus_hash": index.manifest.get("corpus_hash"),
+                  "hidden_links": meta["incorpus_parts"]["test"].get("hidden_links")},
         "split": {"path": str(split), "corpus_hash": meta["corpus_hash"], "seed": meta["seed"],
                   "source": meta["source"], "counts": meta["counts"]},
         "queries": {"incorpus_test": len(incorpus), "ooc": len(ooc)},
@@ -607,6 +631,7 @@ def _run_steps(args: argparse.Namespace, run: Run) -> None:
         tar.extractall(work, filter="data")
     cov, naive, split = work / "index-coverage", work / "index-naive", work / "split"
     (work / "index").rename(cov)
+    _unread_item_embeddings(cov)
     if "naive" in args.samplings:  # its own index: the naive pairs and model go there
         shutil.copytree(cov, naive, ignore=shutil.ignore_patterns("train", "model"))
     run.step("unpack", t)
