@@ -114,7 +114,7 @@ def test_hostile_text_everywhere(base_index, encoder, tmp_path_factory, monkeypa
         no_raw_control(res.output)
         res = runner.invoke(app, ["query", str(idx), f"--paper={pid}2", "--json"])
         assert res.exit_code == 0, res.output
-        hits = json.loads(res.stdout)
+        hits = json.loads(res.stdout)["hits"]
         assert hits and all(h["title"] == titles[h["paper_id"]] for h in hits)  # as the corpus has them
         for args in (["info", str(idx)], ["info", str(idx), f"--paper={pid}"]):
             res = runner.invoke(app, args)
