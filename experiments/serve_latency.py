@@ -11,57 +11,16 @@ Needs Debian's chromium and chromium-driver and selenium (as the browser test).
 from __future__ import annotations
 
 import json
-import os
 import random
-import re
-import select
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from experiments.browser import open_browser, start_server
 from experiments.common import parser
-
-REPO = Path(__file__).resolve().parent.parent
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1400,900")
-
-
-def start(index: Path, cores: int, surveys: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "cli.app", "serve", str(index), "--port", "0", "--surveys", str(surveys)]
-    if shutil.which("taskset") and cores:
-        cmd = ["taskset", "-c", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:cores]), *cmd]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    t0, lines = time.time(), []
-    while time.time() - t0 < 600:
-        if select.select([proc.stdout], [], [], 1.0)[0]:
-            line = proc.stdout.readline()
-            lines.append(line)
-            m = re.search(r"http://127\.0\.0\.1:\d+/", line)
-            if m:
-                return proc, m.group(0)
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise SystemExit("graft serve printed no URL:\n" + "".join(lines))
-
-
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = shutil.which("chromium")
-    for flag in (*FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='graft-chromium-')}"):
-        opts.add_argument(flag)
-    return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
 
 
 def wait(driver, script: str, timeout: float = 120):
@@ -94,9 +53,10 @@ def main() -> None:
     ids = pl.read_parquet(args.index / "papers.parquet", columns=["paper_id"])["paper_id"].to_list()
     papers = random.Random(args.seed).sample(ids, args.runs)
     t_start = time.time()
-    proc, url = start(args.index, args.cores, Path(tempfile.mkdtemp(prefix="graft-surveys-")))
+    proc, url = start_server(args.index, Path(tempfile.mkdtemp(prefix="graft-surveys-")), cores=args.cores,
+                             timeout=600)
     startup = time.time() - t_start
-    driver = browser()
+    driver = open_browser()
     try:
         driver.get(url)  # the page's own files into the browser cache, as any visit after the first
         wait(driver, "return document.getElementById('index-name').textContent")

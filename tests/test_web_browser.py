@@ -6,25 +6,16 @@ and a screenshot saved. Skips, with the reason, where the browser is not install
 from __future__ import annotations
 
 import json
-import os
-import re
-import select
 import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
-from conftest import REPO
 
-CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1400,900")
+from experiments.browser import open_browser, start_server
+
 #: The page's facet colours (graft/web/static/app.js), as Cytoscape reports them.
 COLOURS = {"problem": "rgb(214,39,40)", "method": "rgb(31,119,180)", "result": "rgb(44,160,44)",
            "contribution": "rgb(148,103,189)", "citation": "rgb(85,85,85)"}
@@ -43,39 +34,6 @@ def _browser_problem() -> str | None:
 
 
 pytestmark = pytest.mark.skipif(_browser_problem() is not None, reason=str(_browser_problem()))
-
-
-def start_server(index: Path, surveys: Path) -> tuple[subprocess.Popen, str]:
-    """`graft serve INDEX --port 0` in a child process; returns it and the URL it printed."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "COLUMNS": "300"}
-    proc = subprocess.Popen([sys.executable, "-m", "cli.app", "serve", str(index), "--port", "0",
-                             "--surveys", str(surveys)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    deadline, seen = time.time() + 180, []
-    while time.time() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-        if ready:
-            line = proc.stdout.readline()
-            seen.append(line)
-            m = re.search(r"http://127\.0\.0\.1:\d+/", line)
-            if m:
-                return proc, m.group(0)
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError("graft serve printed no URL:\n" + "".join(seen))
-
-
-def open_browser(download_dir: Path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = shutil.which("chromium")
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='graft-chromium-')}"):
-        opts.add_argument(flag)
-    opts.add_experimental_option("prefs", {"download.default_directory": str(download_dir)})
-    return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
 
 
 def wait_for(driver, script: str, timeout: float = 60):
