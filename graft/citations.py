@@ -134,15 +134,41 @@ def linkless_rows(a: sp.csr_matrix) -> np.ndarray:
     return np.flatnonzero(degree == 0)
 
 
+def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
+                      exclude: int | None = None) -> sp.csr_matrix:
+    """A text-only paper's stand-in for its citation score row (1 x n): the cosine of its title +
+    abstract embedding with its `m` nearest corpus papers, clipped to [0, 1], zero elsewhere.
+
+    A paper outside the corpus that lists no references has no bibliographic coupling with any
+    corpus paper; the papers it reads most like are the ones it would most likely share references with.
+
+    Args:
+        paper_vectors: (n, d) unit rows, the corpus's title + abstract embeddings (`embeddings/papers.npy`).
+        query: (d,) unit vector of the paper's own title + abstract, same encoder.
+        m: neighbours kept (0 = an empty row).
+        exclude: a row never taken as a neighbour (the paper itself, when it is in the corpus).
+    """
+    n = paper_vectors.shape[0]
+    if m <= 0 or n == 0:
+        return sp.csr_matrix((1, n), dtype=np.float32)
+    sims = np.asarray(paper_vectors @ np.asarray(query, dtype=np.float32), dtype=np.float32)
+    if exclude is not None:
+        sims[exclude] = -np.inf
+    order = np.lexsort((np.arange(n), -sims))[:m]
+    order = order[np.isfinite(sims[order]) & (sims[order] > 0)]
+    cols = np.sort(order)
+    return sp.csr_matrix((np.clip(sims[cols], 0.0, 1.0), (np.zeros(len(cols), dtype=np.int64), cols)),
+                         shape=(1, n), dtype=np.float32)
+
+
 def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr_matrix:
-    """n x n stand-in for the citation score of the papers `rows`: each row holds the cosine of that
-    paper's title + abstract embedding with its `m` nearest other papers, clipped to [0, 1]; every
+    """n x n stand-in for the citation score of the papers `rows`: each row is that paper's
+    `text_coupling_row` (its `m` nearest other papers by title + abstract, clipped cosine); every
     other row is empty.
 
     A paper without citation links has no coupling or co-citation with any paper, so the citation
-    half (beta) of its edge weights would be zero; the papers it reads most like are the ones it
-    would most likely share references with. A paper outside the corpus without references is
-    scored the same way (`graft.external.text_coupling_row`).
+    half (beta) of its edge weights would be zero; it is scored as a paper outside the corpus
+    without references is.
 
     Args:
         paper_vectors: (n, d) unit rows (`embeddings/papers.npy`).
@@ -151,25 +177,11 @@ def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr
     vectors = np.asarray(paper_vectors, dtype=np.float32)
     n = vectors.shape[0]
     rows = np.asarray(rows, dtype=np.int64)
-    out_r: list[np.ndarray] = []
-    out_c: list[np.ndarray] = []
-    out_v: list[np.ndarray] = []
-    if m > 0 and n > 1:
-        for start in range(0, len(rows), 1024):
-            block = rows[start:start + 1024]
-            sims = vectors[block] @ vectors.T
-            sims[np.arange(len(block)), block] = -np.inf  # never its own neighbour
-            for r, s in zip(block, sims):
-                order = np.lexsort((np.arange(n), -s))[:m]
-                order = np.sort(order[np.isfinite(s[order]) & (s[order] > 0)])
-                out_r.append(np.full(len(order), r, dtype=np.int64))
-                out_c.append(order)
-                out_v.append(np.clip(s[order], 0.0, 1.0))
-    def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-    out = sp.csr_matrix((cat(out_v, np.float32), (cat(out_r, np.int64), cat(out_c, np.int64))),
-                        shape=(n, n), dtype=np.float32)
+    found = [text_coupling_row(vectors, vectors[r], m, exclude=int(r)) for r in rows]
+    cols = np.concatenate([f.indices for f in found]) if found else np.zeros(0, np.int64)
+    data = np.concatenate([f.data for f in found]) if found else np.zeros(0, np.float32)
+    owner = np.repeat(rows, [f.nnz for f in found])
+    out = sp.csr_matrix((data, (owner, cols)), shape=(n, n), dtype=np.float32)
     out.sort_indices()
     return out
 

@@ -12,7 +12,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from graft.build_config import BuildConfig
-from graft.citations import TEXT_NEIGHBOURS, coupling_row_log, external_citation_row
+from graft.citations import TEXT_NEIGHBOURS, coupling_row_log, external_citation_row, text_coupling_row
 from graft.edges import GraphParams, external_facet_row
 from graft.encoder import embed_items
 from graft.errors import IndexFormatError, InputValidationError
@@ -36,33 +36,6 @@ FEEDBACK = 3
 #: Papers outside the corpus taken apart per pass when many are scored at once (`rows_many`,
 #: `graft query --queries`): their facets extracted and embedded in shared encoder batches.
 RECORD_CHUNK = 256
-
-
-def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
-                      exclude: int | None = None) -> sp.csr_matrix:
-    """A text-only paper's stand-in for its citation score row (1 x n): the cosine of its title +
-    abstract embedding with its `m` nearest corpus papers, clipped to [0, 1], zero elsewhere.
-
-    A paper outside the corpus that lists no references has no bibliographic coupling with any
-    corpus paper; the papers it reads most like are the ones it would most likely share references with.
-
-    Args:
-        paper_vectors: (n, d) unit rows, the corpus's title + abstract embeddings (`embeddings/papers.npy`).
-        query: (d,) unit vector of the paper's own title + abstract, same encoder.
-        m: neighbours kept (0 = an empty row).
-        exclude: a row never taken as a neighbour (the paper itself, when it is in the corpus).
-    """
-    n = paper_vectors.shape[0]
-    if m <= 0 or n == 0:
-        return sp.csr_matrix((1, n), dtype=np.float32)
-    sims = np.asarray(paper_vectors @ np.asarray(query, dtype=np.float32), dtype=np.float32)
-    if exclude is not None:
-        sims[exclude] = -np.inf
-    order = np.lexsort((np.arange(n), -sims))[:m]
-    order = order[np.isfinite(sims[order]) & (sims[order] > 0)]
-    cols = np.sort(order)
-    return sp.csr_matrix((np.clip(sims[cols], 0.0, 1.0), (np.zeros(len(cols), dtype=np.int64), cols)),
-                         shape=(1, n), dtype=np.float32)
 
 
 def neighbour_ids(row: sp.csr_matrix, paper_ids: list[str]) -> dict[str, float]:
