@@ -185,3 +185,44 @@ def test_cli_survey_suite_with_an_llm_judge(split, tmp_path) -> None:
     assert any("LLM judge (never)" in n for n in table["notes"])
     bad = CliRunner().invoke(app, ["eval", "run", str(split_dir), "--suite", "survey", "--judge-model", "x"])
     assert bad.exit_code != 0 and "--judge-base-url" in bad.output
+
+
+def test_survey_tuning_benchmark_rows(split, tmp_path) -> None:
+    """`experiments.survey_tuning`: the default writer and a one-setting variant against the
+    baseline on the same hold-outs, written as a table."""
+    from experiments.survey_tuning import main, parse_combo, parse_settings
+    from graft.survey.config import SurveyConfig
+
+    assert parse_settings(["graph_seeds=0,40", "relative_relevance=0.5", "verify=false"], SurveyConfig()) == [
+        ("graph_seeds", 0), ("graph_seeds", 40), ("relative_relevance", 0.5), ("verify", False)]
+    for bad, message in (("seeds=3", "unknown survey setting"), ("pool", "NAME=V1"),
+                         ("pool=many", "not a int"), ("rerank=maybe", "true or false")):
+        with pytest.raises(ValueError, match=message):
+            parse_settings([bad], SurveyConfig())
+    assert parse_combo("recency_weight=0 relative_relevance=0.4", SurveyConfig()) == {
+        "recency_weight": 0.0, "relative_relevance": 0.4}
+    for bad, message in (("pool=1,2", "more than one value"), ("pool=1 pool=2", "set twice"), (" ", "expected")):
+        with pytest.raises(ValueError, match=message):
+            parse_combo(bad, SurveyConfig())
+
+    split_dir, _, _ = split
+    assert main(["--split", str(split_dir), "--part", "test", "--set", "graph_seeds=0",
+                 "--set", "papers_per_section=1", "--combo", "graph_seeds=0 papers_per_section=1",
+                 "--name", "t", "--results", str(tmp_path)]) == 0
+    table = json.loads((tmp_path / "survey_tuning_t.json").read_text())
+    rows = {(r["setting"], r["value"]): r for r in table["rows"]}
+    assert set(rows) == {("default", None), ("graph_seeds", 0), ("papers_per_section", 1),
+                         ("graph_seeds + papers_per_section", "0 / 1")}
+    base = table["meta"]["baseline_reference_recall"]
+    assert base > 0 and table["meta"]["part"] == "test"
+    assert table["meta"]["defaults"] == {"graph_seeds": 20, "papers_per_section": 8}
+    for r in rows.values():
+        assert r["hold_outs"] == 2 and r["fabricated"] == 0 and 0 <= r["pool_recall"] <= 1
+        assert r["ratio"] == pytest.approx(r["reference_recall"] / r["baseline_recall"])
+    # a graft-only setting shares the default's baseline; a shared one reruns it (fewer papers cited)
+    assert rows[("graph_seeds", 0)]["baseline_recall"] == base
+    assert rows[("papers_per_section", 1)]["baseline_recall"] < base
+    both = rows[("graph_seeds + papers_per_section", "0 / 1")]  # both changes at once
+    assert both["baseline_recall"] == rows[("papers_per_section", 1)]["baseline_recall"]
+    assert "| graph_seeds + papers_per_section | 0 / 1 |" in (tmp_path / "survey_tuning_t.md").read_text()
+    assert "| graph_seeds | 0 |" in (tmp_path / "survey_tuning_t.md").read_text()

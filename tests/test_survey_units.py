@@ -217,6 +217,13 @@ def test_headings_are_shared_title_phrases_without_repeats_or_fragments() -> Non
     words = head.lower().split()
     assert len(words) == len(set(words))
     assert phrase_heading(titles, [""] * 4, background, topic="x", avoid={"prototypical networks"}) != head
+    # a generic word is no heading, and one word alone needs several titles
+    generic = ["Limitations of Adversarial Training", "Known Limitations of Certified Defenses"]
+    assert phrase_heading(generic, ["limitations"] * 2, background, topic="robustness") is None
+    once = ["Summarization with Pointer Networks", "Abstractive Headlines"]
+    assert phrase_heading(once, ["summarization", "summarization"], background, topic="x") is None
+    assert phrase_heading(once + ["Summarization of Long Documents"], ["", "", ""], background,
+                          topic="x") == "Summarization"
 
 
 def test_parse_json_object_tolerates_fences_but_not_garbage() -> None:
@@ -426,3 +433,24 @@ def test_paper_text_cannot_close_the_prompts_data_block() -> None:
     block = _data(data)
     assert block.count("</data>") == 1 and block.count("<data>") == 1 and block.endswith("</data>")
     assert json.loads(block.split("<data>\n", 1)[1].rsplit("\n</data>", 1)[0]) == data
+
+
+def test_method_transitions_claim_similarity_only_within_a_group_and_do_not_repeat() -> None:
+    from types import SimpleNamespace
+
+    from graft.survey.prose import PaperName
+    from graft.survey.writer import Composer, Profile
+
+    vecs = np.eye(6, dtype=np.float32)
+    vecs[1] = vecs[0]  # methods 0 and 1 are alike; 2-5 are like nothing else
+    long = " ".join(["word"] * 30)  # too long to share a sentence: one clause a sentence
+    items = [(Profile(f"p{i}", PaperName(f"Author{i} et al.", plural=True), f"T{i}"), "method",
+              f"We propose method {i} with {long}.", i) for i in range(6)]
+    composer = Composer(index=None, vectors=SimpleNamespace(items=vecs), encode=None)
+    drafts = composer._method_sentences(items)
+    openers = [d.opener for d in drafts]
+    assert [d.clauses[0].paper_id for d in drafts] == [f"p{i}" for i in range(6)]
+    assert openers[:2] == ["", "Similarly,"]  # the group of two
+    apart = openers[2:]
+    assert apart[0] == "In contrast," and not any(o in ("Similarly,", "Along the same lines,") for o in apart)
+    assert all(a != b for a, b in zip(openers, openers[1:]))

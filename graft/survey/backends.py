@@ -182,14 +182,16 @@ class OfflineBackend:
     def retitle(self, topic: str, title: str, papers: Sequence[Candidate], avoid: set[str]) -> str:
         """The heading of the papers a section finally discusses (its theme was named from its share
         of the pool, which its own retrieval and the topic filter change): the noun phrase their
-        titles share, else the heading it had."""
+        titles share, else (or when that is one word and the old heading a phrase) the heading it had."""
         index, vectors = self.ctx.index, self.ctx.vectors
         titles = index.papers["title"].to_list()
         background = corpus_background(index, vectors.item_text + titles)
         texts = [" ".join(vectors.item_text[i] for i in vectors.facet_items(c.paper_id)) for c in papers]
         new = phrase_heading([titles[index.row(c.paper_id)] for c in papers], texts, background,
                              avoid={a.lower() for a in avoid}, topic=topic)
-        return new or title
+        if new is None or (len(new.split()) == 1 and len(title.split()) > 1):  # a phrase names more than a word
+            return title
+        return new
 
     # ---- writing ----------------------------------------------------------------------------
     def write_section(self, topic: str, section: str, description: str,

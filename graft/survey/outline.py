@@ -48,6 +48,14 @@ versus vs against than all any more less very than about between among across wi
 make makes making learn learning based new novel improved improving efficient towards revisited simple
 """.split()) - frozenset({"learning"})
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+\-]*")
+#: Words that name no theme when they stand alone as a heading ("Article", "Limitations").
+GENERIC_WORDS = frozenset("""
+article articles paper papers study studies work works analysis analyses approach approaches method methods
+model models framework frameworks problem problems result results survey review overview application
+applications evaluation experiments experiment theory perspective perspectives case data system systems
+limitations limitation challenges challenge insights lessons understanding role effects effect benefits
+towards toward beyond revisiting rethinking investigation exploration comparison improvements performance
+""".split())
 
 
 def title_chunks(title: str, max_words: int = 4) -> list[str]:
@@ -89,7 +97,8 @@ def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tupl
     """A short noun phrase naming a group of papers: the title phrase (`title_chunks`) that the most
     of the group's titles and texts share, weighted by its rarity in the corpus (`background`: phrase
     document frequencies) and its length. None when no phrase qualifies. A heading repeats no word,
-    is not the topic, and is not in `avoid` (headings used elsewhere, lower case)."""
+    is not the topic, and is not in `avoid` (headings used elsewhere, lower case); a one-word heading
+    is in several of the titles and is not a generic word (`GENERIC_WORDS`)."""
     bg, total = background
     total = max(total, 1)
     topic_words = set(normalize_text(topic).split())
@@ -104,12 +113,13 @@ def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tupl
             ws = key.split()
             if not ws or key in seen or len(set(ws)) < len(ws) or key in avoid or set(ws) <= topic_words:
                 continue
-            if all(len(w) < 3 or w.isdigit() for w in ws):
+            if all(len(w) < 3 or w.isdigit() for w in ws) or (len(ws) == 1 and ws[0] in GENERIC_WORDS):
                 continue
             seen.add(key)
             df = sum(f" {key} " in f" {d} " for d in docs)
             in_titles = sum(f" {key} " in f" {h} " for h in heads)
-            if df < need:
+            # one word alone names a theme only when several titles carry it
+            if df < need or (len(ws) == 1 and in_titles < need):
                 continue
             idf = math.log((1 + total) / (1 + bg.get(key, 0))) + 1.0
             # a phrase several titles share names the group best; one word alone is rarely a heading

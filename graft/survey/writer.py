@@ -44,10 +44,12 @@ GAP_CUES = re.compile(
     r"challeng\w*|unclear|unknown|not yet|little (?:is|work|attention)|few (?:works|studies|methods)|"
     r"fail(?:s|ed)? to|insufficient|bottleneck|struggle|hard to|difficult|poorly understood|under-?explored)",
     re.I)
-_OPENERS = {"problem": ["", "Relatedly,", "From another angle,"],
-            "method": ["", "Similarly,", "Along the same lines,"],
-            "result": ["", "Likewise,", "On the empirical side,"],
+_OPENERS = {"problem": ["", "Relatedly,", "From another angle,", "In a related setting,"],
+            "method": ["", "Similarly,", "Along the same lines,", "In a similar spirit,", "Likewise,"],
+            "result": ["", "Likewise,", "On the empirical side,", "In turn,"],
             "gap": ["", "Further,"]}
+#: Transitions between methods that share no group (no similarity is claimed between them).
+_APART_OPENERS = ("", "In other work,", "Elsewhere,", "Independently,")
 #: Transitions between groups of methods, in turn.
 _GROUP_OPENERS = ("In contrast,", "Taking a different route,", "Separately,", "Beyond these,")
 
@@ -158,14 +160,15 @@ class Composer:
                            facet=facet, lead=lead, source="item")
 
     def _sentences(self, part: str, items: Sequence[tuple[Profile, str, str, int]], lead: str,
-                   first_opener: str = "") -> list[SentenceDraft]:
-        """Clauses two to a sentence when both are short, else one a sentence, with transitions."""
+                   first_opener: str = "", openers: Sequence[str] | None = None) -> list[SentenceDraft]:
+        """Clauses two to a sentence when both are short, else one a sentence, with transitions
+        (the part's, in turn, none twice in a row)."""
         out: list[SentenceDraft] = []
-        openers = _OPENERS[part]
+        openers = list(openers or _OPENERS[part])
         i = 0
         while i < len(items):
             nth = len(out)
-            opener = first_opener if nth == 0 else openers[min(nth, len(openers) - 1)]
+            opener = first_opener if nth == 0 else openers[1 + (nth - 1) % (len(openers) - 1)]
             a = items[i]
             if i + 1 < len(items) and words(a[2]) <= PAIR_WORDS and words(items[i + 1][2]) <= PAIR_WORDS:
                 out.append(SentenceDraft([self._clause(a, 0), self._clause(items[i + 1], 1, lead)], part, opener))
@@ -195,7 +198,8 @@ class Composer:
         for k, g in enumerate(ordered):
             opener = "" if k == 0 else _GROUP_OPENERS[(k - 1) % len(_GROUP_OPENERS)]
             lead = "whereas" if g is alone and len(ordered) > 1 or not together else "and"
-            out += self._sentences("method", g, lead=lead, first_opener=opener)
+            out += self._sentences("method", g, lead=lead, first_opener=opener,
+                                   openers=_APART_OPENERS if g is alone else None)
         return out
 
     def table(self, papers: Sequence[Candidate]) -> list[TableRow]:
