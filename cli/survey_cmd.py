@@ -136,16 +136,19 @@ def survey(
                                              "hold-outs 10 lowered reference recall)."),
     recency_weight: float = typer.Option(
         _DEFAULTS.recency_weight, "--recency-weight", parser=finite(0), metavar="FLOAT",
-        help="Weight of the recency ranking in the rerank's first stage, beside citation count and similarity "
-             "(1 each; 0 leaves recency out)."),
+        help="Weight of the recency ranking in the rerank's first stage, beside citation count, similarity and "
+             "links into the topic's literature (0 = off, the default)."),
     retrieval_weight: float = typer.Option(
         _DEFAULTS.retrieval_weight, "--retrieval-weight", parser=finite(0), metavar="FLOAT",
-        help="Weight of the retrieval order in the rerank's first stage, beside recency, citation count and "
-             "similarity (0 leaves it out, as the reference method does)."),
-    tie_support: float = typer.Option(
-        _DEFAULTS.tie_support, "--tie-support", parser=finite(0), metavar="FLOAT",
-        help="Keep a paper below the topic-relevance floor when the graph expansion tied it to seed papers "
-             "with at least this citation support (0 = off)."),
+        help="Weight of the retrieval order in the rerank's first stage (0 = off, the default)."),
+    link_weight: float = typer.Option(
+        _DEFAULTS.link_weight, "--link-weight", parser=finite(0), metavar="FLOAT",
+        help="Weight of the ranking by links into the topic's literature (the papers retrieved for the topic) "
+             "in the rerank's first stage (0 = off)."),
+    tie_links: int = typer.Option(
+        _DEFAULTS.tie_links, "--tie-links", min=0,
+        help="Keep a paper below the topic-relevance floor when it has at least N links into the topic's "
+             "literature, making at least 5% of all its links (0 = off)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Sections written / LLM requests at once."),
     device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "
@@ -162,7 +165,8 @@ def survey(
                               papers_per_section=papers_per_section, verify_rounds=verify_rounds, retriever=retriever,
                               graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year,
                               max_concurrency=concurrency, recency_weight=recency_weight,
-                              retrieval_weight=retrieval_weight, tie_support=tie_support)
+                              retrieval_weight=retrieval_weight, link_weight=link_weight,
+                              tie_links=tie_links)
         from graft.devices import resolve_device
 
         result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json), device=resolve_device(device))

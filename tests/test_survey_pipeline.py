@@ -418,7 +418,7 @@ def scripted_model(hit: int, body: dict):
 
     content = body["messages"][-1]["content"]
     data = _data_block(content)
-    if content.startswith("Write ") and "descriptions" in content:
+    if content.startswith("Write ") and "example_papers" in data:  # not a word of the papers' text
         out = {"descriptions": [f"{data['topic']} for {t}" for t in data["example_papers"][:2]]}
     elif content.startswith("Order the papers"):
         out = {"order": [p["key"] for p in reversed(data["papers"])]}

@@ -67,38 +67,57 @@ def test_fusion_scores_average_inverse_rank_by_hand() -> None:
     sims = [0.1, 0.9, 0.5]
     # years: b 1, a 2, c 3; cites: a,c tie at 1, b 3; sims: b 1, c 2, a 3
     expected = [(1 / 2 + 1 / 1 + 1 / 3) / 3, (1 / 1 + 1 / 3 + 1 / 1) / 3, (1 / 3 + 1 / 1 + 1 / 2) / 3]
-    assert fusion_scores(cands, sims) == pytest.approx(expected)
-    # recency weighted: w / r_year + 1 / r_cites + 1 / r_sim over w + 2; w = 0 leaves it out
+    assert fusion_scores(cands, sims, recency_weight=1) == pytest.approx(expected)
+    # recency weighted: w / r_year + 1 / r_cites + 1 / r_sim over w + 2; w = 0 (the default) leaves it out
     assert fusion_scores(cands, sims, recency_weight=0.5) == pytest.approx(
         [(0.5 / 2 + 1 / 1 + 1 / 3) / 2.5, (0.5 / 1 + 1 / 3 + 1 / 1) / 2.5, (0.5 / 3 + 1 / 1 + 1 / 2) / 2.5])
-    assert fusion_scores(cands, sims, recency_weight=0) == pytest.approx(
-        [(1 / 1 + 1 / 3) / 2, (1 / 3 + 1 / 1) / 2, (1 / 1 + 1 / 2) / 2])
-    # the retrieval order (a 1, b 2, c 3) as a fourth ranking of weight v: v / r_ret over w + 2 + v
-    assert fusion_scores(cands, sims, retrieval_weight=2) == pytest.approx(
+    no_recency = [(1 / 1 + 1 / 3) / 2, (1 / 3 + 1 / 1) / 2, (1 / 1 + 1 / 2) / 2]
+    assert fusion_scores(cands, sims) == pytest.approx(no_recency)
+    # links into the topic's literature (a 2, b 0, c 4: ranks 2, 3, 1) at weight 2
+    assert fusion_scores(cands, sims, links=[2, 0, 4], link_weight=2) == pytest.approx(
+        [(1 / 1 + 1 / 3 + 2 / 2) / 4, (1 / 3 + 1 / 1 + 2 / 3) / 4, (1 / 1 + 1 / 2 + 2 / 1) / 4])
+    assert fusion_scores(cands, sims, links=[2, 0, 4], link_weight=0) == pytest.approx(no_recency)
+    # the retrieval order (a 1, b 2, c 3) as a ranking of weight v: v / r_ret over w + 2 + v
+    assert fusion_scores(cands, sims, recency_weight=1, retrieval_weight=2) == pytest.approx(
         [(1 / 2 + 1 / 1 + 1 / 3 + 2 / 1) / 5, (1 / 1 + 1 / 3 + 1 / 1 + 2 / 2) / 5, (1 / 3 + 1 / 1 + 1 / 2 + 2 / 3) / 5])
     vecs = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=np.float32)
+    row_of = {"a": 0, "b": 1, "c": 2}
     # with the retrieval order weighing 2, a (first retrieved) leads instead of b
-    assert [c.paper_id for c in stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs,
-                                          {"a": 0, "b": 1, "c": 2}, retrieval_weight=2)] == ["a", "b", "c"]
-    out = stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs, {"a": 0, "b": 1, "c": 2})
+    assert [c.paper_id for c in stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs, row_of,
+                                          recency_weight=1, retrieval_weight=2)] == ["a", "b", "c"]
+    out = stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs, row_of, recency_weight=1)
     # a and c tie (1/2 + 1 + 1/3 = 1/3 + 1 + 1/2): the retrieval order decides
     assert [c.paper_id for c in out] == ["b", "a", "c"]
     assert out[0].similarity == pytest.approx(1.0) and out[0].score == pytest.approx(expected[1], abs=1e-6)
+    # the paper most linked into the literature leads when the links weigh enough
+    assert stage_one(cands, np.array([0.0, 1.0], dtype=np.float32), vecs, row_of, links=[2, 0, 4],
+                     link_weight=2)[0].paper_id == "c"
 
 
-def test_relevant_keeps_papers_tied_to_the_seeds_below_the_floor() -> None:
-    from graft.survey.rerank import relevant
+def test_relevant_keeps_papers_tied_to_the_topics_literature_below_the_floor() -> None:
+    import scipy.sparse as sp
+
+    from graft.survey.rerank import Literature, relevant
 
     vecs = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]], dtype=np.float32)
     row_of = {"a": 0, "b": 1, "c": 2}
-    cands = [Candidate("c", "C", facets={"citation": 3.0}), Candidate("a", "A"),
-             Candidate("b", "B", facets={"citation": 1.5, "method": 0.4})]
+    cands = [Candidate("c", "C"), Candidate("a", "A"), Candidate("b", "B")]
     topic = np.array([1.0, 0.0], dtype=np.float32)  # cosines: a 1.0, b 0.6, c 0.0
     assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7)] == ["a"]
-    # tied to seeds with support >= 2: kept whatever its cosine, in the retrieval order
-    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, tie_support=2)] == ["c", "a"]
-    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, tie_support=1.5)] == ["c", "a", "b"]
-    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.5, tie_support=0)] == ["a", "b"]
+    # c has 3 links into the literature, all of its links; b 3 of 100 (a hub): c kept, b not
+    inside, total = [3, 5, 3], [3, 5, 100]
+    kept = relevant(cands, topic, vecs, row_of, 0.7, inside, total, tie_links=3, tie_share=0.05)
+    assert [c.paper_id for c in kept] == ["c", "a"]
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, inside, total, tie_links=3,
+                                         tie_share=0.02)] == ["c", "a", "b"]
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, inside, total, tie_links=4)] == ["a"]
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, inside, total, tie_links=0)] == ["a"]
+    # links into the literature: rows 0-3 linked 0-1, 0-2, 1-2, 2-3; literature {0, 1}
+    pairs = [(0, 1), (0, 2), (1, 2), (2, 3)]
+    m = sp.coo_matrix((np.ones(8), ([i for i, j in pairs] + [j for i, j in pairs],
+                                    [j for i, j in pairs] + [i for i, j in pairs])), shape=(4, 4)).tocsr()
+    inside, total = Literature(m, np.array([0, 1])).counts([0, 2, 3])
+    assert inside.tolist() == [1, 2, 0] and total.tolist() == [2, 3, 1]
 
 
 def test_graph_expansion_by_hand() -> None:
@@ -245,7 +264,7 @@ def test_config_rejects_bad_values_and_unknown_keys() -> None:
         SurveyConfig(feedback=-2)
     with pytest.raises(SurveyError, match="citation_weight=-1"):
         SurveyConfig(citation_weight=-1.0)
-    for name in ("recency_weight", "retrieval_weight", "tie_support"):
+    for name in ("recency_weight", "retrieval_weight", "link_weight", "tie_links"):
         for bad in (-0.5, float("nan"), float("inf"), True):
             with pytest.raises(SurveyError, match=f"{name}="):
                 SurveyConfig(**{name: bad})

@@ -132,13 +132,10 @@ class OfflineBackend:
 
     # ---- rerank (second stage) ------------------------------------------------------------------
     def rerank(self, description: str, candidates: Sequence[Candidate]) -> list[str]:
-        """Order by the best cosine between the description and one facet item of the paper
-        (stable: ties keep the first stage's order)."""
-        v = self.ctx.vec(description)
-        ids = [c.paper_id for c in candidates]
-        sims = self.ctx.vectors.best_item_similarity(v, ids)
-        order = sorted(range(len(ids)), key=lambda i: (-round(float(sims[i]), 6), i))
-        return [ids[i] for i in order]
+        """The first stage's order: the offline writer's one judgement, similarity, is already one of
+        its rankings (reordering the fused list by facet-item similarity lowered the share of the
+        dev hold-outs' references among the first 25 from 0.186 to 0.109)."""
+        return [c.paper_id for c in candidates]
 
     # ---- outline ---------------------------------------------------------------------------
     def outline(self, topic: str, papers: Sequence[Candidate], n: int,

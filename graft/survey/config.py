@@ -42,9 +42,11 @@ class SurveyConfig:
     central: int = 3  # the topic's central papers (most linked within the pool) that are always discussed
     tied_discussed: bool = False  # write about papers kept below the topic floor only for their citation ties (else: appendix)
     rerank: bool = True  # two-stage fusion rerank (off for the AutoSurvey-like baseline)
-    recency_weight: float = 1.0  # weight of the recency ranking in the rerank's first stage (citations, similarity: 1)
+    recency_weight: float = 0.0  # weight of the recency ranking in the rerank's first stage (citations, similarity: 1; 1 lowered dev pool recall)
     retrieval_weight: float = 0.0  # weight of the retrieval order in the rerank's first stage (0 = the reference method)
-    tie_support: float = 2.0  # citation support from the graph expansion that keeps a paper below the relevance floor (0 = off; 2 raised pool recall on dev and ooc titles)
+    link_weight: float = 1.0  # weight of the links-into-the-topic's-literature ranking in the rerank's first stage (0 = off)
+    tie_links: int = 3  # links into the topic's literature that keep a paper below the relevance floor (0 = off)
+    tie_share: float = 0.05  # ... when they are at least this share of all its links (a hub's are not)
     llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
     verify: bool = True  # adaptive citation verification (off for the baseline)
     verify_rounds: int = 3  # K: evidence-and-rewrite rounds per failed citation (reference method)
@@ -75,7 +77,8 @@ class SurveyConfig:
         for name, off in (("text_neighbours", "turns text coupling off"), ("feedback", "turns the second pass off"),
                           ("graph_seeds", "turns the expansion off"), ("citation_weight", "turns the channel off"),
                           ("recency_weight", "leaves recency out"),
-                          ("retrieval_weight", "leaves the retrieval order out"), ("tie_support", "turns it off")):
+                          ("retrieval_weight", "leaves the retrieval order out"),
+                          ("link_weight", "leaves the literature links out"), ("tie_links", "turns it off")):
             if getattr(self, name) < 0:
                 problems.append(f"{name}={getattr(self, name)!r} (>= 0; 0 {off})")
         if self.central < 0:
@@ -90,7 +93,7 @@ class SurveyConfig:
             problems.append(f"until_year={self.until_year!r} (a year such as 2021, or None)")
         if not 1 <= self.verify_rounds <= 10:
             problems.append(f"verify_rounds={self.verify_rounds!r} (an integer in 1..10; 3 in the reference method)")
-        for name in ("relative_relevance", "support_threshold", "min_relevance", "support_overlap_weight"):
+        for name in ("relative_relevance", "support_threshold", "min_relevance", "support_overlap_weight", "tie_share"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name}={getattr(self, name)!r} (in [0, 1])")
         if not 0 < self.llm_rerank_keep <= 1:

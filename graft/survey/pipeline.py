@@ -25,7 +25,7 @@ from graft.survey.config import SurveyConfig, SurveyError
 from graft.survey.expand import expand_topic
 from graft.survey.outline import assign, level_one
 from graft.survey.output import check_out_dir, numbering, plain, write_outputs
-from graft.survey.rerank import relevant, two_stage_rerank
+from graft.survey.rerank import Literature, relevant, two_stage_rerank
 from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever, fuse_with_pool, papers_until
 from graft.survey.types import Candidate, Section
 from graft.survey.verify import Verifier, drop_duplicates, mark_unverified, summarize, verify_all
@@ -103,6 +103,8 @@ class Ranker:
         self.config, self.ctx, self.backend, self.topic_vec, self.floor = config, ctx, backend, topic_vec, floor
         #: paper id -> facet -> the largest term any list gave it
         self.attribution: dict[str, dict[str, float]] = {}
+        #: the papers retrieved for the topic (set by `topic_pool`): links into them rank and keep papers
+        self.literature: Literature | None = None
 
     def __call__(self, cands: list[Candidate], description: str, keep: int) -> list[Candidate]:
         """The best `keep` candidates for `description` (the first `keep` when the rerank is off)."""
@@ -113,12 +115,21 @@ class Ranker:
         config, papers, row_of = self.config, self.ctx.vectors.papers, self.ctx.index.row_of
         if not config.rerank:
             return cands[:keep]
-        cands = relevant(cands, self.topic_vec, papers, row_of, self.floor, config.tie_support)
-        if not cands:
+        inside = total = None
+        if self.literature is not None:
+            inside, total = self.literature.counts([row_of[c.paper_id] for c in cands])
+        kept = relevant(cands, self.topic_vec, papers, row_of, self.floor, inside, total,
+                        tie_links=config.tie_links, tie_share=config.tie_share)
+        if not kept:
             return []
-        return two_stage_rerank(cands, description, self.ctx.vec(description), papers, row_of, self.backend,
+        links = None
+        if inside is not None:
+            of = {c.paper_id: float(x) for c, x in zip(cands, inside)}
+            links = [of[c.paper_id] for c in kept]
+        return two_stage_rerank(kept, description, self.ctx.vec(description), papers, row_of, self.backend,
                                 keep=keep, llm_keep=config.llm_rerank_keep, recency_weight=config.recency_weight,
-                                retrieval_weight=config.retrieval_weight)
+                                retrieval_weight=config.retrieval_weight, links=links,
+                                link_weight=config.link_weight)
 
 
 @dataclass
@@ -164,6 +175,8 @@ def topic_pool(topic: str, retriever: TopicRetriever, ctx: SurveyContext, backen
     with reporter.stage("retrieve", total=len(descriptions), unit="descriptions") as adv:
         candidates = retriever.search(descriptions, config.per_description)
         adv(len(descriptions))
+    rank.literature = Literature(index.citation_links.tocsr(), np.array([row_of[c.paper_id] for c in candidates],
+                                                                        dtype=np.int64))
     with reporter.stage("rerank", total=1, unit="lists") as adv:
         pool = rank(candidates, topic, config.pool)
         adv(1)

@@ -1,25 +1,35 @@
 """Two-stage fusion rerank of retrieved papers for one description.
 
-Stage 1 ranks the candidates three ways — by recency (year, newest first), by citation count
-(in-corpus citations, most first) and by vector similarity to the description (cosine with the
-paper's mean facet-item vector) — and fuses the three rankings by their average inverse rank,
-score(c) = (w/r_year(c) + 1/r_cites(c) + 1/r_sim(c) + v/r_ret(c)) / (w + 2 + v), with the recency
-weight w = 1 by default (`SurveyConfig.recency_weight`). r_ret is the candidate's place in the
-retrieval list (the graph evidence that found it), weighted v (`SurveyConfig.retrieval_weight`;
-0 = the reference method's three rankings). Stage 2 hands the fused list to the backend's reranker
-(an LLM, or the offline facet-item reranker), which reorders it; the best `keep` papers are returned.
+Stage 1 ranks the candidates several ways and fuses the rankings by their weighted average inverse
+rank:
 
-Before the rerank, `relevant` drops candidates too far from the topic by cosine, except those the
-graph expansion tied to several seed papers (`SurveyConfig.tie_support`): a paper many of the
-topic's best papers cite or are cited by belongs to its literature whatever its wording.
+- by citation count (in-corpus citations, most first; weight 1);
+- by vector similarity to the description (cosine with the paper's mean facet-item vector; weight 1);
+- by links into the topic's literature (`literature_links`: how many of the papers retrieved for the
+  topic it cites or is cited by; weight `SurveyConfig.link_weight`, 1): a paper the topic's papers
+  cite, or that cites them, is part of its literature, whatever its wording;
+- by recency (year, newest first; weight `SurveyConfig.recency_weight`, 0: a survey cites the
+  established work of its field as much as the newest);
+- by the retrieval order (weight `SurveyConfig.retrieval_weight`, 0).
+
+score(c) = sum over rankings of weight / rank(c), over the sum of the weights. Stage 2 hands the
+fused list to the backend's reranker (an LLM), which reorders its top share; the best `keep`
+papers are returned. The offline backend keeps the stage-1 order: its one judgement, similarity,
+is already a stage-1 ranking.
+
+Before the rerank, `relevant` drops candidates too far from the topic by cosine, except those with
+`tie_links` or more links into the topic's literature that are at least `tie_share` of all their
+links: a paper tied to several of the topic's papers belongs to its literature, while a hub every
+field cites (a library, an optimiser) has most of its links elsewhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
+import scipy.sparse as sp
 
 from graft.survey.types import Candidate
 
@@ -33,18 +43,45 @@ def _inverse_ranks(keys: Sequence[float]) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class Literature:
+    """The topic's literature: the papers retrieved for a topic, as rows of the citation links.
+
+    Args:
+        links: symmetric binary citation links of the index (i cites j or j cites i).
+        nodes: rows of the papers retrieved for the topic.
+    """
+
+    links: sp.csr_matrix
+    nodes: np.ndarray
+
+    def counts(self, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """For each row: its links into the literature (itself not counted), and all its links."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) == 0:
+            return np.zeros(0), np.zeros(0)
+        sub = self.links[rows]
+        mask = np.zeros(self.links.shape[1], dtype=np.float64)
+        mask[np.asarray(self.nodes, dtype=np.int64)] = 1.0
+        inside = np.asarray(sub @ mask).ravel()
+        total = np.asarray(sub.sum(axis=1)).ravel()
+        return inside, total
+
+
 def fusion_scores(candidates: Sequence[Candidate], similarity: Sequence[float],
-                  recency_weight: float = 1.0, retrieval_weight: float = 0.0) -> np.ndarray:
-    """Stage 1: the weighted average inverse rank over recency, citation count, similarity and
-    the retrieval order.
+                  recency_weight: float = 0.0, retrieval_weight: float = 0.0,
+                  links: Sequence[float] | None = None, link_weight: float = 1.0) -> np.ndarray:
+    """Stage 1: the weighted average inverse rank over citation count, similarity, links into the
+    topic's literature, recency and the retrieval order.
 
     Args:
         candidates: the retrieved papers in retrieval order, best first (year and n_citations are
             read; a missing year ranks last).
         similarity: cosine of each candidate with the description.
-        recency_weight: the recency ranking's weight in the average (citations and similarity weigh
-            1; 0 leaves recency out).
-        retrieval_weight: the retrieval order's weight (0 leaves it out, as the reference method does).
+        recency_weight: the recency ranking's weight (citations and similarity weigh 1; 0 leaves it out).
+        retrieval_weight: the retrieval order's weight (0 leaves it out).
+        links: each candidate's links into the topic's literature (None leaves the ranking out).
+        link_weight: that ranking's weight.
     Returns:
         one score per candidate in (0, 1].
     """
@@ -52,42 +89,58 @@ def fusion_scores(candidates: Sequence[Candidate], similarity: Sequence[float],
     cites = [c.n_citations for c in candidates]
     w, v = float(recency_weight), float(retrieval_weight)
     order = 1.0 / (1.0 + np.arange(len(candidates)))
-    return (w * _inverse_ranks(years) + _inverse_ranks(cites) + _inverse_ranks(similarity) + v * order) / (w + 2.0 + v)
+    total = w * _inverse_ranks(years) + _inverse_ranks(cites) + _inverse_ranks(similarity) + v * order
+    weights = w + 2.0 + v
+    if links is not None and link_weight > 0:
+        total = total + float(link_weight) * _inverse_ranks(links)
+        weights += float(link_weight)
+    return total / weights
 
 
 def stage_one(candidates: Sequence[Candidate], description_vector: np.ndarray,
-              paper_vectors: np.ndarray, row_of: dict[str, int], recency_weight: float = 1.0,
-              retrieval_weight: float = 0.0) -> list[Candidate]:
+              paper_vectors: np.ndarray, row_of: dict[str, int], recency_weight: float = 0.0,
+              retrieval_weight: float = 0.0, links: Sequence[float] | None = None,
+              link_weight: float = 1.0) -> list[Candidate]:
     """Stage 1 on a candidate list (in retrieval order): copies with `similarity` and `score` set,
     best first (ties by the retrieval order)."""
     sims = [float(paper_vectors[row_of[c.paper_id]] @ description_vector) for c in candidates]
-    scores = fusion_scores(candidates, sims, recency_weight, retrieval_weight)
+    scores = fusion_scores(candidates, sims, recency_weight, retrieval_weight, links, link_weight)
     order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
     return [replace(candidates[i], similarity=round(sims[i], 6), score=round(float(scores[i]), 6)) for i in order]
 
 
 def relevant(candidates: Sequence[Candidate], topic_vector: np.ndarray, paper_vectors: np.ndarray,
-             row_of: dict[str, int], floor: float, tie_support: float = 0.0) -> list[Candidate]:
+             row_of: dict[str, int], floor: float, links: Sequence[float] | None = None,
+             all_links: Sequence[float] | None = None, tie_links: int = 3,
+             tie_share: float = 0.05) -> list[Candidate]:
     """The candidates whose cosine with the topic is at least `floor` (order kept): the graph walk
     reaches papers through any shared facet, and a survey keeps only those about its topic.
 
-    A candidate whose citation support from the graph expansion (its `citation` facet term: ties to
-    seed papers, summed over the descriptions that found it) is at least `tie_support` is kept
-    below the floor too; 0 turns that off."""
-    return [c for c in candidates if float(paper_vectors[row_of[c.paper_id]] @ topic_vector) >= floor
-            or (tie_support > 0 and c.facets.get("citation", 0.0) >= tie_support)]
+    A candidate with at least `tie_links` links into the topic's literature (`links`), making at
+    least `tie_share` of all its links (`all_links`), is kept below the floor too; `tie_links` 0 or
+    no `links` turns that off."""
+    out = []
+    for i, c in enumerate(candidates):
+        if float(paper_vectors[row_of[c.paper_id]] @ topic_vector) >= floor:
+            out.append(c)
+        elif links is not None and tie_links > 0 and links[i] >= tie_links and (
+                all_links is None or links[i] >= tie_share * all_links[i]):
+            out.append(c)
+    return out
 
 
 def two_stage_rerank(candidates: Sequence[Candidate], description: str, description_vector: np.ndarray,
                      paper_vectors: np.ndarray, row_of: dict[str, int], backend, keep: int,
-                     llm_keep: float = 0.75, recency_weight: float = 1.0,
-                     retrieval_weight: float = 0.0) -> list[Candidate]:
+                     llm_keep: float = 0.75, recency_weight: float = 0.0,
+                     retrieval_weight: float = 0.0, links: Sequence[float] | None = None,
+                     link_weight: float = 1.0) -> list[Candidate]:
     """Stage 1 (fusion) then stage 2 (the backend's rerank over the fused list's top share).
 
     Stage 1 keeps the best `max(keep, llm_keep * len)` papers; stage 2 reorders those and the
-    best `keep` are returned.
+    best `keep` are returned. `links` is aligned with `candidates`.
     """
-    first = stage_one(candidates, description_vector, paper_vectors, row_of, recency_weight, retrieval_weight)
+    first = stage_one(candidates, description_vector, paper_vectors, row_of, recency_weight, retrieval_weight,
+                      links, link_weight)
     first = first[: max(keep, int(np.ceil(llm_keep * len(first))))]
     by_id = {c.paper_id: c for c in first}
     order = backend.rerank(description, first)
