@@ -6,7 +6,7 @@ rank:
 - by citation count (in-corpus citations, most first; weight 1);
 - by vector similarity to the description (cosine with the paper's mean facet-item vector; weight 1);
 - by links into the topic's literature (`literature_links`: how many of the papers retrieved for the
-  topic it cites or is cited by; weight `SurveyConfig.link_weight`, 1): a paper the topic's papers
+  topic it cites or is cited by; weight `SurveyConfig.link_weight`, 2): a paper the topic's papers
   cite, or that cites them, is part of its literature, whatever its wording;
 - by recency (year, newest first; weight `SurveyConfig.recency_weight`, 0: a survey cites the
   established work of its field as much as the newest);
@@ -70,7 +70,7 @@ class Literature:
 
 def fusion_scores(candidates: Sequence[Candidate], similarity: Sequence[float],
                   recency_weight: float = 0.0, retrieval_weight: float = 0.0,
-                  links: Sequence[float] | None = None, link_weight: float = 1.0) -> np.ndarray:
+                  links: Sequence[float] | None = None, link_weight: float = 2.0) -> np.ndarray:
     """Stage 1: the weighted average inverse rank over citation count, similarity, links into the
     topic's literature, recency and the retrieval order.
 
@@ -100,7 +100,7 @@ def fusion_scores(candidates: Sequence[Candidate], similarity: Sequence[float],
 def stage_one(candidates: Sequence[Candidate], description_vector: np.ndarray,
               paper_vectors: np.ndarray, row_of: dict[str, int], recency_weight: float = 0.0,
               retrieval_weight: float = 0.0, links: Sequence[float] | None = None,
-              link_weight: float = 1.0) -> list[Candidate]:
+              link_weight: float = 2.0) -> list[Candidate]:
     """Stage 1 on a candidate list (in retrieval order): copies with `similarity` and `score` set,
     best first (ties by the retrieval order)."""
     sims = [float(paper_vectors[row_of[c.paper_id]] @ description_vector) for c in candidates]
@@ -133,7 +133,7 @@ def two_stage_rerank(candidates: Sequence[Candidate], description: str, descript
                      paper_vectors: np.ndarray, row_of: dict[str, int], backend, keep: int,
                      llm_keep: float = 0.75, recency_weight: float = 0.0,
                      retrieval_weight: float = 0.0, links: Sequence[float] | None = None,
-                     link_weight: float = 1.0) -> list[Candidate]:
+                     link_weight: float = 2.0) -> list[Candidate]:
     """Stage 1 (fusion) then stage 2 (the backend's rerank over the fused list's top share).
 
     Stage 1 keeps the best `max(keep, llm_keep * len)` papers; stage 2 reorders those and the
