@@ -147,8 +147,8 @@ def survey(
              "in the rerank's first stage (0 = off)."),
     tie_links: int = typer.Option(
         _DEFAULTS.tie_links, "--tie-links", min=0,
-        help="Keep a paper below the topic-relevance floor when it has at least N links into the topic's "
-             "literature, making at least 5% of all its links (0 = off)."),
+        help="Keep a paper of the topic's literature below the topic-relevance floor when it has at least N "
+             "links to the literature's papers above the floor, making at least 5% of all its links (0 = off)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Sections written / LLM requests at once."),
     device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "

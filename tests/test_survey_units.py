@@ -116,8 +116,12 @@ def test_relevant_keeps_papers_tied_to_the_topics_literature_below_the_floor() -
     pairs = [(0, 1), (0, 2), (1, 2), (2, 3)]
     m = sp.coo_matrix((np.ones(8), ([i for i, j in pairs] + [j for i, j in pairs],
                                     [j for i, j in pairs] + [i for i, j in pairs])), shape=(4, 4)).tocsr()
-    inside, total = Literature(m, np.array([0, 1])).counts([0, 2, 3])
-    assert inside.tolist() == [1, 2, 0] and total.tolist() == [2, 3, 1]
+    inside, on_topic, total = Literature(m, np.array([0, 1])).counts([0, 2, 3])
+    assert inside.tolist() == on_topic.tolist() == [1, 2, 0] and total.tolist() == [2, 3, 1]
+    # links to the literature's on-topic papers (row 1 only) count apart
+    inside, on_topic, total = Literature(m, np.array([0, 1]), np.array([1])).counts([0, 2, 3])
+    assert inside.tolist() == [1, 2, 0] and on_topic.tolist() == [1, 1, 0]
+    assert Literature(m, np.array([0, 1])).member([0, 2, 1]).tolist() == [True, False, True]
 
 
 def test_graph_expansion_by_hand() -> None:
@@ -228,6 +232,7 @@ def test_headings_are_shared_title_phrases_without_repeats_or_fragments() -> Non
 
     assert title_chunks("Prototypical Networks for Few-shot Learning") == ["Prototypical Networks", "Few-shot Learning"]
     assert title_chunks("Learning to Generate One-sentence Biographies from Wikidata") == ["Learning", "Wikidata"]
+    assert title_chunks("Obfuscated Gradients Give a False Sense of Security")[0] == "Obfuscated Gradients"
     titles = ["Prototypical Networks for Few-shot Learning", "Matching Networks for One Shot Learning",
               "Meta-Learning with Prototypical Networks", "Branch and Bound and Depth First Branch"]
     background = document_frequencies(titles + ["graph neural networks", "neural machine translation"] * 5)
@@ -243,6 +248,11 @@ def test_headings_are_shared_title_phrases_without_repeats_or_fragments() -> Non
     assert phrase_heading(once, ["summarization", "summarization"], background, topic="x") is None
     assert phrase_heading(once + ["Summarization of Long Documents"], ["", "", ""], background,
                           topic="x") == "Summarization"
+    # a key phrase with a function word inside is a fragment, not a heading
+    from graft.survey.outline import noun_phrase
+
+    assert not noun_phrase("ideas using topic") and not noun_phrase("Article") and not noun_phrase("")
+    assert noun_phrase("topic models") and noun_phrase("deep learning")
 
 
 def test_parse_json_object_tolerates_fences_but_not_garbage() -> None:

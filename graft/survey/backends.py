@@ -40,7 +40,7 @@ from graft.llm import CACHE_RELPATH, ChatClient, LLMCache, LLMConfig, LLMError, 
 from graft.models import model_folder_problem
 from graft.survey.compose import claim_facet, document_frequencies, heading, key_phrases, spherical_kmeans
 from graft.survey.config import SurveyConfig, SurveyError
-from graft.survey.outline import phrase_heading
+from graft.survey.outline import noun_phrase, phrase_heading
 from graft.survey.prose import as_clause, clean_clause
 from graft.survey.retrieve import PaperVectors, papers_until
 from graft.survey.support import SupportSettings, SupportTest
@@ -160,12 +160,14 @@ class OfflineBackend:
             member_titles = [titles[index.row(p)] for p in members]
             items = [" ".join(vectors.item_text[i] for i in vectors.facet_items(p)) for p in members]
             title = phrase_heading(member_titles, items, background, avoid=used, topic=topic)
+            if title is None:  # a phrase of one title (a heading from a paper of the theme), best shared
+                title = phrase_heading(member_titles, items, background, avoid=used, topic=topic, need=1)
             if title is None:
                 texts = [vectors.item_text[i] for p in members for f in ("problem", "method", "contribution")
                          for i in vectors.facet_items(p, f)]
-                phrases = key_phrases(texts + member_titles * 2, background, n=1,
-                                      avoid=used | set(topic.lower().split()))
-                title = heading(phrases) if phrases else None
+                phrases = [p for p in key_phrases(texts + member_titles * 2, background, n=5,
+                                                  avoid=used | set(topic.lower().split())) if noun_phrase(p)]
+                title = heading(phrases[:1]) if phrases else None
             if title is None or title.lower() in used:
                 continue
             used.add(title.lower())

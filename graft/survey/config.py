@@ -45,7 +45,7 @@ class SurveyConfig:
     recency_weight: float = 0.0  # weight of the recency ranking in the rerank's first stage (citations, similarity: 1; 1 lowered dev pool recall)
     retrieval_weight: float = 0.0  # weight of the retrieval order in the rerank's first stage (0 = the reference method)
     link_weight: float = 2.0  # weight of the links-into-the-topic's-literature ranking in the rerank's first stage (0 = off; 2 beat 1 on the dev hold-outs)
-    tie_links: int = 3  # links into the topic's literature that keep a paper below the relevance floor (0 = off)
+    tie_links: int = 3  # links to the topic's on-topic papers that keep a paper of its literature below the relevance floor (0 = off)
     tie_share: float = 0.05  # ... when they are at least this share of all its links (a hub's are not)
     llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
     verify: bool = True  # adaptive citation verification (off for the baseline)

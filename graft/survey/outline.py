@@ -55,13 +55,15 @@ model models framework frameworks problem problems result results survey review 
 applications evaluation experiments experiment theory perspective perspectives case data system systems
 limitations limitation challenges challenge insights lessons understanding role effects effect benefits
 towards toward beyond revisiting rethinking investigation exploration comparison improvements performance
+learning deep neural network networks algorithm algorithms task tasks text language information generation
 """.split())
 
 
 def title_chunks(title: str, max_words: int = 4) -> list[str]:
     """The noun phrases of a title: maximal runs of words between punctuation and function words
     ("Prototypical Networks for Few-shot Learning" -> "Prototypical Networks", "Few-shot Learning"),
-    at most `max_words` long."""
+    at most `max_words` long; the word before an article ends no phrase ("Obfuscated Gradients Give a
+    False Sense of Security" -> "Obfuscated Gradients", ...)."""
     out: list[str] = []
     for piece in re.split(r"[:;,.?!()\[\]{}\"“”/|]|\s[-–—]\s", plain_text(title)):
         run: list[str] = []
@@ -69,6 +71,8 @@ def title_chunks(title: str, max_words: int = 4) -> list[str]:
         for w in piece.split():
             token = w.strip("'\"")
             if not _WORD.fullmatch(token) or token.lower() in _BREAK:
+                if len(run) > 1 and token.lower() in ("a", "an", "the"):
+                    run = run[:-1]  # a run's last word before an article is a verb ("Gradients Give a ...")
                 if run and after != "to":
                     out.append(" ".join(run))
                 run = []
@@ -80,6 +84,15 @@ def title_chunks(title: str, max_words: int = 4) -> list[str]:
     return [c for c in out if 1 <= len(c.split()) <= max_words]
 
 
+def noun_phrase(phrase: str) -> bool:
+    """Whether a key phrase can be a heading: no function word inside ("ideas using topic" is a
+    fragment of "Ideas Using Topic Models") and not one generic word alone."""
+    ws = normalize_text(phrase).split()
+    if not ws or any(w in _BREAK for w in ws):
+        return False
+    return not (len(ws) == 1 and ws[0] in GENERIC_WORDS)
+
+
 def _case(phrase: str) -> str:
     """Sentence case that keeps acronyms and names: "Prototypical Networks" -> "Prototypical networks"."""
     ws = phrase.split()
@@ -88,23 +101,24 @@ def _case(phrase: str) -> str:
         first = first[:1] + first[1:].lower()
     out = [first[:1].upper() + first[1:]]
     for w in ws[1:]:
-        out.append(w.lower() if re.fullmatch(r"[A-Z][a-z]+(?:-[A-Za-z][a-z]*)*", w) else w)
+        out.append(w.lower() if re.fullmatch(r"[A-Z][a-z]+(?:-[A-Za-z][a-z]*)*(?:'s)?", w) else w)
     return " ".join(out)
 
 
 def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tuple[Any, int], *,
-                   avoid: set[str] = frozenset(), topic: str = "") -> str | None:
+                   avoid: set[str] = frozenset(), topic: str = "", need: int | None = None) -> str | None:
     """A short noun phrase naming a group of papers: the title phrase (`title_chunks`) that the most
     of the group's titles and texts share, weighted by its rarity in the corpus (`background`: phrase
     document frequencies) and its length. None when no phrase qualifies. A heading repeats no word,
     is not the topic, and is not in `avoid` (headings used elsewhere, lower case); a one-word heading
-    is in several of the titles and is not a generic word (`GENERIC_WORDS`)."""
+    is in several of the titles and is not a generic word (`GENERIC_WORDS`). `need`: the titles or
+    texts a phrase must occur in (default 2, 1 for a single title)."""
     bg, total = background
     total = max(total, 1)
     topic_words = set(normalize_text(topic).split())
     docs = [normalize_text(f"{t} {x}") for t, x in zip(titles, texts)]
     heads = [normalize_text(t) for t in titles]
-    need = 2 if len(titles) >= 2 else 1
+    need = need if need is not None else 2 if len(titles) >= 2 else 1
     scored: list[tuple[float, str]] = []
     seen: set[str] = set()
     for title in titles:
@@ -119,7 +133,7 @@ def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tupl
             df = sum(f" {key} " in f" {d} " for d in docs)
             in_titles = sum(f" {key} " in f" {h} " for h in heads)
             # one word alone names a theme only when several titles carry it
-            if df < need or (len(ws) == 1 and in_titles < need):
+            if df < need or (len(ws) == 1 and in_titles < max(need, 2)):
                 continue
             idf = math.log((1 + total) / (1 + bg.get(key, 0))) + 1.0
             # a phrase several titles share names the group best; one word alone is rarely a heading

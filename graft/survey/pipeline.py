@@ -115,10 +115,12 @@ class Ranker:
         config, papers, row_of = self.config, self.ctx.vectors.papers, self.ctx.index.row_of
         if not config.rerank:
             return cands[:keep]
-        inside = total = None
+        inside = total = ties = None
         if self.literature is not None:
-            inside, total = self.literature.counts([row_of[c.paper_id] for c in cands])
-        kept = relevant(cands, self.topic_vec, papers, row_of, self.floor, inside, total,
+            rows = [row_of[c.paper_id] for c in cands]
+            inside, on_topic, total = self.literature.counts(rows)
+            ties = on_topic * self.literature.member(rows)  # only the topic's own papers are kept for their ties
+        kept = relevant(cands, self.topic_vec, papers, row_of, self.floor, ties, total,
                         tie_links=config.tie_links, tie_share=config.tie_share)
         if not kept:
             return []
@@ -175,8 +177,9 @@ def topic_pool(topic: str, retriever: TopicRetriever, ctx: SurveyContext, backen
     with reporter.stage("retrieve", total=len(descriptions), unit="descriptions") as adv:
         candidates = retriever.search(descriptions, config.per_description)
         adv(len(descriptions))
-    rank.literature = Literature(index.citation_links.tocsr(), np.array([row_of[c.paper_id] for c in candidates],
-                                                                        dtype=np.int64))
+    nodes = np.array([row_of[c.paper_id] for c in candidates], dtype=np.int64)
+    above = (vectors.papers[nodes] @ topic_vec >= floor) if len(nodes) else np.zeros(0, dtype=bool)
+    rank.literature = Literature(index.citation_links.tocsr(), nodes, nodes[above])
     with reporter.stage("rerank", total=1, unit="lists") as adv:
         pool = rank(candidates, topic, config.pool)
         adv(1)
@@ -271,7 +274,9 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             # the topic's central papers of this share are discussed first, whatever the section's rerank says
             first = [c for c in share if c.paper_id in central and c.paper_id not in taken]
             rest = [c for c in sec_pool if c.paper_id not in taken and c.paper_id not in {x.paper_id for x in first}]
-            if not config.tied_discussed:  # relevance to the topic, not only to the section, decides
+            # relevance to the topic, not only to the section, decides: the rerank kept papers above the
+            # floor or tied to the topic's literature; without it (or tied papers not discussed) the floor
+            if not (config.rerank and config.tied_discussed):
                 rest = [c for c in rest if float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor]
             papers = (first + rest)[: max(config.papers_per_section, len(first))]
             if not papers:
@@ -407,11 +412,17 @@ def coverage_report(chosen: TopicPool, sections: list[Section], section_pools: d
                                 + [c.paper_id for sp in section_pools.values() for c in sp]))
     topic_vec = chosen.rank.topic_vec
     papers = chosen.rank.ctx.vectors.papers
+    config = chosen.rank.config
+    # the reranked pools hold papers above the floor or tied to the topic's literature: with tied papers
+    # discussed, both kinds are candidates a section could have written about
+    tied_ok = config.rerank and config.tied_discussed
     left = [{"paper_id": p, "title": titles[index.row(p)], "why": "in the reranked pool, not among its section's "
              "best papers"} for p in pooled if p not in discussed
-            and float(papers[index.row(p)] @ topic_vec) >= chosen.floor][:k]
+            and (tied_ok or float(papers[index.row(p)] @ topic_vec) >= chosen.floor)][:k]
     kept = {c.paper_id for c in chosen.pool}
-    dropped = [c for c in chosen.candidates if c.paper_id not in kept or c.paper_id not in discussed][: 6 * k]
+    in_pools = set(pooled)
+    dropped = [c for c in chosen.candidates if c.paper_id not in discussed
+               and not (tied_ok and c.paper_id in in_pools)][: 6 * k]
     off = []
     for c in dropped:
         cos = float(papers[index.row(c.paper_id)] @ topic_vec)

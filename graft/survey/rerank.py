@@ -17,9 +17,10 @@ fused list to the backend's reranker (an LLM), which reorders its top share; the
 papers are returned. The offline backend keeps the stage-1 order: its one judgement, similarity,
 is already a stage-1 ranking.
 
-Before the rerank, `relevant` drops candidates too far from the topic by cosine, except those with
-`tie_links` or more links into the topic's literature that are at least `tie_share` of all their
-links: a paper tied to several of the topic's papers belongs to its literature, while a hub every
+Before the rerank, `relevant` drops candidates too far from the topic by cosine, except papers of
+the topic's literature with `tie_links` or more links to its on-topic papers (those above the
+floor), making at least `tie_share` of all their links (a paper only a section's own retrieval
+found must pass the floor): a paper tied to several of the topic's papers belongs to its literature, while a hub every
 field cites (a library, an optimiser) has most of its links elsewhere.
 """
 
@@ -54,18 +55,26 @@ class Literature:
 
     links: sp.csr_matrix
     nodes: np.ndarray
+    on_topic: np.ndarray | None = None  # rows of its papers above the topic's cosine floor (None: all)
 
-    def counts(self, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """For each row: its links into the literature (itself not counted), and all its links."""
+    def member(self, rows: Sequence[int]) -> np.ndarray:
+        """Whether each row is one of the literature's papers."""
+        return np.isin(np.asarray(rows, dtype=np.int64), np.asarray(self.nodes, dtype=np.int64))
+
+    def counts(self, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each row: its links into the literature (itself not counted), into the literature's
+        on-topic papers, and all its links."""
         rows = np.asarray(rows, dtype=np.int64)
         if len(rows) == 0:
-            return np.zeros(0), np.zeros(0)
+            return np.zeros(0), np.zeros(0), np.zeros(0)
         sub = self.links[rows]
-        mask = np.zeros(self.links.shape[1], dtype=np.float64)
-        mask[np.asarray(self.nodes, dtype=np.int64)] = 1.0
-        inside = np.asarray(sub @ mask).ravel()
+        out = []
+        for nodes in (self.nodes, self.nodes if self.on_topic is None else self.on_topic):
+            mask = np.zeros(self.links.shape[1], dtype=np.float64)
+            mask[np.asarray(nodes, dtype=np.int64)] = 1.0
+            out.append(np.asarray(sub @ mask).ravel())
         total = np.asarray(sub.sum(axis=1)).ravel()
-        return inside, total
+        return out[0], out[1], total
 
 
 def fusion_scores(candidates: Sequence[Candidate], similarity: Sequence[float],
