@@ -127,7 +127,7 @@ def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tupl
             ws = key.split()
             if not ws or key in seen or len(set(ws)) < len(ws) or key in avoid or set(ws) <= topic_words:
                 continue
-            if all(len(w) < 3 or w.isdigit() for w in ws) or (len(ws) == 1 and ws[0] in GENERIC_WORDS):
+            if all(len(w) < 3 or w.isdigit() for w in ws) or not noun_phrase(key):
                 continue
             seen.add(key)
             df = sum(f" {key} " in f" {d} " for d in docs)

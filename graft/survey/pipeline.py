@@ -179,7 +179,7 @@ def topic_pool(topic: str, retriever: TopicRetriever, ctx: SurveyContext, backen
         adv(len(descriptions))
     nodes = np.array([row_of[c.paper_id] for c in candidates], dtype=np.int64)
     above = (vectors.papers[nodes] @ topic_vec >= floor) if len(nodes) else np.zeros(0, dtype=bool)
-    rank.literature = Literature(index.citation_links.tocsr(), nodes, nodes[above])
+    rank.literature = Literature(index.citation_links, nodes, nodes[above])
     with reporter.stage("rerank", total=1, unit="lists") as adv:
         pool = rank(candidates, topic, config.pool)
         adv(1)

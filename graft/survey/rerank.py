@@ -5,9 +5,9 @@ rank:
 
 - by citation count (in-corpus citations, most first; weight 1);
 - by vector similarity to the description (cosine with the paper's mean facet-item vector; weight 1);
-- by links into the topic's literature (`literature_links`: how many of the papers retrieved for the
-  topic it cites or is cited by; weight `SurveyConfig.link_weight`, 2): a paper the topic's papers
-  cite, or that cites them, is part of its literature, whatever its wording;
+- by links into the topic's literature (`Literature.counts`: how many of the papers retrieved for
+  the topic it cites or is cited by; weight `SurveyConfig.link_weight`, 2): a paper the topic's
+  papers cite, or that cites them, is part of its literature, whatever its wording;
 - by recency (year, newest first; weight `SurveyConfig.recency_weight`, 0: a survey cites the
   established work of its field as much as the newest);
 - by the retrieval order (weight `SurveyConfig.retrieval_weight`, 0).
@@ -20,14 +20,15 @@ is already a stage-1 ranking.
 Before the rerank, `relevant` drops candidates too far from the topic by cosine, except papers of
 the topic's literature with `tie_links` or more links to its on-topic papers (those above the
 floor), making at least `tie_share` of all their links (a paper only a section's own retrieval
-found must pass the floor): a paper tied to several of the topic's papers belongs to its literature, while a hub every
-field cites (a library, an optimiser) has most of its links elsewhere.
+found must pass the floor): a paper tied to several of the topic's papers belongs to its
+literature, while a hub every field cites (a library, an optimiser) has most of its links elsewhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -57,9 +58,17 @@ class Literature:
     nodes: np.ndarray
     on_topic: np.ndarray | None = None  # rows of its papers above the topic's cosine floor (None: all)
 
+    @cached_property
+    def _masks(self) -> np.ndarray:
+        """(2, n) indicators over the index's rows: the literature's papers, its on-topic papers."""
+        masks = np.zeros((2, self.links.shape[1]), dtype=np.float64)
+        masks[0, np.asarray(self.nodes, dtype=np.int64)] = 1.0
+        masks[1, np.asarray(self.nodes if self.on_topic is None else self.on_topic, dtype=np.int64)] = 1.0
+        return masks
+
     def member(self, rows: Sequence[int]) -> np.ndarray:
         """Whether each row is one of the literature's papers."""
-        return np.isin(np.asarray(rows, dtype=np.int64), np.asarray(self.nodes, dtype=np.int64))
+        return self._masks[0, np.asarray(rows, dtype=np.int64)] > 0
 
     def counts(self, rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each row: its links into the literature (itself not counted), into the literature's
@@ -68,13 +77,8 @@ class Literature:
         if len(rows) == 0:
             return np.zeros(0), np.zeros(0), np.zeros(0)
         sub = self.links[rows]
-        out = []
-        for nodes in (self.nodes, self.nodes if self.on_topic is None else self.on_topic):
-            mask = np.zeros(self.links.shape[1], dtype=np.float64)
-            mask[np.asarray(nodes, dtype=np.int64)] = 1.0
-            out.append(np.asarray(sub @ mask).ravel())
-        total = np.asarray(sub.sum(axis=1)).ravel()
-        return out[0], out[1], total
+        inside, on_topic = np.asarray(sub @ self._masks.T).T
+        return inside, on_topic, np.asarray(sub.sum(axis=1)).ravel()
 
 
 def fusion_scores(candidates: Sequence[Candidate], similarity: Sequence[float],
