@@ -14,6 +14,7 @@ from cli.common import err, safe, setup_env
 from cli.demo_cmd import demo
 from cli.eval_cmd import eval_app
 from cli.export_cmd import export
+from cli.import_cmd import import_
 from cli.info_cmd import info
 from cli.query_cmd import query
 from cli.serve_cmd import serve
@@ -35,6 +36,7 @@ app.command("build")(build)
 app.command("query")(query)
 app.command("info")(info)
 app.command("export")(export)
+app.command("import")(import_)
 app.command("demo")(demo)
 app.command("train")(train)
 app.command("survey")(survey)

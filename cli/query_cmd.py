@@ -86,6 +86,23 @@ def _read_queries(path: Path, known: Container[str]) -> list[dict]:
     return out
 
 
+def _seed_ids(path: Path, idx) -> list[str]:
+    """The corpus papers of a library file (`graft.library`), the entries not in the index named on
+    stderr; none in the index is an error."""
+    from graft.library import match_library, read_library
+
+    match = match_library(read_library(path), idx.papers)
+    missing = match.unmatched
+    if not match.paper_ids:
+        raise GraftError(f"--seeds {path}: none of its {len(match.matches)} entries is in the index (matched by DOI, "
+                         "arXiv id, URL or title); `graft import` lists them")
+    if missing:
+        err.print(f"note: {len(missing)} of the {len(match.matches)} entries of {path.name} are not in the index and "
+                  f"are not seeds (e.g. {missing[0].where}: {(missing[0].title or missing[0].key)[:60]!r}); "
+                  f"graft import {path} --index {idx.path} lists them", highlight=False, soft_wrap=True)
+    return match.paper_ids
+
+
 def _heading(idx, record: dict, result) -> str:
     """The title line of a query's result table: the query, and who answered it (retriever, fusion,
     model)."""
@@ -107,6 +124,9 @@ def query(
                                        "and/or abstract), or a corpus paper as {\"id\": ...}, as a --queries line."),
     queries: Path | None = typer.Option(None, "--queries",
                                         help="Batch: one paper id or JSON record per line (use with --trec-out)."),
+    seeds: Path | None = typer.Option(None, "--seeds", help="A library (.bib, .ris, CSL .json, or .txt of DOIs / "
+                                      "arXiv ids): its papers in the index are the query, their related papers "
+                                      "fused (graft import shows what matches)."),
     retriever: str | None = typer.Option(None, "--retriever",
                                          help="graft or teacher (default: graft when INDEX/model holds a model "
                                               "that passed its prompt check, else the teacher, with a note)."),
@@ -151,10 +171,10 @@ def query(
     from graft.records import is_outside
 
     try:
-        given = [x for x in (paper, text, record, queries) if x is not None]
+        given = [x for x in (paper, text, record, queries, seeds) if x is not None]
         if len(given) != 1:
             raise GraftError("give exactly one of --paper ID, --text 'Title. Abstract', --record FILE.json, "
-                             "--queries FILE")
+                             "--queries FILE, --seeds LIBRARY")
         if retriever == "teacher" and fusion in FUSIONS and fusion != "rrf":
             raise teacher_fusion_error(index, fusion, cli=True)
         config = QueryConfig(retriever=retriever, fusion=fusion, k=k, beams=beams, device=device,
@@ -173,7 +193,13 @@ def query(
         idx = Index.open(index)
         related = Searcher(idx, config, on_note=lambda note: err.print(note, highlight=False))  # stderr: --json too
 
-        if queries is not None:
+        if seeds is not None:
+            if references is not None:
+                raise GraftError("--references goes with --text or --record (a paper outside the corpus)")
+            result = related.seeds(_seed_ids(seeds, idx), query_id="seeds")
+            recs, results = [], [(result, f"related to {len(result.info['seeds'])} seeds of {seeds.name}\n"
+                                          f"{result.answered_by()}")]
+        elif queries is not None:
             recs = _read_queries(queries, idx.row_of)
         elif paper is not None:
             recs = [{"id": paper}]
@@ -202,18 +228,19 @@ def query(
         if queries is not None and trec_out is None and not as_json:
             raise GraftError(f"--queries {queries}: {len(recs)} queries would run and show nothing; write their "
                              "results with --trec-out FILE or print them with --json")
-        outside = sum(map(is_outside, recs))
-        if queries is None:
-            results = [related.record(recs[0])]
-        elif outside >= 2:  # taken apart together, in shared encoder batches
-            from graft.progress import Reporter
+        if seeds is None:
+            outside = sum(map(is_outside, recs))
+            if queries is None:
+                results = [related.record(recs[0])]
+            elif outside >= 2:  # taken apart together, in shared encoder batches
+                from graft.progress import Reporter
 
-            with Reporter(quiet=as_json).stage("facets of the papers outside the corpus", total=outside,
-                                               unit="papers") as advance:
-                results = related.batch(recs, progress=advance)
-        else:
-            results = related.batch(recs)
-        results = [(result, _heading(idx, r, result)) for r, result in zip(recs, results)]
+                with Reporter(quiet=as_json).stage("facets of the papers outside the corpus", total=outside,
+                                                   unit="papers") as advance:
+                    results = related.batch(recs, progress=advance)
+            else:
+                results = related.batch(recs)
+            results = [(result, _heading(idx, r, result)) for r, result in zip(recs, results)]
         if trec_out is not None:
             from graft.store import write_lines
 

@@ -1,4 +1,6 @@
-"""networkx view of an index, for exploration and other graph tools (GraphML, GEXF, JSON).
+"""An index exported: its graph through networkx, for exploration and other graph tools (GraphML,
+GEXF, JSON), and bibliographies of its papers (BibTeX, RIS, CSL-JSON: `graft.bibliography`) for a
+selection (a view, a multi-seed query, a query's results, a survey's references, or every paper).
 
 The sparse matrices stay the storage; this builds a MultiDiGraph with one edge per (facet, i -> j)
 carrying `facet` and `weight`, and paper metadata on the nodes. In GraphML each edge's id is its key
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 
@@ -18,7 +21,10 @@ from graft.facets import FACETS
 from graft.index import Index
 from graft.store import atomic_path, folder_problem
 
+#: Formats of the graph (`export_graph`).
 EXPORT_FORMATS = ("graphml", "gexf", "json")
+#: Every format `graft export` writes: the graph's, then the bibliographies' (`export_bibliography`).
+ALL_FORMATS = (*EXPORT_FORMATS, "bibtex", "ris", "csljson")
 
 
 #: Characters XML 1.0 does not allow (most C0 control characters, surrogates, U+FFFE/U+FFFF): a
@@ -97,6 +103,92 @@ def export_graph(index: Index, out: str | Path, fmt: str) -> Path:
                 nx.write_gexf(g, tmp)
             else:
                 tmp.write_text(json.dumps(nx.node_link_data(g, edges="edges"), indent=1), encoding="utf-8")
+    except OSError as exc:
+        raise GraftError(f"cannot export to {out} ({exc.strerror or exc})") from None
+    return out
+
+
+# --------------------------------------------------------------------------- bibliographies
+
+
+def selected_papers(index: Index, *, paper: str | None = None, seeds: str | Path | None = None,
+                    results: str | Path | None = None, survey: str | Path | None = None, k: int = 20,
+                    on_note: Any = None) -> list[str]:
+    """The corpus papers a bibliography lists, in order: with `paper`, its view (the paper, then its
+    `k` related papers as `graft query --paper` returns them); with `seeds` (a library file), its papers
+    in the index, then their `k` fused related papers (`Searcher.seeds`); with `results`, the hits of
+    a `graft query --json` output (one result or a list of them); with `survey`, a survey folder's
+    references (its survey.json, in citation order); with none, every paper of the index.
+
+    Raises:
+        GraftError: more than one selection, an unknown id, an unreadable file.
+    """
+    given = [name for name, v in (("--paper", paper), ("--seeds", seeds), ("--results", results),
+                                  ("--survey", survey)) if v is not None]
+    if len(given) > 1:
+        raise GraftError(f"give one of --paper, --seeds, --results, --survey, not {' and '.join(given)}")
+    if paper is not None or seeds is not None:
+        from graft.query import QueryConfig, Searcher
+
+        searcher = Searcher(index, QueryConfig(k=k), on_note=on_note)
+        if paper is not None:
+            return [paper, *(h.paper_id for h in searcher.paper(paper).hits)]
+        from graft.library import match_library, read_library
+
+        ids = match_library(read_library(seeds), index.papers).paper_ids
+        if not ids:
+            raise GraftError(f"--seeds {seeds}: none of its entries is in the index (graft import lists them)")
+        return [*ids, *(h.paper_id for h in searcher.seeds(ids).hits)]
+    if results is not None:
+        data = _read_json(Path(results), "a `graft query --json` output")
+        items = data if isinstance(data, list) else [data]
+        if not all(isinstance(x, dict) and isinstance(x.get("hits"), list) for x in items):
+            raise GraftError(f"{results}: not a `graft query --json` output (an object with 'hits', or a list of them)")
+        ids = [str(h.get("paper_id")) for x in items for h in x["hits"] if isinstance(h, dict)]
+    elif survey is not None:
+        folder = Path(survey)
+        data = _read_json(folder / "survey.json" if folder.is_dir() else folder, "a survey's survey.json")
+        refs = data.get("references") if isinstance(data, dict) else None
+        if not isinstance(refs, list):
+            raise GraftError(f"{survey}: its survey.json has no 'references' list; give a folder `graft survey` wrote")
+        ids = [str(r["paper_id"]) for r in sorted(refs, key=lambda r: r.get("number", 0)) if isinstance(r, dict)]
+    else:
+        return list(index.paper_ids)
+    unknown = [p for p in ids if p not in index.row_of]
+    if unknown:
+        raise GraftError(f"{len(unknown)} paper(s) of {results or survey} are not in index '{index.path}', e.g. "
+                         f"{unknown[0]!r}: was it written for another index?")
+    return list(dict.fromkeys(ids))
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except FileNotFoundError:
+        raise GraftError(f"{path} not found; give {what}") from None
+    except (OSError, ValueError) as exc:
+        raise GraftError(f"{path}: cannot read it as JSON ({exc}); give {what}") from None
+
+
+def export_bibliography(index: Index, out: str | Path, fmt: str, paper_ids: list[str]) -> Path:
+    """Write the bibliography of `paper_ids` (`graft.bibliography`: BibTeX, RIS or CSL-JSON), atomically.
+
+    Raises:
+        GraftError: an unknown format or id, or `out` not a writable file path.
+    """
+    from graft.bibliography import BIB_FORMATS, entries, render
+
+    if fmt not in BIB_FORMATS:
+        raise GraftError(f"bibliography format '{fmt}' is unknown; allowed: {', '.join(BIB_FORMATS)}")
+    out = Path(out)
+    problem = "is a folder" if out.is_dir() else folder_problem(out.parent)
+    if problem:
+        raise GraftError(f"cannot export to {out}: {out if out.is_dir() else out.parent} {problem}; give the "
+                         "path of the file to write")
+    text = render(entries(index, paper_ids), fmt)
+    try:
+        with atomic_path(out) as tmp:
+            tmp.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise GraftError(f"cannot export to {out} ({exc.strerror or exc})") from None
     return out

@@ -42,7 +42,7 @@ from graft.external import FEEDBACK, RECORD_CHUNK, TEXT_NEIGHBOURS
 from graft.fusion import CITATION_DEPTH, CITATION_FIRST, CITATION_KEEP, CITATION_WEIGHT, FUSIONS, TEXT_WEIGHT
 from graft.manifest import has_model
 from graft.records import is_outside, record_problem
-from graft.results import QueryResult
+from graft.results import Hit, QueryResult
 from graft.teacher import TeacherConfig
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 #: Retrievers a query may name (`QueryConfig.retriever`, `graft query --retriever`).
 RETRIEVERS = ("graft", "teacher")
+#: A multi-seed query (`Searcher.seeds`) fuses each seed's first this many results (at least k): a
+#: paper near several seeds but not in any one's first k can still rank high.
+SEED_DEPTH = 50
 
 @dataclass(frozen=True)
 class QueryConfig:
@@ -373,6 +376,48 @@ class Searcher:
             first[qid] = i
         ready = self.prepared(records, progress)
         return [self._explained(rec, self._query(rec, ready.get(i), set())) for i, rec in enumerate(records)]
+
+    def seeds(self, paper_ids: Iterable[str], *, query_id: str = "seeds") -> QueryResult:
+        """Related papers of a set of corpus papers (a library, a saved collection): each seed's
+        results under this config (its first max(k, `SEED_DEPTH`), the other seeds left out), fused
+        by reciprocal rank fusion (`graft.fusion.rrf`, k = 60), so a paper close to several seeds
+        ranks above one close to a single seed. The seeds are never returned.
+
+        Each hit keeps the facets and evidence of the seed it ranks best for;
+        `info["surfaced_by"][paper_id]` maps every seed that returned it to its rank there, and
+        `info["seeds"]` lists the seeds.
+
+        Raises:
+            QueryError: no seeds, or a seed the index lacks (`check`).
+        """
+        from graft.fusion import RRF_K, rrf
+
+        if isinstance(paper_ids, str):
+            raise QueryError(f"seeds take a list of paper ids, not one string: [{paper_ids!r}]")
+        seeds = list(dict.fromkeys(str(p) for p in paper_ids))
+        if not seeds:
+            raise QueryError("a multi-seed query needs at least one corpus paper id")
+        self.check([{"id": s} for s in seeds])
+        deep = self if self.config.k >= SEED_DEPTH else self.with_config(k=SEED_DEPTH)
+        runs: dict[str, list[str]] = {}
+        best: dict[str, tuple[int, int, Hit]] = {}  # paper -> (rank, seed position, hit)
+        surfaced: dict[str, dict[str, int]] = {}
+        inner = None
+        for pos, seed in enumerate(seeds):
+            result = deep._explained({"id": seed}, deep._query({"id": seed}, None, set(seeds) - {seed}))
+            inner = inner or result
+            runs[seed] = [h.paper_id for h in result.hits]
+            for h in result.hits:
+                surfaced.setdefault(h.paper_id, {})[seed] = h.rank
+                if h.paper_id not in best or (h.rank, pos) < best[h.paper_id][:2]:
+                    best[h.paper_id] = (h.rank, pos, h)
+        fused = rrf(runs, k=RRF_K)[: self.config.k]
+        hits = [replace(best[f.doc][2], rank=i, score=f.score) for i, f in enumerate(fused, start=1)]
+        info = {"seeds": seeds, "seed_depth": deep.config.k,
+                "surfaced_by": {h.paper_id: surfaced[h.paper_id] for h in hits}}
+        fusion = f"{inner.fusion if inner else self.fusion} per seed, rrf over seeds"
+        result = QueryResult(query_id=query_id, retriever=self.retriever, fusion=fusion, hits=hits, info=info)
+        return self._named(result)
 
     def items(self, facets: dict[str, list[str]], *, query_id: str = "query",
               neighbours: dict[str, float] | None = None, exclude: Iterable[str] = ()) -> QueryResult:

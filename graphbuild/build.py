@@ -46,7 +46,7 @@ from graft.store import (
 )
 from graft.text import normalize_text, paper_texts
 from graphbuild.checkpoints import RowStore, StoredEncoder, StoredRows, make_key, paper_digests, source_digest
-from graphbuild.corpus import Corpus, load_corpus
+from graphbuild.corpus import LINK_COLUMNS, Corpus, load_corpus
 
 #: Papers per stored shard of the facets stage: a build killed there loses at most this many papers' work.
 CHECKPOINT_PAPERS = 1024
@@ -110,9 +110,12 @@ def facets_table(paper_ids: list[str], facets: list[FacetItems]) -> pl.DataFrame
 
 
 def papers_table(corpus: Corpus, a: sp.csr_matrix) -> pl.DataFrame:
-    """papers.parquet: metadata in node order, with in-corpus citation counts."""
+    """papers.parquet: metadata in node order, with in-corpus citation counts, and the papers'
+    identifiers (doi, url, arxiv) where the corpus gives any."""
     n_cit = np.asarray(a.sum(axis=0)).ravel().astype(np.int32)
-    return corpus.papers.select(["paper_id", "title", "abstract", "year", "venue", "authors"]).with_columns(
+    papers = corpus.papers
+    links = [c for c in LINK_COLUMNS if c in papers.columns and papers[c].null_count() < papers.height]
+    return papers.select(["paper_id", "title", "abstract", "year", "venue", "authors", *links]).with_columns(
         pl.Series("n_citations", n_cit, dtype=pl.Int32)
     )
 

@@ -29,7 +29,10 @@ from graft.results import is_one_word
 from graft.text import normalize_title
 
 #: Columns of `Corpus.papers`, in order.
-PAPER_COLUMNS = ("paper_id", "title", "abstract", "year", "venue", "authors", "references", "full_text")
+PAPER_COLUMNS = ("paper_id", "title", "abstract", "year", "venue", "authors", "references", "full_text", "doi", "url",
+                 "arxiv")
+#: Optional identifiers of a paper outside the corpus (`graft.identifiers`): exports and links out show them.
+LINK_COLUMNS = ("doi", "url", "arxiv")
 #: Fields every JSONL / Parquet record must carry (non-empty).
 REQUIRED_FIELDS = ("id", "title", "abstract")
 #: Accepted inputs, as listed in error messages.
@@ -45,6 +48,9 @@ _SCHEMA: dict[str, Any] = {
     "authors": pl.List(pl.Utf8),
     "references": pl.List(pl.Utf8),
     "full_text": pl.Utf8,
+    "doi": pl.Utf8,
+    "url": pl.Utf8,
+    "arxiv": pl.Utf8,
 }
 # Bumped whenever the serialisation behind `Corpus.content_hash` changes, so old hashes never match.
 _HASH_VERSION = b"graft-corpus-v1\n"
@@ -115,12 +121,17 @@ class Corpus:
         """sha256 hex digest of the papers table, independent of the input's row order.
 
         Rows are serialised as canonical JSON sorted by paper_id, and each reference list is sorted,
-        since references are a set; author order is kept because it is content.
+        since references are a set; author order is kept because it is content. A paper's identifiers
+        (`LINK_COLUMNS`) are appended only where it has one, so a corpus without them hashes as it
+        did before they existed (its indexes stay up to date).
         """
         digest = hashlib.sha256(_HASH_VERSION)
+        n_plain = len(PAPER_COLUMNS) - len(LINK_COLUMNS)
         for row in self.papers.select(PAPER_COLUMNS).sort("paper_id").iter_rows():
-            values = list(row)
+            values = list(row[:n_plain])
             values[6] = sorted(values[6])
+            if any(v is not None for v in row[n_plain:]):
+                values.append(dict(zip(LINK_COLUMNS, row[n_plain:])))
             digest.update(json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode())
             digest.update(b"\n")
         return digest.hexdigest()
@@ -144,7 +155,7 @@ def load_corpus(path: str | Path | None, *, skip_bad: bool = False, limit: int |
     Args:
         path: `None` or "aclsum" for the built-in ACLSum corpus; a `*.jsonl`, `*.jsonl.gz` or
             `*.parquet` file of records (`id, title, abstract` required; `year, venue, authors,
-            references, full_text` optional); a `*.json` file or a directory of them, each an S2ORC
+            references, full_text, doi, url, arxiv` optional); a `*.json` file or a directory of them, each an S2ORC
             document, a plain record or a JSON array of records.
         skip_bad: skip invalid records (listed in `report.skipped`) instead of stopping.
         limit: keep only the first `limit` valid records; references to later ones are dropped.
@@ -398,6 +409,9 @@ def _validate(raw: Any) -> dict:
         ("year", _as_year),
         ("venue", _as_optional_text),
         ("full_text", _as_optional_text),
+        ("doi", _as_optional_text),
+        ("url", _as_optional_text),
+        ("arxiv", _as_optional_text),
         ("authors", _as_authors),
         ("references", _as_references),
     ):

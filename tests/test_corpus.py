@@ -32,6 +32,9 @@ EXPECTED_SCHEMA = {
     "authors": pl.List(pl.Utf8),
     "references": pl.List(pl.Utf8),
     "full_text": pl.Utf8,
+    "doi": pl.Utf8,
+    "url": pl.Utf8,
+    "arxiv": pl.Utf8,
 }
 
 
@@ -286,6 +289,25 @@ def test_content_hash_ignores_row_order_but_not_content(tmp_path):
     assert again.content_hash() == h
     assert shuffled.content_hash() == h
     assert edited.content_hash() != h
+
+
+def test_identifiers_are_optional_and_leave_the_hash_of_a_corpus_without_them_as_it_was(tmp_path):
+    """`doi`, `url` and `arxiv` load where a record has them; a corpus without any hashes as it did
+    before the fields existed (the value below is the old serialisation's), so its indexes stay up
+    to date; giving one changes the hash."""
+    records = [{"id": "a", "title": "T a", "abstract": "A a", "references": ["b"]},
+               {"id": "b", "title": "T b", "abstract": "A b", "year": 2020, "authors": ["Z Y"]}]
+    plain = load_corpus(write_jsonl(tmp_path / "plain.jsonl", records))
+    assert plain.content_hash() == "c5e78b15473c1e85dc1ca152b8106bea55de66b79ff71e57b135bdcf91ff2368"
+    assert plain.papers["doi"].to_list() == [None, None]
+    linked = load_corpus(write_jsonl(tmp_path / "linked.jsonl", [
+        {**records[0], "doi": " 10.18653/v1/P17-1001 ", "url": "https://aclanthology.org/P17-1001"},
+        {**records[1], "arxiv": "2106.04689v2"}]))
+    assert linked.papers["doi"].to_list() == ["10.18653/v1/P17-1001", None]
+    assert linked.papers["arxiv"].to_list() == [None, "2106.04689v2"]
+    assert linked.content_hash() != plain.content_hash()
+    with pytest.raises(InputValidationError, match="'doi' must be a string"):
+        load_corpus(write_jsonl(tmp_path / "bad.jsonl", [{**records[1], "doi": 17}]))
 
 
 # --------------------------------------------------------------------------- S2ORC
