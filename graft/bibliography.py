@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import polars as pl
+
 from graft.errors import GraftError
 from graft.identifiers import Links, links
 
@@ -168,19 +170,25 @@ class BibEntry:
     links: Links = field(default_factory=Links)
 
 
-def entries(index: Index, paper_ids: list[str], *, abstracts: bool = True) -> list[BibEntry]:
-    """The bibliography entries of corpus papers, in the order given (each once).
+def entries(source: Index | pl.DataFrame, paper_ids: list[str], *, abstracts: bool = True) -> list[BibEntry]:
+    """The bibliography entries of corpus papers, in the order given (each once): `source` is an
+    index, or a papers table (`paper_id, title`, and any of `authors, year, venue, abstract, doi,
+    url, arxiv`: an index's `papers`, a `Corpus.papers`).
 
     Raises:
-        GraftError: an id the index lacks.
+        GraftError: an id the papers lack.
     """
-    papers = index.papers
+    papers = source if isinstance(source, pl.DataFrame) else source.papers
+    row_of = {pid: i for i, pid in enumerate(papers["paper_id"].to_list())}
     ids = list(dict.fromkeys(paper_ids))
+    unknown = [p for p in ids if p not in row_of]
+    if unknown:
+        raise GraftError(f"{len(unknown)} paper id(s) are not in the corpus, e.g. {unknown[0]!r}")
     keys = bib_keys(ids)
     cols = set(papers.columns)
     out = []
     for pid in ids:
-        row = index.row(pid)
+        row = row_of[pid]
 
         def get(name: str, row: int = row):
             return papers[name][row] if name in cols else None

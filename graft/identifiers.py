@@ -40,7 +40,11 @@ def doi(text: str | None) -> str | None:
     m = _DOI.search(unquote(str(text)).strip())
     if m is None:
         return None
-    return m.group(1).rstrip(".,;)]}>").lower()
+    found = m.group(1).rstrip(".,;>")
+    # a closing bracket ends the DOI only when the DOI did not open it ("(see doi:10.1/x)")
+    while found[-1:] in ")]}" and found.count(found[-1]) > found.count({")": "(", "]": "[", "}": "{"}[found[-1]]):
+        found = found[:-1].rstrip(".,;")
+    return found.lower()
 
 
 def arxiv_id(text: str | None, *, bare: bool = True) -> str | None:

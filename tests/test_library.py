@@ -29,6 +29,8 @@ def aclsum():
 def test_identifiers_are_read_from_the_forms_exports_write() -> None:
     assert doi("https://doi.org/10.18653/V1/P17-1001") == "10.18653/v1/p17-1001"
     assert doi("doi:10.1109/CVPR.2016.90.") == "10.1109/cvpr.2016.90" and doi("no doi here") is None
+    assert doi("(see doi:10.1016/S0140-6736(97)11096-0)") == "10.1016/s0140-6736(97)11096-0"
+    assert doi("10.1234/ABC(1)") == "10.1234/abc(1)"
     assert arxiv_id("arXiv:2106.04689v2") == "2106.04689v2"
     assert arxiv_id("arXiv: 1705.06730") == "1705.06730"  # Zotero's note field
     assert arxiv_id("https://arxiv.org/pdf/1710.11253v1.pdf") == "1710.11253v1"
