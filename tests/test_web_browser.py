@@ -6,6 +6,7 @@ and a screenshot saved. Skips, with the reason, where the browser is not install
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
@@ -28,8 +29,12 @@ def _browser_problem() -> str | None:
         return "selenium is not installed (pip install -e '.[dev]')"
     for name, package in (("chromium", "chromium"), ("chromedriver", "chromium-driver")):
         if shutil.which(name) is None:
+            if os.environ.get("GRAFT_NO_APT", "0") != "0":
+                return (f"{name} is not installed and GRAFT_NO_APT is set, so `make setup` did not install Debian's "
+                        "chromium and chromium-driver")
             return (f"{name} is not installed: `make setup` installs Debian's chromium and chromium-driver when "
-                    f"run as root (apt-get install -y chromium chromium-driver); no {package} package here")
+                    f"run as root (apt-get install -y chromium chromium-driver) unless GRAFT_NO_APT=1; no {package} "
+                    "package here")
     return None
 
 
