@@ -157,6 +157,14 @@ def query(
     citation_keep: int = typer.Option(3, "--citation-keep", min=0,
                                       help="The first N results of the facet fusion stay first: the citation "
                                            "channel adds papers after them (0 = it may reorder all)."),
+    since: int | None = typer.Option(None, "--since", min=1, max=9999,
+                                     help="Only results published in or after this year (papers without a year "
+                                          "are left out)."),
+    until: int | None = typer.Option(None, "--until", min=1, max=9999,
+                                     help="Only results published in or before this year."),
+    venue: list[str] | None = typer.Option(None, "--venue",
+                                           help="Only results of this venue (as the corpus names it, any case; "
+                                                "repeat for several, e.g. --venue ACL --venue EMNLP)."),
     explain: bool = typer.Option(False, "--explain",
                                  help="For each facet that surfaced a result, the query's item and the "
                                       "result's item most alike, with their cosine (--json: evidence.match)."),
@@ -179,7 +187,8 @@ def query(
             raise teacher_fusion_error(index, fusion, cli=True)
         config = QueryConfig(retriever=retriever, fusion=fusion, k=k, beams=beams, device=device,
                              text_neighbours=text_neighbours, feedback=feedback, citation_weight=citation_weight,
-                             citation_keep=citation_keep, explain=explain)
+                             citation_keep=citation_keep, explain=explain, since=since, until=until,
+                             venues=tuple(venue or ()))
         from graft.devices import resolve_device
 
         resolve_device(device)  # checked whatever the retriever: the teacher would ignore a bad name

@@ -79,6 +79,11 @@ class QueryConfig:
             candidates kept per facet list.
         device: where the generative retriever decodes (cpu, cuda, cuda:N, mps, auto).
         explain: name each facet credit's closest pair of items (`graft.explain`).
+        since, until: keep only results published in or after / in or before this year (a paper
+            without a year is left out when either is set); None = no bound.
+        venues: keep only results whose venue is one of these (case and surrounding spaces ignored; a
+            paper without a venue is left out); empty = any venue. Filtered papers are left out before
+            fusion, so k results are still returned where the corpus has them.
     """
 
     retriever: str | None = None
@@ -96,6 +101,9 @@ class QueryConfig:
     walk_depth: int = 100
     device: str = "cpu"
     explain: bool = False
+    since: int | None = None
+    until: int | None = None
+    venues: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = config_problems(self)
@@ -146,6 +154,17 @@ def config_problems(config: QueryConfig) -> list[str]:
         problems.append(f"device must be a device name (cpu, cuda, cuda:N, mps, auto), got {config.device!r}")
     if not isinstance(config.explain, bool):
         problems.append(f"explain must be True or False, got {config.explain!r}")
+    for name in ("since", "until"):
+        value = getattr(config, name)
+        if value is not None and (not is_whole(value) or not 1 <= value <= 9999):
+            problems.append(f"{name} must be a year (a whole number from 1 to 9999) or None, got {value!r}")
+    if is_whole(config.since) and is_whole(config.until) and config.since > config.until:
+        problems.append(f"since ({config.since}) is after until ({config.until}): no year is in between")
+    if isinstance(config.venues, str):
+        problems.append(f"venues takes a tuple of venue names, not one string: venues=({config.venues!r},)")
+    elif not isinstance(config.venues, (tuple, list)) or not all(
+            isinstance(v, str) and v.strip() for v in config.venues):
+        problems.append(f"venues must be a tuple of non-empty venue names, got {config.venues!r}")
     return problems
 
 
@@ -241,6 +260,24 @@ class Searcher:
         self._made: dict[str, Any] = {}
         if why:
             self._note("retriever", why)
+
+    @property
+    def filtered_out(self) -> frozenset[str]:
+        """The corpus papers the config's year and venue filters leave out (empty without filters)."""
+        if "filtered" not in self._made:
+            cfg = self.config
+            out: set[str] = set()
+            if cfg.since is not None or cfg.until is not None or cfg.venues:
+                papers = self.index.papers
+                wanted = {v.strip().casefold() for v in cfg.venues}
+                venues = papers["venue"].to_list() if "venue" in papers.columns else [None] * self.index.n
+                for pid, year, venue in zip(papers["paper_id"].to_list(), papers["year"].to_list(), venues):
+                    if ((cfg.since is not None and (year is None or year < cfg.since))
+                            or (cfg.until is not None and (year is None or year > cfg.until))
+                            or (wanted and (venue or "").strip().casefold() not in wanted)):
+                        out.add(pid)
+            self._made["filtered"] = frozenset(out)
+        return self._made["filtered"]
 
     @property
     def note(self) -> str | None:
@@ -510,7 +547,16 @@ class Searcher:
 
     # ---- internals -----------------------------------------------------------------------------
     def _named(self, result: QueryResult) -> QueryResult:
-        """The result with its retriever's model and the query settings in `info`."""
+        """The result with its retriever's model and the query settings in `info`; a hit the year and
+        venue filters leave out (one a channel added after the facet lists were cut) removed."""
+        gone = self.filtered_out
+        if gone:
+            kept = [h for h in result.hits if h.paper_id not in gone]
+            if len(kept) < len(result.hits):
+                result.hits = [replace(h, rank=i) for i, h in enumerate(kept, start=1)]
+            cfg = self.config
+            result.info["filters"] = {"since": cfg.since, "until": cfg.until, "venues": list(cfg.venues),
+                                      "papers_left_out": len(gone)}
         result.info["model"] = self.model
         if self.note:
             result.info["note"] = self.note
@@ -535,6 +581,7 @@ class Searcher:
     def _query(self, record: dict[str, Any], ready: tuple | None, exclude: set[str]) -> QueryResult:
         cfg = self.config
         row_of = self.index.row_of
+        exclude = exclude | self.filtered_out
         if not is_outside(record):
             pid = str(record["id"])
             if self.retriever == "teacher":

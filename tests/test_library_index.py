@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import bibtexparser
@@ -147,3 +148,32 @@ def test_export_bibliographies_of_a_view_seeds_results_and_a_survey(seeded, web_
                           (["--format", "endnote"], "allowed: graphml, gexf, json, bibtex, ris, csljson")):
         res = runner.invoke(app, ["export", str(copy), *args], env={"COLUMNS": "300"})
         assert res.exit_code == 2 and message in res.output, (args, res.output)
+
+
+def test_year_and_venue_filters_leave_papers_out_before_fusion(seeded, web_index) -> None:
+    """`since`, `until`, `venues` (QueryConfig; graft query --since/--until/--venue): every result is
+    inside the filter, k results still come back where the corpus has them, and the unfiltered query
+    did return papers the filter leaves out."""
+    idx, ids, _ = seeded
+    papers = idx.papers
+    year = dict(zip(papers["paper_id"].to_list(), papers["year"].to_list()))
+    venue = dict(zip(papers["paper_id"].to_list(), papers["venue"].to_list()))
+    plain = Searcher(idx, QueryConfig(retriever="teacher", k=10)).paper(ids[0]).hits
+    assert any(year[h.paper_id] < 2021 for h in plain)
+    since = Searcher(idx, QueryConfig(retriever="teacher", k=10, since=2021))
+    hits = since.paper(ids[0]).hits
+    assert len(hits) == 10 and all(year[h.paper_id] >= 2021 for h in hits)
+    assert [h.rank for h in hits] == list(range(1, 11))
+    assert all(year[h.paper_id] >= 2021 for h in since.seeds(ids).hits)
+    only = Searcher(idx, QueryConfig(retriever="teacher", k=5, until=2020, venues=(" emnlp ",))).paper(ids[0])
+    assert only.hits and all(venue[h.paper_id] == "EMNLP" and year[h.paper_id] <= 2020 for h in only.hits)
+    assert only.info["filters"]["venues"] == [" emnlp "]
+    res = runner.invoke(app, ["query", str(web_index), "--paper", ids[0], "--retriever", "teacher", "--since", "2021",
+                              "--until", "2021", "--venue", "ACL", "--venue", "NAACL", "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)["hits"]
+    assert got and all(year[h["paper_id"]] == 2021 and venue[h["paper_id"]] in ("ACL", "NAACL") for h in got)
+    for bad, message in (({"since": 2022, "until": 2020}, "since (2022) is after until (2020)"),
+                         ({"venues": "ACL"}, "not one string"), ({"since": 0}, "since must be a year")):
+        with pytest.raises(QueryError, match=re.escape(message)):
+            QueryConfig(**bad)
