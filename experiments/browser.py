@@ -4,6 +4,7 @@ both start. Chromium is Debian's `chromium` with `chromium-driver`, driven by Se
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -12,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,15 +25,18 @@ CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-
 
 
 def start_server(index: Path, surveys: Path, *, cores: int = 0,
-                 timeout: float = 180) -> tuple[subprocess.Popen, str]:
-    """`graft serve INDEX --port 0` in a child process (pinned to its first `cores` CPUs with
-    taskset when given and available); returns it and the URL it printed.
+                 timeout: float = 180, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`graft serve INDEX --port 0 [ARGS]` in a child process (pinned to its first `cores` CPUs with
+    taskset when given and available, `env` added to the environment); returns it and the URL it
+    printed, with its token (`http://127.0.0.1:PORT/?token=...`: `page_url` and `api` keep it).
+    What it printed up to the URL is kept as `proc.printed`.
 
     Raises:
         RuntimeError: no URL within `timeout` seconds, or the server exited (with what it printed).
     """
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "COLUMNS": "300"}
-    cmd = [sys.executable, "-m", "cli.app", "serve", str(index), "--port", "0", "--surveys", str(surveys)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "COLUMNS": "300", **(env or {})}
+    cmd = [sys.executable, "-m", "cli.app", "serve", str(index), "--port", "0", "--surveys", str(surveys), *args]
     if cores and shutil.which("taskset"):
         cmd = ["taskset", "-c", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:cores]), *cmd]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -39,8 +45,9 @@ def start_server(index: Path, surveys: Path, *, cores: int = 0,
         if select.select([proc.stdout], [], [], 1.0)[0]:
             line = proc.stdout.readline()
             seen.append(line)
-            m = re.search(r"http://127\.0\.0\.1:\d+/", line)
+            m = re.search(r"http://[^\s/]+:\d+/\?token=[A-Za-z0-9._~-]+", line)
             if m:
+                proc.printed = "".join(seen)  # type: ignore[attr-defined]
                 return proc, m.group(0)
         if proc.poll() is not None:
             break
@@ -48,14 +55,36 @@ def start_server(index: Path, surveys: Path, *, cores: int = 0,
     raise RuntimeError("graft serve printed no URL:\n" + "".join(seen))
 
 
-def open_browser(download_dir: Path | None = None):
-    """A Selenium driver of headless Chromium with a fresh profile (downloads into `download_dir`)."""
+def token_of(url: str) -> str:
+    """The token of a URL `graft serve` printed."""
+    return urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["token"][0]
+
+
+def page_url(url: str, **params: object) -> str:
+    """The page at `url` (as `graft serve` printed it) with view parameters (`paper=`, `k=`, ...),
+    its token kept first."""
+    base = url.split("?", 1)[0]
+    return base + "?" + urllib.parse.urlencode({"token": token_of(url), **params})
+
+
+def api(url: str, path: str, body: dict | None = None, timeout: float = 60) -> dict:
+    """A JSON API answer of the server at `url` (GET, or POST of `body`), with its token."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url.split("?", 1)[0].rstrip("/") + path, data=data,
+                                 headers={"Content-Type": "application/json", "X-Graft-Token": token_of(url)})
+    with urllib.request.urlopen(req, timeout=timeout) as res:
+        return json.loads(res.read())
+
+
+def open_browser(download_dir: Path | None = None, flags: tuple[str, ...] = ()):
+    """A Selenium driver of headless Chromium with a fresh profile (downloads into `download_dir`,
+    `flags` added to `CHROMIUM_FLAGS`)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = shutil.which("chromium")
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='graft-chromium-')}"):
+    for flag in (*CHROMIUM_FLAGS, *flags, f"--user-data-dir={tempfile.mkdtemp(prefix='graft-chromium-')}"):
         opts.add_argument(flag)
     if download_dir is not None:
         opts.add_experimental_option("prefs", {"download.default_directory": str(download_dir)})

@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from experiments.browser import open_browser, start_server
+from experiments.browser import open_browser, page_url, start_server, token_of
 from experiments.common import parser
 
 
@@ -62,11 +62,11 @@ def main() -> None:
         wait(driver, "return document.getElementById('index-name').textContent")
         paint, recentre, api = [], [], []
         for pid in papers:
-            driver.get(f"{url}?paper={urllib.parse.quote(pid)}&k={args.k}")
+            driver.get(page_url(url, paper=pid, k=args.k))
             wait(driver, "return window.graft.ready >= 1")
             paint.append(driver.execute_script("return window.graft.paintedAt"))
         # re-centre: on the current view's second result, from the click to the new graph's first frame
-        driver.get(f"{url}?paper={urllib.parse.quote(papers[0])}&k={args.k}")
+        driver.get(page_url(url, paper=papers[0], k=args.k))
         wait(driver, "return window.graft.ready >= 1")
         for n in range(args.runs):
             target = driver.execute_script("return graftCy.nodes('[centre = 0]').map(x => x.id())[1]")
@@ -77,7 +77,9 @@ def main() -> None:
             recentre.append(driver.execute_script("return window.graft.paintedAt - window.__t"))
         for pid in papers:  # the JSON answer alone, for comparison
             t0 = time.perf_counter()
-            with urllib.request.urlopen(f"{url}api/graph?paper={urllib.parse.quote(pid)}&k={args.k}") as res:
+            req = urllib.request.Request(f"{url.split('?')[0]}api/graph?paper={urllib.parse.quote(pid)}&k={args.k}",
+                                         headers={"X-Graft-Token": token_of(url)})
+            with urllib.request.urlopen(req) as res:
                 res.read()
             api.append(1000 * (time.perf_counter() - t0))
     finally:

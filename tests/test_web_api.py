@@ -39,7 +39,9 @@ def served(web_index, tmp_path_factory, encoder):
     before = _snapshot(web_index)
     surveys = tmp_path_factory.mktemp("surveys")
     app = create_app(web_index, surveys, survey_config=SURVEY, encoder=encoder)
-    with TestClient(app) as client:
+    # as the page asks: this server's name in Host, its token in a header (tests/test_web_security.py
+    # checks the requests without them)
+    with TestClient(app, base_url="http://127.0.0.1:8765", headers={"X-Graft-Token": app.state.token}) as client:
         yield client, Index.open(web_index), surveys
     assert _snapshot(web_index) == before, "the explorer wrote into the index"
 

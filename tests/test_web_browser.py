@@ -1,7 +1,10 @@
 """`graft serve` used as a person would: the command started, the page opened in headless Chromium
-(Debian's `chromium` and `chromium-driver`, driven by Selenium), a paper found, its graph checked,
-a node clicked, a re-centre and the back button, a title search, a survey with HTML in its topic,
-and a screenshot saved. Skips, with the reason, where the browser is not installed."""
+(Debian's `chromium` and `chromium-driver`, driven by Selenium) at the URL it printed (with its
+token), a paper found, its graph checked, a node clicked, a re-centre and the back button, a title
+search, a survey with HTML in its topic, and a screenshot saved. Then as an attacker would: a page
+of another origin (another port of 127.0.0.1) trying to write and read through the browser, and a
+page under another name resolved to 127.0.0.1 (DNS rebinding). Skips, with the reason, where the
+browser is not installed."""
 
 from __future__ import annotations
 
@@ -9,13 +12,15 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from experiments.browser import open_browser, start_server
+from experiments.browser import api, open_browser, page_url, start_server, token_of
 
 #: The page's facet colours (graft/web/static/app.js), as Cytoscape reports them.
 COLOURS = {"problem": "rgb(214,39,40)", "method": "rgb(31,119,180)", "result": "rgb(44,160,44)",
@@ -51,18 +56,18 @@ def wait_for(driver, script: str, timeout: float = 60):
     raise AssertionError(f"timed out waiting for: {script}")
 
 
-def api(url: str, path: str, body: dict | None = None) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url.rstrip("/") + path, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as res:
-        return json.loads(res.read())
+#: A name Chromium resolves to 127.0.0.1 (`--host-resolver-rules`): what a DNS rebinding attack makes
+#: of its own name, here without a DNS server.
+REBOUND = "rebound.test"
 
 
 @pytest.fixture(scope="module")
 def page(web_index, tmp_path_factory):
     surveys = tmp_path_factory.mktemp("surveys")
     proc, url = start_server(web_index, surveys)
-    driver = open_browser(tmp_path_factory.mktemp("downloads"))
+    downloads = tmp_path_factory.mktemp("downloads")
+    driver = open_browser(downloads, flags=(f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1",))
+    driver.graft_downloads = downloads
     try:
         yield driver, url, surveys
     finally:
@@ -139,14 +144,16 @@ def test_find_a_paper_and_explore_its_graph(page, tmp_path, web_index):
     driver.find_element(By.ID, "recentre").click()
     wait_for(driver, "return window.graft.ready >= 2")
     assert urllib.parse.parse_qs(urllib.parse.urlparse(driver.current_url).query)["paper"] == [target]
+    assert urllib.parse.parse_qs(urllib.parse.urlparse(driver.current_url).query)["token"] == [token_of(url)]
     assert driver.execute_script("return graftCy.nodes('[centre = 1]').id()") == target
     driver.back()
     wait_for(driver, f"return window.graft.ready >= 3 && window.graft.centre === {json.dumps(centre)}")
     driver.forward()
     wait_for(driver, f"return window.graft.ready >= 4 && window.graft.centre === {json.dumps(target)}")
+    assert token_of(driver.current_url) == token_of(url)  # every URL the page wrote keeps the token
 
     # a bookmarked view opens as it was left: pivot mode, a facet hidden
-    driver.get(f"{url}?paper={urllib.parse.quote(centre)}&k=10&mode=pivot&hide=result")
+    driver.get(page_url(url, paper=centre, k=10, mode="pivot", hide="result"))
     wait_for(driver, "return window.graft.ready >= 1")
     assert driver.find_element(By.ID, "mode").get_attribute("value") == "pivot"
     assert driver.find_element(By.ID, "results-title").text.startswith("Same problem, different method")
@@ -193,7 +200,7 @@ def test_title_search_and_bad_input(page, web_index):
     assert driver.execute_script("return graftCy.nodes().length") == 21
     assert "the pasted paper" in driver.find_element(By.ID, "card-meta").text
     assert "text=" in driver.current_url  # short enough to be kept in the URL
-    driver.get(f"{url}?paper=no-such-paper")
+    driver.get(page_url(url, paper="no-such-paper"))
     wait_for(driver, "return !document.getElementById('message').hidden")
     assert "not in index" in driver.find_element(By.ID, "message").text
 
@@ -227,7 +234,125 @@ def test_survey_with_html_in_its_topic(page):
     cite.click()
     wait_for(driver, "return document.getElementById('recentre').dataset.paper === " + json.dumps(pid))
     bib = driver.find_element(By.ID, "survey-bib").get_attribute("href")
-    with urllib.request.urlopen(bib, timeout=30) as res:
+    with urllib.request.urlopen(urllib.request.Request(bib, headers={"X-Graft-Token": token_of(url)}),
+                                timeout=30) as res:
         text = res.read().decode()
     folder = next(p for p in surveys.iterdir() if p.is_dir())
     assert text == (folder / "references.bib").read_text() and f"corpus id {pid}" in text.replace("\\_", "_")
+    # the page's own link downloads it (a request with the token, saved as a file)
+    driver.find_element(By.ID, "survey-bib").click()
+    saved = driver.graft_downloads / f"{folder.name}.bib"
+    deadline = time.time() + 30
+    while not (saved.is_file() and saved.read_text() == text) and time.time() < deadline:
+        time.sleep(0.2)
+    assert saved.is_file() and saved.read_text() == text
+
+
+def test_the_page_without_its_token_says_where_to_find_it(page):
+    from selenium.webdriver.common.by import By
+
+    driver, url, _ = page
+    driver.get(url.split("?")[0])
+    wait_for(driver, "return !document.getElementById('message').hidden")
+    assert "token" in driver.find_element(By.ID, "message").text
+    assert driver.find_element(By.ID, "index-name").text == ""  # nothing of the index was read
+
+
+#: The attacker's page, served from another port of 127.0.0.1: every write a page may send without a
+#: CORS preflight (a no-cors fetch, a simple text/plain fetch, a beacon, a text/plain and an
+#: urlencoded form auto-submitted), one that needs a preflight, and reads (CORS and no-cors).
+ATTACK = """<!doctype html><html><head><meta charset="utf-8"><title>attack</title></head><body>
+<iframe name="sink1"></iframe><iframe name="sink2"></iframe>
+<form id="plain" method="POST" enctype="text/plain" target="sink1" action="TARGET/api/surveys">
+<input name='{"topic": "csrf plain form", "x": "' value='"}'></form>
+<form id="urlenc" method="POST" target="sink2" action="TARGET/api/surveys">
+<input name="topic" value="csrf urlencoded form"></form>
+<script>
+const T = "TARGET", out = {};
+const settle = (p) => p.then(async (r) => `status ${r.status} type ${r.type} body ${await r.text()}`,
+                             (e) => `failed ${e.name}`);
+(async () => {
+  out.nocors = await settle(fetch(T + "/api/surveys", {method: "POST", mode: "no-cors",
+    headers: {"Content-Type": "text/plain"}, body: '{"topic": "csrf no-cors fetch"}'}));
+  out.simple = await settle(fetch(T + "/api/surveys", {method: "POST",
+    headers: {"Content-Type": "text/plain"}, body: '{"topic": "csrf simple fetch"}'}));
+  out.preflighted = await settle(fetch(T + "/api/surveys", {method: "POST",
+    headers: {"Content-Type": "application/json"}, body: '{"topic": "csrf json fetch"}'}));
+  out.beacon = navigator.sendBeacon(T + "/api/surveys", '{"topic": "csrf beacon"}');
+  out.read = await settle(fetch(T + "/api/info"));
+  out.read_nocors = await settle(fetch(T + "/api/info", {mode: "no-cors"}));
+  out.read_surveys = await settle(fetch(T + "/api/surveys", {credentials: "include"}));
+  let loaded = 0;
+  for (const f of ["sink1", "sink2"]) document.getElementsByName(f)[0].onload = () => { loaded += 1;
+    if (loaded === 2) { out.forms = "submitted"; window.attack = out; } };
+  document.getElementById("plain").submit();
+  document.getElementById("urlenc").submit();
+})();
+</script></body></html>"""
+
+
+@pytest.fixture()
+def attacker(page):
+    """A web server of another origin (another port of 127.0.0.1) serving `ATTACK` aimed at the explorer."""
+    _, url, _ = page
+    html = ATTACK.replace("TARGET", url.split("?")[0].rstrip("/")).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(html)))
+            self.end_headers()
+            self.wfile.write(html)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _asked_topics(url: str, surveys) -> list[str]:
+    listed = [s.get("topic") or "" for s in api(url, "/api/surveys")]
+    return listed + [p.name for p in surveys.iterdir()]
+
+
+def test_a_page_of_another_origin_can_neither_write_nor_read(page, attacker):
+    """Issue 47: a no-cors fetch and an auto-submitted text/plain form from another origin started a
+    survey. Now none of its writes starts one, and none of its reads gets a byte of the index."""
+    driver, url, surveys = page
+    driver.get(attacker)
+    attack = wait_for(driver, "return window.attack", timeout=60)
+    time.sleep(1)  # the beacon is sent on its own schedule
+    assert not [t for t in _asked_topics(url, surveys) if "csrf" in t], _asked_topics(url, surveys)
+    assert attack["forms"] == "submitted" and attack["beacon"] is True  # each write was sent
+    assert attack["nocors"] == "status 0 type opaque body "  # sent, its answer unreadable
+    assert attack["simple"] == attack["preflighted"] == "failed TypeError"  # no CORS header: no answer
+    assert attack["read"] == attack["read_surveys"] == "failed TypeError"
+    assert attack["read_nocors"] == "status 0 type opaque body "
+    assert "papers" not in json.dumps(attack)
+
+
+def test_a_rebound_name_gets_nothing_even_with_the_token(page):
+    """DNS rebinding: a page under the attacker's name, that name now resolving to 127.0.0.1, reads
+    the explorer as its own origin. The explorer answers no request under a name not its own."""
+    driver, url, surveys = page
+    port = url.split("?")[0].rstrip("/").rsplit(":", 1)[1]
+    driver.get(f"http://{REBOUND}:{port}/?token={token_of(url)}")
+    body = driver.find_element("tag name", "body").text
+    assert "answers requests to" in body and "GRAFT" not in driver.title
+    script = """const done = arguments[arguments.length - 1];
+      const h = {"X-Graft-Token": arguments[0], "Content-Type": "application/json"};
+      Promise.all([fetch("/api/info", {headers: h}), fetch("/static/app.js"),
+                   fetch("/api/surveys", {method: "POST", headers: h, body: '{"topic": "rebound survey"}'})])
+        .then(async (rs) => done(await Promise.all(rs.map(async (r) => [r.status, await r.text()]))),
+              (e) => done("failed " + e));"""
+    answers = driver.execute_async_script(script, token_of(url))
+    assert [status for status, _ in answers] == [403, 403, 403], answers
+    assert all("answers requests to" in text for _, text in answers)
+    assert not [t for t in _asked_topics(url, surveys) if "rebound" in t]

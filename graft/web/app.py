@@ -2,18 +2,27 @@
 
 Every answer is JSON (or a file download); every text the page shows is set as text, never as HTML,
 except a survey, which is rendered here from Markdown with raw HTML disabled. Errors are JSON
-`{"error": message}` with status 400 (bad input), 404 (unknown paper or survey), 413 (too long)
-or 409 (too many surveys waiting).
+`{"error": message}` with status 400 (bad input), 403 (refused: see `graft.web.guard`, or a survey
+file that is a symbolic link), 404 (unknown paper or survey), 405 (wrong method), 409 (too many
+surveys waiting), 413 (too long), 415 (a POST that is not JSON) or 500 (a survey file that cannot be
+read, or a fault of the explorer's own, its message kept).
+
+Every request passes `graft.web.guard.Guard` first: its `Host` must name this server, and an
+`/api/` request must carry the server's token and come from the explorer's own page.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -21,7 +30,10 @@ from starlette.staticfiles import StaticFiles
 
 from graft.errors import GraftError
 from graft.web.data import DEFAULT_K, MAX_TEXT_CHARS, Explorer, NotFound
-from graft.web.surveys import Surveys
+from graft.web.guard import LOOPBACK_NAMES, Guard, check_token, new_token
+from graft.web.surveys import NoSuchSurvey, QueueFull, Refused, Surveys, Unreadable
+
+log = logging.getLogger("graft.web")
 
 STATIC = Path(__file__).parent / "static"
 #: Largest request body read, in bytes (a pasted abstract, with room for JSON escapes).
@@ -50,13 +62,16 @@ def _json(payload: Any) -> Response:
     return Response(json.dumps(payload, default=str), media_type="application/json", headers=_HEADERS)
 
 
-def _int(value: str | None, default: int, name: str) -> int:
+def _int(value: Any, default: int, name: str) -> int:
+    """A whole number given as a URL parameter or a JSON value (an integer, or its digits as text)."""
     if value is None or value == "":
         return default
-    try:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value) <= 20:
         return int(value)
-    except ValueError:
-        raise BadRequest(f"{name} must be a whole number, got {value[:40]!r}") from None
+    shown = value[:40] if isinstance(value, str) else json.dumps(value, default=str)[:40]
+    raise BadRequest(f"{name} must be a whole number, got {shown!r}")
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -72,8 +87,8 @@ async def _body(request: Request) -> dict[str, Any]:
                              f"{MAX_TEXT_CHARS:,} characters", 413)
     try:
         body = json.loads(raw.decode("utf-8") or "{}")
-    except (UnicodeDecodeError, ValueError):
-        raise BadRequest("the request body is not JSON") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise BadRequest("the request body is not JSON (or is nested too deeply)") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body
@@ -84,10 +99,18 @@ def _too_long(exc: GraftError) -> int:
 
 
 def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = True, survey_config: Any = None,
-               encoder: Any = None) -> Starlette:
+               encoder: Any = None, token: str | None = None,
+               hosts: Iterable[str] = LOOPBACK_NAMES) -> Starlette:
     """The explorer of `index_dir` (read-only), writing surveys under `surveys_dir` (with
     `survey_config`, a `SurveyConfig`, or `graft survey`'s defaults; `encoder`: the sentence encoder
-    the surveys use, else their own)."""
+    the surveys use, else their own). Every `/api/` request must carry `token` (a new random one when
+    None; `app.state.token` holds it) and every request's `Host` must name one of `hosts`
+    (`graft.web.guard.allowed_hosts`).
+
+    Raises:
+        ValueError: a `token` that is not 16 to 256 URL-safe characters.
+    """
+    token = new_token() if token is None else check_token(token)
     explorer = Explorer(index_dir, survey_config=survey_config, encoder=encoder)
     if warm:
         explorer.warm()
@@ -99,10 +122,19 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
                 return await handler(request)
             except BadRequest as exc:
                 return _error(str(exc), exc.status)
-            except NotFound as exc:
+            except (NotFound, NoSuchSurvey) as exc:
                 return _error(str(exc), 404)
+            except Refused as exc:
+                return _error(str(exc), 403)
+            except QueueFull as exc:
+                return _error(str(exc), 409)
+            except Unreadable as exc:
+                return _error(str(exc), 500)
             except GraftError as exc:
                 return _error(str(exc), _too_long(exc))
+            except Exception as exc:  # a fault of the explorer: said as JSON, the server goes on
+                log.exception("the explorer failed on %s %s", request.method, request.url.path[:200])
+                return _error(f"the explorer failed: {type(exc).__name__}: {str(exc)[:300]}", 500)
         return run
 
     async def page(request: Request) -> Response:
@@ -124,12 +156,10 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
         params = dict(request.query_params)
         if request.method == "POST":
             params.update({k: v for k, v in (await _body(request)).items() if v is not None})
-        paper, text = params.get("paper"), params.get("text")
-        if paper is not None and not isinstance(paper, str) or text is not None and not isinstance(text, str):
-            raise BadRequest("paper and text must be strings")
-        k = params.get("k")
-        k = k if isinstance(k, int) else _int(k, DEFAULT_K, "k")
-        return {"paper": paper, "text": text, "k": k, "mode": params.get("mode") or "related"}
+        paper, text, mode = params.get("paper"), params.get("text"), params.get("mode")
+        if any(v is not None and not isinstance(v, str) for v in (paper, text, mode)):
+            raise BadRequest("paper, text and mode must be strings")
+        return {"paper": paper, "text": text, "k": _int(params.get("k"), DEFAULT_K, "k"), "mode": mode or "related"}
 
     async def graph(request: Request) -> Response:
         return _json(await run_in_threadpool(explorer.view, **await view_args(request)))
@@ -160,21 +190,26 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
         return _json(surveys.listing())
 
     async def survey_one(request: Request) -> Response:
-        try:
-            return _json(surveys.status(request.path_params["name"]))
-        except GraftError as exc:
-            raise NotFound(str(exc)) from None
+        return _json(await run_in_threadpool(surveys.status, request.path_params["name"]))
 
     async def survey_bib(request: Request) -> Response:
-        try:
-            path = surveys.bibtex(request.path_params["name"])
-        except GraftError as exc:
-            raise NotFound(str(exc)) from None
-        return FileResponse(path, media_type="application/x-bibtex", filename=f"{path.parent.name}.bib",
-                            headers=_HEADERS)
+        name = request.path_params["name"]
+        body = await run_in_threadpool(surveys.bibtex, name)
+        return Response(body, media_type="application/x-bibtex", headers={
+            **_HEADERS, "Content-Disposition": f'attachment; filename="{name}.bib"'})
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error(f"nothing at {request.url.path[:200]}", 404)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        if not isinstance(exc, HTTPException):
+            return _error("the explorer failed", 500)
+        res = _error(f"{exc.detail} ({request.method} {request.url.path[:200]})", exc.status_code)
+        res.headers.update(exc.headers or {})  # 405's Allow
+        return res
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return _error(f"the explorer failed: {type(exc).__name__}", 500)
 
     routes = [
         Route("/", page),
@@ -188,6 +223,8 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
         Route("/api/surveys/{name}/references.bib", guarded(survey_bib)),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={404: not_found})
-    app.state.explorer, app.state.surveys = explorer, surveys
+    app = Starlette(routes=routes, exception_handlers={404: not_found, HTTPException: http_error,
+                                                        Exception: server_error},
+                    middleware=[Middleware(Guard, token=token, hosts=hosts)])
+    app.state.explorer, app.state.surveys, app.state.token = explorer, surveys, token
     return app

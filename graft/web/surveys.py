@@ -1,12 +1,18 @@
 """Surveys written from the explorer: one at a time, in a background thread, each into its own folder
 of the surveys folder (`DIR/<name>/survey.md, references.bib, survey.json`, what `graft survey INDEX
-TOPIC --out DIR/<name>` writes), and read back as HTML with every citation linked to its paper."""
+TOPIC --out DIR/<name>` writes), and read back as HTML with every citation linked to its paper.
+
+A survey's files are read through no symbolic link: neither its folder nor the file may be one (a
+`references.bib` linked to `~/.ssh/id_rsa` is refused, not served), and only plain files are read."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import queue
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +29,27 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")
 #: Surveys waiting behind the one being written, at most.
 MAX_WAITING = 4
 _CITE = re.compile(r"\[(\d{1,4})\]")
+#: Largest survey file read, in bytes (a survey.md is tens of kilobytes).
+MAX_FILE_BYTES = 64 * 2**20
+#: Opening a path relative to an open folder, refusing a link as the last component (POSIX).
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_AT = _NOFOLLOW != 0 and os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
+
+
+class NoSuchSurvey(GraftError):
+    """A survey name the surveys folder does not hold (or a name no survey may have)."""
+
+
+class Refused(GraftError):
+    """A survey's folder or file that is a symbolic link, or not a plain file: never read."""
+
+
+class Unreadable(GraftError):
+    """A survey's file that is there but cannot be read as what `graft survey` writes."""
+
+
+class QueueFull(GraftError):
+    """Too many surveys being written or waiting to start another."""
 
 
 def slug(topic: str) -> str:
@@ -90,7 +117,8 @@ class Surveys:
         """Queue a survey of `topic`; returns its job (a new folder name, never an existing one's).
 
         Raises:
-            GraftError: a bad topic, or too many surveys waiting.
+            QueueFull: too many surveys being written or waiting (a conflict: HTTP 409).
+            GraftError: a bad topic.
         """
         if not isinstance(topic, str):
             raise GraftError("the topic must be a text, such as \"neural machine translation\"")
@@ -98,11 +126,12 @@ class Surveys:
         with self._lock:
             waiting = sum(j.state in ("queued", "running") for j in self._jobs.values())
             if waiting > MAX_WAITING:
-                raise GraftError(f"{waiting} surveys are already being written or waiting; start this one when "
-                                 "they are done")
+                raise QueueFull(f"{waiting} surveys are already being written or waiting; start this one when "
+                                "they are done")
             base = slug(topic)
             name, n = base, 1
-            while name in self._jobs or (self.folder / name).exists():
+            # lexists: a link of that name, even one pointing nowhere, is never written through
+            while name in self._jobs or os.path.lexists(self.folder / name):
                 n += 1
                 name = f"{base[:56].rstrip('-')}-{n}"
             job = self._jobs[name] = Job(name=name, topic=topic)
@@ -125,27 +154,131 @@ class Surveys:
             job.finished = time.time()
 
     def folder_of(self, name: str) -> Path:
-        """The folder of survey `name`, inside the surveys folder.
+        """The folder of survey `name`, inside the surveys folder (not checked to exist).
 
         Raises:
-            GraftError: a name that is not a survey folder name (no path may leave the folder).
+            NoSuchSurvey: a name that is not a survey folder name (no path may leave the folder).
         """
         if not isinstance(name, str) or not NAME.match(name):
-            raise GraftError(f"no survey is named {name[:80]!r}" if isinstance(name, str) else "no such survey")
-        path = (self.folder / name).resolve()
-        if path.parent != self.folder:
-            raise GraftError(f"no survey is named {name!r}")
-        return path
+            raise NoSuchSurvey(f"no survey is named {name[:80]!r}" if isinstance(name, str) else "no such survey")
+        return self.folder / name
+
+    def read(self, name: str, filename: str) -> bytes | None:
+        """The bytes of `filename` in survey `name`'s folder, or None when the folder or the file is
+        not there. Neither may be a symbolic link (refused, however the link is made or where it
+        points), the file must be a plain file (not a FIFO or a device) of at most `MAX_FILE_BYTES`.
+        On POSIX the folder and the file are opened with O_NOFOLLOW, relative to the open surveys
+        folder, so a link put in place between a check and the read is refused too.
+
+        Raises:
+            NoSuchSurvey: a bad name. Refused: a link or not a plain file. Unreadable: too large or unreadable.
+        """
+        folder = self.folder_of(name)
+        if not _AT:
+            return self._read_checked(folder, filename)
+        flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            top = os.open(self.folder, flags | getattr(os, "O_DIRECTORY", 0))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise Unreadable(f"the surveys folder {self.folder} cannot be read ({exc.strerror})") from None
+        try:
+            try:
+                sub = os.open(name, flags | getattr(os, "O_DIRECTORY", 0), dir_fd=top)
+            except OSError as exc:
+                return self._missing_or_refused(exc, name, name, top)
+            try:
+                try:
+                    fd = os.open(filename, flags | getattr(os, "O_NONBLOCK", 0), dir_fd=sub)
+                except OSError as exc:
+                    return self._missing_or_refused(exc, f"{name}/{filename}", filename, sub)
+                with os.fdopen(fd, "rb") as f:
+                    return self._read_open(f, name, filename)
+            finally:
+                os.close(sub)
+        finally:
+            os.close(top)
+
+    @staticmethod
+    def _missing_or_refused(exc: OSError, shown: str, path: str, dir_fd: int) -> None:
+        if isinstance(exc, FileNotFoundError):
+            return None
+        try:
+            st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            st = None
+        if exc.errno == errno.ELOOP or (st is not None and stat.S_ISLNK(st.st_mode)):
+            raise Refused(f"{shown} in the surveys folder is a symbolic link: the explorer serves no file "
+                          "through a link") from None
+        if exc.errno == errno.ENOTDIR:
+            return None  # a plain file where a survey's folder would be: no such survey
+        raise Unreadable(f"{shown} in the surveys folder cannot be read ({exc.strerror})") from None
+
+    def _read_checked(self, folder: Path, filename: str) -> bytes | None:
+        """`read` where files cannot be opened relative to a folder without following links: each
+        part checked with lstat before the file is opened."""
+        for part in (folder, folder / filename):
+            try:
+                st = part.lstat()
+            except FileNotFoundError:
+                return None
+            if stat.S_ISLNK(st.st_mode):
+                raise Refused(f"{part.relative_to(self.folder)} in the surveys folder is a symbolic link: the "
+                              "explorer serves no file through a link")
+        with (folder / filename).open("rb") as f:
+            return self._read_open(f, folder.name, filename)
+
+    @staticmethod
+    def _read_open(f: Any, name: str, filename: str) -> bytes:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"{name}/{filename} in the surveys folder is not a plain file: not served")
+        if st.st_size > MAX_FILE_BYTES:
+            raise Unreadable(f"{name}/{filename} is {st.st_size:,} bytes, over the {MAX_FILE_BYTES:,} the "
+                             "explorer reads")
+        data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise Unreadable(f"{name}/{filename} is over the {MAX_FILE_BYTES:,} bytes the explorer reads")
+        return data
+
+    def record(self, name: str) -> dict[str, Any] | None:
+        """survey.json of survey `name`, or None when there is none.
+
+        Raises:
+            Unreadable: it is not a JSON object. Refused, NoSuchSurvey: as `read`.
+        """
+        raw = self.read(name, "survey.json")
+        if raw is None:
+            return None
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise Unreadable(f"survey {name!r} cannot be shown: its survey.json is not valid JSON "
+                             f"({str(exc)[:120]})") from None
+        if not isinstance(record, dict):
+            raise Unreadable(f"survey {name!r} cannot be shown: its survey.json is not a JSON object")
+        return record
 
     def listing(self) -> list[dict[str, Any]]:
-        """The surveys of the folder (written, from survey.json) and those asked for since the server
-        started, newest first."""
+        """The surveys of the folder (written, from survey.json; none through a link) and those asked
+        for since the server started, newest first."""
         out: dict[str, dict[str, Any]] = {}
         if self.folder.is_dir():
             for p in self.folder.iterdir():
-                if NAME.match(p.name) and (p / "survey.json").is_file():
-                    out[p.name] = {"name": p.name, "topic": _topic_of(p), "state": "done",
-                                   "finished": p.stat().st_mtime}
+                if not NAME.match(p.name) or p.is_symlink() or not p.is_dir():
+                    continue
+                try:
+                    record = self.record(p.name)
+                except Refused:
+                    continue
+                except Unreadable:
+                    record = {}  # listed: opening it says what is wrong
+                if record is None:
+                    continue
+                topic = record.get("topic")
+                out[p.name] = {"name": p.name, "topic": topic if isinstance(topic, str) else None, "state": "done",
+                               "finished": p.lstat().st_mtime}
         with self._lock:
             for job in self._jobs.values():
                 out[job.name] = {**out.get(job.name, {}), **self.status_of(job)}
@@ -160,37 +293,38 @@ class Surveys:
         their papers), references (number -> paper id) and title.
 
         Raises:
-            GraftError: no such survey.
+            NoSuchSurvey: no such survey. Refused: its folder or a file is a link.
+            Unreadable: its survey.json or survey.md is not what `graft survey` writes.
         """
-        folder = self.folder_of(name)
+        self.folder_of(name)
         job = self._jobs.get(name)
         out: dict[str, Any] = self.status_of(job) if job is not None else {"name": name, "state": "done"}
         if out["state"] == "done":
-            if not (folder / "survey.md").is_file() or not (folder / "survey.json").is_file():
-                raise GraftError(f"no survey is named {name!r}")
-            record = json.loads((folder / "survey.json").read_text(encoding="utf-8"))
-            refs = {int(r["number"]): str(r["paper_id"]) for r in record.get("references", [])}
-            out.update(topic=record.get("topic"), title=record.get("title"), references=refs,
-                       html=render_survey((folder / "survey.md").read_text(encoding="utf-8"), refs))
+            record, md = self.record(name), self.read(name, "survey.md")
+            if record is None or md is None:
+                raise NoSuchSurvey(f"no survey is named {name!r}")
+            try:
+                refs = {int(r["number"]): str(r["paper_id"]) for r in record.get("references", [])}
+                text = md.decode("utf-8")
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise Unreadable(f"survey {name!r} cannot be shown: its survey.json or survey.md is not what "
+                                 f"`graft survey` writes ({type(exc).__name__}: {str(exc)[:120]})") from None
+            title, topic = record.get("title"), record.get("topic")
+            out.update(topic=topic if isinstance(topic, str) else None,
+                       title=title if isinstance(title, str) else None, references=refs,
+                       html=render_survey(text, refs))
         return out
 
-    def bibtex(self, name: str) -> Path:
+    def bibtex(self, name: str) -> bytes:
         """references.bib of a written survey.
 
         Raises:
-            GraftError: no such survey, or not written yet.
+            NoSuchSurvey: no such survey, or not written yet. Refused, Unreadable: as `read`.
         """
-        path = self.folder_of(name) / "references.bib"
-        if not path.is_file():
-            raise GraftError(f"survey {name!r} has no references.bib (not written yet, or no such survey)")
-        return path
-
-
-def _topic_of(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / "survey.json").read_text(encoding="utf-8")).get("topic")
-    except (OSError, ValueError):
-        return None
+        data = self.read(name, "references.bib")
+        if data is None:
+            raise NoSuchSurvey(f"survey {name!r} has no references.bib (not written yet, or no such survey)")
+        return data
 
 
 def render_survey(markdown: str, references: dict[int, str]) -> str:

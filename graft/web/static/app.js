@@ -1,11 +1,16 @@
 // GRAFT explorer: the page's behaviour. Every text from the index is set with textContent (never as
 // HTML); the only HTML taken from the server is a survey, rendered there with raw HTML disabled.
+// The server's token comes in the page's URL (`?token=...`, as `graft serve` prints it); the page
+// keeps it in every URL it writes and sends it with every request as the X-Graft-Token header.
 "use strict";
 
 const FACETS = ["problem", "method", "result", "contribution"];
 const COLOURS = {problem: "#d62728", method: "#1f77b4", result: "#2ca02c", contribution: "#9467bd",
                  citation: "#555555"};
 const URL_TEXT_MAX = 2000;  // a pasted text longer than this is not put in the address bar
+const TOKEN = new URLSearchParams(location.search).get("token") || "";
+const NO_TOKEN = "This page needs the explorer's token: open it at the URL `graft serve` printed " +
+                 "(http://127.0.0.1:PORT/?token=…).";
 
 const $ = (id) => document.getElementById(id);
 const state = {view: null, cy: null, selected: null, query: null, info: null};
@@ -25,9 +30,15 @@ function say(message, isError) {
   box.classList.toggle("error", !!isError);
 }
 
+function headers(json) {
+  const h = {"X-Graft-Token": TOKEN};
+  if (json) h["Content-Type"] = "application/json";
+  return h;
+}
+
 async function api(path, body) {
-  const opts = body === undefined ? {} : {method: "POST", headers: {"Content-Type": "application/json"},
-                                         body: JSON.stringify(body)};
+  const opts = body === undefined ? {headers: headers(false)}
+    : {method: "POST", headers: headers(true), body: JSON.stringify(body)};
   let res;
   try {
     res = await fetch(path, opts);
@@ -50,6 +61,7 @@ function readUrl() {
 
 function writeUrl(q, push) {
   const p = new URLSearchParams();
+  if (TOKEN) p.set("token", TOKEN);
   if (q.paper) p.set("paper", q.paper);
   else if (q.text && q.text.length <= URL_TEXT_MAX) p.set("text", q.text);
   if (q.k !== 20) p.set("k", String(q.k));
@@ -289,14 +301,28 @@ async function download(fmt) {
   if (q.paper) body.paper = q.paper; else body.text = q.text;
   let res;
   try {
-    res = await fetch("/api/export/" + fmt, {method: "POST", headers: {"Content-Type": "application/json"},
-                                              body: JSON.stringify(body)});
+    res = await fetch("/api/export/" + fmt, {method: "POST", headers: headers(true), body: JSON.stringify(body)});
   } catch (e) { say("the explorer's server does not answer", true); return; }
   if (!res.ok) { say(((await res.json().catch(() => null)) || {}).error || "export failed", true); return; }
-  const blob = await res.blob();
+  save(await res.blob(), `graft-${q.paper || "query"}.${fmt}`);
+}
+
+async function downloadBib(event) {
+  event.preventDefault();
+  const name = $("survey-bib").dataset.survey;
+  if (!name) return;
+  let res;
+  try {
+    res = await fetch("/api/surveys/" + encodeURIComponent(name) + "/references.bib", {headers: headers(false)});
+  } catch (e) { say("the explorer's server does not answer", true); return; }
+  if (!res.ok) { say(((await res.json().catch(() => null)) || {}).error || "download failed", true); return; }
+  save(await res.blob(), `${name}.bib`);
+}
+
+function save(blob, filename) {  // a download of what a request with the token answered
   const a = el("a");
   a.href = URL.createObjectURL(blob);
-  a.download = `graft-${q.paper || "query"}.${fmt}`;
+  a.download = filename;
   document.body.append(a);
   a.click();
   a.remove();
@@ -365,6 +391,7 @@ async function readSurvey(name) {
   }
   if (s.state !== "done") { $("survey-reader").hidden = true; listSurveys(); return; }
   $("survey-bib").href = "/api/surveys/" + encodeURIComponent(name) + "/references.bib";
+  $("survey-bib").dataset.survey = name;
   $("survey-body").innerHTML = s.html;  // rendered by the server from Markdown, raw HTML disabled
   $("survey-reader").hidden = false;
   listSurveys();
@@ -399,6 +426,7 @@ async function start() {
   $("surveys-open").addEventListener("click", () => openSurveys());
   $("surveys-close").addEventListener("click", closeSurveys);
   $("survey-form").addEventListener("submit", startSurvey);
+  $("survey-bib").addEventListener("click", downloadBib);
   $("survey-body").addEventListener("click", (e) => {
     const a = e.target.closest("a.cite");
     if (!a) return;
@@ -413,6 +441,7 @@ async function start() {
     state.query = q;
     if (same) { controlsFrom(q); applyToggles(q.hide); } else load(q);
   });
+  if (!TOKEN) { say(NO_TOKEN, true); return; }
   try {
     state.info = await api("/api/info");
     $("index-name").textContent = `${state.info.index} · ${state.info.papers} papers`;
