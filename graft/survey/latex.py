@@ -128,17 +128,18 @@ def _text_segments(text: str) -> list[tuple[str, str]]:
             if m:
                 kind = {"bf": "strong", "bfseries": "strong", "tt": "code"}.get(m.group(1), "em")
                 styled(kind, inner[m.end():])
-            else:
+            elif "\\" in inner:  # a group around commands: TeX's grouping, not the text's characters
                 for kind, part in _text_segments(inner):
                     if kind == "text":
                         buf.append(part)
                     else:
                         flush()
                         out.append((kind, part))
+            else:  # braces around plain words are the text's own ("{0, 1}", a title's "{x}"): kept
+                buf.append(ch)
+                i += 1
+                continue
             i = j
-            continue
-        if ch == "}":
-            i += 1
             continue
         if ch == "~":
             buf.append(" ")
@@ -203,14 +204,25 @@ def plain_text(text: str) -> str:
     return " ".join("".join(part for _, part in segments(text)).split())
 
 
+#: Characters of math that Markdown would read as HTML, an entity, a link or code, as TeX commands
+#: that typeset the same (`\\lt` is `<`): math is copied into `$...$` unescaped otherwise.
+_MATH_MARKUP = {"<": "\\lt ", ">": "\\gt ", "&": "\\&", "[": "\\lbrack ", "]": "\\rbrack ", "`": "'"}
+
+
+def math_markdown(content: str) -> str:
+    """Math as `$...$` that no Markdown reader takes for HTML, an entity, a link or code."""
+    return "$" + "".join(_MATH_MARKUP.get(ch, ch) for ch in content.strip()).strip() + "$"
+
+
 def to_markdown(text: str, escape: Callable[[str], str]) -> str:
-    """A LaTeX-bearing text as Markdown: math as `$...$`, emphasis as `*...*`, bold as `**...**`,
-    code in backticks, and every other piece passed through `escape` (Markdown-escaped literal
-    text), so no backslash of the LaTeX source is shown."""
+    """A LaTeX-bearing text as Markdown: math as `$...$` (`math_markdown`), emphasis as `*...*`,
+    bold as `**...**`, code in backticks, and every other piece passed through `escape`
+    (Markdown-escaped literal text), so no backslash of the LaTeX source is shown and no piece of
+    the text becomes markup."""
     parts: list[str] = []
     for kind, part in segments(text):
         if kind == "math":
-            parts.append(f"${part.strip()}$")
+            parts.append(math_markdown(part))
         elif kind == "code":
             parts.append(f"`{part.replace('`', '')}`")
         elif kind in ("em", "strong"):
