@@ -357,7 +357,7 @@ class ChatClient:
         Raises:
             LLMError: a 4xx other than 429 (at once), an answer that is not a chat completion, or
                 no usable answer after `max_retries` retries; at once, with `unreachable` set, once an
-                earlier request of this client found the server unreachable.
+                earlier request of this client found the server unreachable or was redirected.
         """
         cfg = self.config
         msgs = [dict(m) for m in messages]

@@ -1,9 +1,10 @@
 """The survey's files: survey.md (headings, cited paragraphs, references), references.bib (one entry
 per cited paper, from corpus metadata) and survey.json (everything, for audit). All written atomically.
 
-The topic and every text taken from papers are data: Markdown control characters are escaped in
-survey.md and TeX specials in references.bib, so a topic such as `# x [y](z)` or a title with `&`
-renders as written.
+The topic, every text taken from papers and every string an LLM answered (headings, clauses, the
+connective between two clauses) are data: Markdown control characters are escaped in survey.md and
+TeX specials in references.bib, so a topic such as `# x [y](z)` or a title with `&` renders as
+written.
 """
 
 from __future__ import annotations
