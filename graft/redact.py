@@ -37,5 +37,5 @@ def redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(redact(v) for v in value)
+        return [redact(v) for v in value] if isinstance(value, list) else tuple(redact(v) for v in value)
     return value
