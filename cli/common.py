@@ -20,9 +20,10 @@ def safe(text: object) -> str:
     return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], str(text))
 
 
-#: Most characters printed of one string (a title, an id, a message quoting them): a field of data
-#: may be megabytes long, and the terminal gets its start and end with the count left out between.
-MAX_PRINTED = 1000
+#: Most characters printed of one string (a title, an id, a message quoting them; GRAFT's own messages
+#: stay under about 1,000): a field of data may be megabytes long, and the terminal gets its start and
+#: end with the count left out between.
+MAX_PRINTED = 2000
 #: Most characters of a title in a table of results.
 MAX_TITLE = 300
 

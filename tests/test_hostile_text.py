@@ -172,8 +172,9 @@ def test_a_megabyte_long_field_is_printed_cut(base_index, encoder, tmp_path) -> 
                  ["query", str(idx), "--paper=" + "x" * 1_000_000]):  # an error message quoting the id
         res = runner.invoke(app, args)
         assert res.exit_code in (0, 2), res.output
-        assert len(res.output) < 30_000 and "characters left out" in res.output, (args[1:3], len(res.output))
-        assert "THE END" in res.output or "xxx" in res.output  # its start and end are shown
+        shown = " ".join(res.output.split())  # as read: the console wraps lines anywhere
+        assert len(res.output) < 30_000 and "characters left out" in shown, (args[1:3], len(res.output))
+        assert "THE END" in shown or "xxx" in shown  # its start and end are shown
     res = runner.invoke(app, ["info", str(idx), "--paper=long-1", "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["title"] == long_title
     # as a result in the table of hits
@@ -188,4 +189,5 @@ def test_a_megabyte_long_field_is_printed_cut(base_index, encoder, tmp_path) -> 
                           facet_label=lambda: "method 0.50")
     print_hits(SimpleNamespace(hits=[hit]), f"related to {other}", out)
     table = out.file.getvalue()
-    assert len(table) < 10_000 and "characters left out" in table and "THE END" in table
+    squashed = re.sub(r"[\s│┃]", "", table)  # the title column folds words anywhere
+    assert len(table) < 10_000 and "charactersleftout" in squashed and "THEEND" in squashed, table
