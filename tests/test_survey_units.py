@@ -226,9 +226,12 @@ def test_math_and_braces_in_paper_text_as_markdown() -> None:
 
     from graft.survey.output import md_text
 
-    assert md_text("$<script>alert(1)</script>$") == "$\\lt script\\gt alert(1)\\lt /script\\gt$"
-    assert md_text("$O(\\sqrt{T})$ and $K_{33}$") == "$O(\\sqrt{T})$ and $K_{33}$"
-    for text in ("$[w](javascript:1)$", "$a$ <img src=x> $b$", "x $`y`$ z"):
+    assert md_text("$<script>alert(1)</script>$") == "$\\lt script>alert(1)\\lt /script>$"
+    assert md_text("$[w](javascript:1)$ $a&amp;b$") == "$[w\\rbrack (javascript:1)$ $a\\&amp;b$"
+    for same in ("$O(\\sqrt{T})$ and $K_{33}$", "$\\gamma <1$ in $[0,1]$ with $\\lambda>0$"):
+        assert md_text(same) == same
+    for text in ("$[w](javascript:1)$", "$a$ <img src=x> $b$", "x $`y`$ z", "$<!-- c -->$ $<?p?>$ $<http://x.y>$",
+                 "$[a][b]$", "$&#106;$"):
         assert _markup(md_text(text)) == [], text
     html = MarkdownIt("commonmark").render(md_text("Sets {0, 1} of {x}: {\\em local} and \\textbf{B}ERT }"))
     assert html.strip() == "<p>Sets {0, 1} of {x}: <em>local</em> and <strong>B</strong>ERT }</p>", html

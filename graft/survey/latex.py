@@ -204,14 +204,17 @@ def plain_text(text: str) -> str:
     return " ".join("".join(part for _, part in segments(text)).split())
 
 
-#: Characters of math that Markdown would read as HTML, an entity, a link or code, as TeX commands
-#: that typeset the same (`\\lt` is `<`): math is copied into `$...$` unescaped otherwise.
-_MATH_MARKUP = {"<": "\\lt ", ">": "\\gt ", "&": "\\&", "[": "\\lbrack ", "]": "\\rbrack ", "`": "'"}
+#: What inside math Markdown would read as markup, and the TeX that typesets the same: `<` opening a
+#: tag, comment or autolink (`<b`, `</`, `<!`, `<?`), `&` opening an entity, `](` or `][` closing a
+#: link's text, and a backtick (a code span). Math is otherwise copied into `$...$` as written, so
+#: `$\gamma <1$` and `$[0,1]$` stay as they are.
+_MATH_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=[A-Za-z#])|\](?=[(\[])|`")
+_MATH_TEX = {"<": "\\lt ", "&": "\\&", "]": "\\rbrack ", "`": "'"}
 
 
 def math_markdown(content: str) -> str:
     """Math as `$...$` that no Markdown reader takes for HTML, an entity, a link or code."""
-    return "$" + "".join(_MATH_MARKUP.get(ch, ch) for ch in content.strip()).strip() + "$"
+    return "$" + _MATH_MARKUP.sub(lambda m: _MATH_TEX[m.group()], content.strip()).strip() + "$"
 
 
 def to_markdown(text: str, escape: Callable[[str], str]) -> str:
