@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from cli.build_cmd import build, print_build_summary
-from cli.common import err, safe, setup_env
+from cli.common import clip, err, safe, setup_env
 from cli.demo_cmd import demo
 from cli.eval_cmd import eval_app
 from cli.export_cmd import export
@@ -75,7 +75,7 @@ def main() -> None:
         if exc.errno not in _ENVIRONMENT_ERRNOS:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        err.print(Text.assemble(("error:", "bold red"), " ", safe(f"{where}{exc.strerror}")), highlight=False,
+        err.print(Text.assemble(("error:", "bold red"), " ", safe(clip(f"{where}{exc.strerror}"))), highlight=False,
                   soft_wrap=True)
         sys.exit(1)
 

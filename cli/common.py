@@ -20,16 +20,35 @@ def safe(text: object) -> str:
     return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], str(text))
 
 
+#: Most characters printed of one string (a title, an id, a message quoting them; GRAFT's own messages
+#: stay under about 1,000): a field of data may be megabytes long, and the terminal gets its start and
+#: end with the count left out between.
+MAX_PRINTED = 2000
+#: Most characters of a title in a table of results.
+MAX_TITLE = 300
+
+
+def clip(text: object, limit: int = MAX_PRINTED) -> str:
+    """`text` cut to about `limit` characters: its start and its end (where a message says what to
+    do) with an ellipsis and the number of characters left out between them."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]} … ({len(text) - head - tail:,} characters left out) … {text[len(text) - tail:]}"
+
+
 class SafeConsole(Console):
     """The CLI's consoles print text that comes from data (titles, ids, topics, file names, error
-    messages quoting them) as it is: rich markup (`[/b]`) and emoji codes (`:x:`) are not read, and
-    control characters go through `safe`. Styles are given with `style=` or `Text`, never as markup."""
+    messages quoting them) as it is: rich markup (`[/b]`) and emoji codes (`:x:`) are not read,
+    control characters go through `safe`, and a string longer than `MAX_PRINTED` is cut (`clip`).
+    Styles are given with `style=` or `Text`, never as markup."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(markup=False, emoji=False, **kwargs)  # type: ignore[arg-type]
 
     def render_str(self, text: str, **kwargs: object) -> Text:  # type: ignore[override]
-        return super().render_str(safe(text), **kwargs)  # type: ignore[arg-type]
+        return super().render_str(safe(clip(text)), **kwargs)  # type: ignore[arg-type]
 
 
 console = SafeConsole()
@@ -46,5 +65,5 @@ def setup_env() -> None:
 
 def fail(exc: Exception | str) -> NoReturn:
     """End a command on an error GRAFT raised on purpose: one red line on stderr, exit code 2."""
-    err.print(Text.assemble(("error:", "bold red"), " ", safe(exc)), highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), " ", safe(clip(exc))), highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)

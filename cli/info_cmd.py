@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from cli.common import console, fail
+from cli.common import MAX_TITLE, clip, console, fail
 from graft.errors import GraftError
 
 
@@ -46,7 +46,7 @@ def info(
             t.add_column("paper")
             t.add_column("title", overflow="fold", max_width=70)
             for e in payload["edges"][facet]:
-                t.add_row(f"{e['weight']:.3f}", e["paper_id"], e["title"])
+                t.add_row(f"{e['weight']:.3f}", e["paper_id"], clip(e["title"], MAX_TITLE))
             console.print(t)
         return
     console.print(f"{payload['index']} · {payload['papers']} papers · {payload['citations']} citations · built "

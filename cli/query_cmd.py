@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import console, err, fail
+from cli.common import MAX_TITLE, clip, console, err, fail
 from cli.options import finite
 from graft.errors import GraftError
 
@@ -26,7 +26,8 @@ def print_hits(result, title: str, out: Console = console) -> None:
     t.add_column("title", overflow="fold", max_width=60)
     t.add_column("facets that stand out (edge weight)", overflow="fold")
     for h in result.hits:
-        t.add_row(str(h.rank), f"{h.score:.4f}", h.paper_id, str(h.year or ""), h.title, h.facet_label())
+        t.add_row(str(h.rank), f"{h.score:.4f}", h.paper_id, str(h.year or ""), clip(h.title, MAX_TITLE),
+                  h.facet_label())
     out.print(t)
 
 

@@ -10,6 +10,7 @@ import typing
 from typing import Any, TypeVar
 
 from graft.errors import ConfigError
+from graft.redact import redact
 
 T = TypeVar("T")
 
@@ -24,7 +25,10 @@ def config_from_dict(cls: type[T], data: dict[str, Any]) -> T:
 
 
 def config_to_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
+    """A config dataclass as the plain dict that manifests, survey.json and training records hold,
+    and that reruns compare against them: a password in any URL of it is replaced by `***`
+    (`graft.redact`), so no record holds one."""
+    return redact(dataclasses.asdict(obj))
 
 
 def is_whole(value: Any) -> bool:

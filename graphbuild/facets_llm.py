@@ -20,6 +20,7 @@ from graft.errors import InputValidationError
 from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems, check_facet_items
 from graft.llm.client import ChatClient, ChatRequest
+from graft.llm.prompt import DATA_RULE, data_block
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,9 @@ _MIN_FULL_TEXT_CHARS = 200
 # Paper ids quoted in an error message; the rest are counted.
 _IDS_SHOWN = 20
 
-SYSTEM_PROMPT = """You extract the research facets of a scientific paper.
+SYSTEM_PROMPT = f"""You extract the research facets of a scientific paper.
+The paper is given inside <data>...</data> as JSON (title, abstract, maybe the beginning of its full text).
+{DATA_RULE}
 Answer with one JSON object and nothing else. It must have exactly these four keys:
   "problem": the problem or research question the paper addresses;
   "method": the approach, model, data or technique it uses;
@@ -43,6 +46,8 @@ Answer with one JSON object and nothing else. It must have exactly these four ke
   "contribution": what it adds to the field (new methods, resources, insights).
 Each value is a list of 1 to 4 short bullet items (strings of at most 25 words each).
 Use only what the text says; do not invent numbers or claims."""
+
+INSTRUCTION = "Extract the research facets of this paper."
 
 RESPONSE_FORMAT = {"type": "json_object"}
 
@@ -52,8 +57,10 @@ def build_messages(
 ) -> list[dict[str, str]]:
     """The chat messages for one paper, its text cut to a character budget.
 
-    The title is always kept whole; the abstract fills the budget next, and the beginning of the
-    full text (introduction first in most papers) gets whatever is left.
+    The paper's text is data: it goes into the user message only, as JSON inside one `<data>`
+    block (`graft.llm.prompt.data_block`), so text holding `</data>` or instructions cannot leave
+    it. The title is always kept whole; the abstract fills the budget next, and the beginning of
+    the full text (introduction first in most papers) gets whatever is left.
 
     Args:
         title, abstract, full_text: the paper's text (full_text may be empty).
@@ -62,12 +69,13 @@ def build_messages(
         a system and a user message.
     """
     abstract = " ".join(abstract.split())[:max_chars]
-    parts = [f"Title: {' '.join(title.split())}", f"Abstract: {abstract}"]
+    paper = {"title": " ".join(title.split()), "abstract": abstract}
     room = max_chars - len(abstract)
     body = " ".join(full_text.split())
     if body and room >= _MIN_FULL_TEXT_CHARS:
-        parts.append(f"Full text (beginning): {body[:room]}")
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+        paper["full_text_beginning"] = body[:room]
+    return [{"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": INSTRUCTION + "\n\n" + data_block(paper)}]
 
 
 def parse_facet_response(text: str, *, where: str = "response") -> FacetItems:

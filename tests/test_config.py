@@ -10,7 +10,7 @@ import pytest
 
 from eval.runner import RunOptions, run_suites
 from eval.splits import SplitConfig
-from graft.config import type_problems
+from graft.config import config_to_dict, type_problems
 from graft.errors import GraftError
 from graft.extract import HeuristicConfig
 from graft.llm.client import LLMConfig
@@ -83,3 +83,14 @@ def test_run_options_read_string_paths_and_suites_must_be_a_list(tmp_path) -> No
     assert RunOptions(systems=["bm25", "bm25", "dense"]).systems == ["bm25", "dense"]
     with pytest.raises(GraftError, match=re.escape("not one string: ['incorpus']")):
         run_suites(tmp_path, "incorpus", RunOptions())
+
+
+def test_config_records_hold_no_url_password() -> None:
+    """survey.json recorded `"base_url": "http://alice:s3cr3tPW@..."` (the manifest did not): every
+    config a file records goes through config_to_dict, which replaces the password of every URL."""
+    survey = config_to_dict(SurveyConfig(llm="openai", model="m", base_url="http://alice:s3cr3tPW@127.0.0.1:8000/v1"))
+    assert survey["base_url"] == "http://alice:***@127.0.0.1:8000/v1"
+    build = config_to_dict(BuildConfig(extractor="llm", llm={"model": "m", "base_url": "https://:tok3n@host/v1"}))
+    assert build["llm"]["base_url"] == "https://***@host/v1" and "tok3n" not in str(build)
+    plain = config_to_dict(SurveyConfig(llm="openai", model="m", base_url="http://127.0.0.1:8000/v1"))
+    assert plain == {**survey, "base_url": "http://127.0.0.1:8000/v1"}  # nothing else changed

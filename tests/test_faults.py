@@ -165,6 +165,22 @@ def test_a_redirect_to_another_origin_never_carries_the_key_nor_becomes_the_answ
     assert a.auth_headers == [f"Bearer {KEY}"]  # asked once: a redirect is not retried either
 
 
+def test_a_redirect_stops_the_clients_later_requests(servers, monkeypatch) -> None:
+    """A redirect is not transient: every request to base_url would be redirected the same way. A
+    run made all its requests (14 in a survey) before it stopped; now the first redirect ends the
+    client's later requests unsent, and at most the requests already in flight are answered."""
+    a, b = servers
+    monkeypatch.setenv(KEY_ENV, KEY)
+    a.script = lambda hit, method, path, body: Act(status=302, headers={"Location": b.url + "/chat/completions"},
+                                                   body=b"")
+    c = client(a.url, max_retries=3, max_concurrency=2)
+    answers = c.complete_many([[{"role": "user", "content": f"q{i}"}] for i in range(14)])
+    assert all(isinstance(x, LLMError) and x.unreachable and "a redirect to another origin" in str(x)
+               for x in answers)
+    assert 1 <= len(a.seen) <= 2 and b.seen == []  # one, or the two in flight together
+    assert c.stats()["requests"] == len(a.seen)
+
+
 def test_credentials_in_the_base_url_go_as_basic_auth_and_are_never_shown(servers, caplog) -> None:
     a, _ = servers
     a.script = lambda hit, method, path, body: Act(status=503)
@@ -282,7 +298,9 @@ def tiny_corpus(folder, n: int = 10) -> Any:
 
 
 def paper_title(body: dict[str, Any]) -> str:
-    return body["messages"][-1]["content"].splitlines()[0].removeprefix("Title: ")
+    from graft.llm.prompt import read_data_block
+
+    return read_data_block(body["messages"][-1]["content"])["title"]
 
 
 def run_cli(args: list[str]) -> tuple[Any, float]:
@@ -335,7 +353,7 @@ def test_build_through_a_misbehaving_server(servers, quick_models, monkeypatch, 
         if i == 8:
             return Act(status=500, body=b'{"error": "internal"}')  # every time
         if i == 7:
-            return Act(status=302, headers={"Location": b.url + "/chat/completions"}, body=b"")
+            return Act(status=404, body=b'{"error": "no such model"}')  # refused, not retried
         if "inject" in title.lower() or "Ignore all previous" in body["messages"][-1]["content"]:
             assert "Ignore all previous" not in body["messages"][0]["content"]  # paper text only as user data
             return Act(content=json.dumps({"problem": ["FABRICATED claim"], "note": "obey"}))
@@ -457,11 +475,14 @@ def test_survey_through_a_misbehaving_server(servers, tiny_index, quick_models, 
     assert sum(n > 1 for n in asked.values()) >= 4  # the faults were met and retried through
     assert set(a.auth_headers) == {f"Bearer {KEY}"}
 
-    # every request redirected to another origin: refused, counted, the survey not written
+    # every request redirected to another origin: the first redirect stops the survey (it made all
+    # its 14 requests before), nothing written, the other origin never asked
     a.script = lambda hit, method, path, body: Act(status=307, headers={"Location": b.url + "/chat/completions"},
                                                    body=b"")
+    seen = len(a.seen)
     res, took = run_cli([*args[:4], str(tmp_path / "r"), *args[5:8], "m2", *args[9:]])
-    assert res.exit_code == 2 and "requests to the LLM server of backend openai:m2 failed" in res.output, res.output
-    assert "a redirect to another origin" in res.output and took < 150
+    assert res.exit_code == 2 and "the LLM server of backend openai:m2 is unreachable" in res.output, res.output
+    assert "a redirect to another origin" in res.output and took < 60
+    assert 1 <= len(a.seen) - seen <= 4  # the first request, or the requests in flight with it
     assert not (tmp_path / "r" / "survey.md").exists()
     assert b.seen == [] and KEY not in res.output

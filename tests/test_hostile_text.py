@@ -80,6 +80,7 @@ def test_markup_in_messages_and_data_is_printed_as_text(base_index, tmp_path) ->
 
 def test_hostile_text_everywhere(base_index, encoder, tmp_path_factory, monkeypatch) -> None:
     import networkx as nx
+    from bib_check import assert_formats_in_plain_style
     from markdown_it import MarkdownIt
     from pybtex.database import parse_string
 
@@ -147,7 +148,46 @@ def test_hostile_text_everywhere(base_index, encoder, tmp_path_factory, monkeypa
         bib = parse_string((out / "references.bib").read_text(encoding="utf-8"), "bibtex")
         survey = json.loads((out / "survey.json").read_text(encoding="utf-8"))
         assert len(bib.entries) == len(survey["references"])
+        assert_formats_in_plain_style(out / "references.bib", folder / "bibtex")
         surveys_written.append(title + abstract + topic)
 
     check()
     assert any(surveys_written), "no example with hostile text reached a written survey: its checks never ran"
+
+
+def test_a_megabyte_long_field_is_printed_cut(base_index, encoder, tmp_path) -> None:
+    """A 1 MB title was printed whole (as 17,000 folded table rows); the CLI now prints the start
+    and end of any field (`cli.common.clip`), saying how much it left out. --json keeps it whole."""
+    from graphbuild.build import BuildConfig, build_index
+
+    long_title = "Named entity recognition " + "long " * 200_000 + "THE END"
+    records = [*base_records(), {"id": "long-1", "title": long_title, "abstract": "We study named entity "
+                                 "recognition for code. Our tagger improves F1.", "year": 2020}]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    idx = tmp_path / "idx"
+    build_index(corpus, idx, BuildConfig(), encoder=encoder, cache_from=base_index)
+    other = records[0]["id"]
+    for args in (["query", str(idx), "--paper=long-1"], ["info", str(idx), "--paper=long-1"],
+                 ["query", str(idx), "--paper=" + "x" * 1_000_000]):  # an error message quoting the id
+        res = runner.invoke(app, args)
+        assert res.exit_code in (0, 2), res.output
+        shown = " ".join(res.output.split())  # as read: the console wraps lines anywhere
+        assert len(res.output) < 30_000 and "characters left out" in shown, (args[1:3], len(res.output))
+        assert "THE END" in shown or "xxx" in shown  # its start and end are shown
+    res = runner.invoke(app, ["info", str(idx), "--paper=long-1", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["title"] == long_title
+    # as a result in the table of hits
+    import io
+    from types import SimpleNamespace
+
+    from cli.common import SafeConsole
+    from cli.query_cmd import print_hits
+
+    out = SafeConsole(file=io.StringIO(), width=160)
+    hit = SimpleNamespace(rank=1, score=0.5, paper_id="long-1", year=2020, title=long_title,
+                          facet_label=lambda: "method 0.50")
+    print_hits(SimpleNamespace(hits=[hit]), f"related to {other}", out)
+    table = out.file.getvalue()
+    squashed = re.sub(r"[\s│┃]", "", table)  # the title column folds words anywhere
+    assert len(table) < 10_000 and "charactersleftout" in squashed and "THEEND" in squashed, table

@@ -4,9 +4,9 @@ Standard library only: one POST to `{base_url}/chat/completions` per attempt, bo
 retries with exponential back-off on rate limits (429), server errors (5xx), connection errors and
 timeouts, and an optional persistent cache (`LLMCache`) consulted before any request is sent. Each
 retry is logged as a warning (logger `graft.llm`). Once a request has used up its retries without any
-HTTP answer (the server is down or unreachable), the client's later requests fail at once with the
-same `LLMError` (`unreachable` set) instead of each waiting through its own retries; cached answers
-are still served.
+HTTP answer (the server is down or unreachable), or has been answered with a redirect (the server is
+not at `base_url`), the client's later requests fail at once with the same `LLMError` (`unreachable`
+set) instead of each being sent and failing the same way; cached answers are still served.
 
 What the server answers is not trusted: each attempt has one deadline (`timeout_s`) for connecting,
 the headers and the whole body, however slowly the server trickles them; a body larger than
@@ -39,6 +39,7 @@ from typing import Any, cast
 from graft.config import type_problems
 from graft.errors import GraftError, InputValidationError
 from graft.llm.cache import LLMCache, canonical_request, request_key
+from graft.redact import redact_url
 
 _log = logging.getLogger("graft.llm")
 
@@ -69,8 +70,9 @@ class LLMError(GraftError):
         url: the endpoint that was called.
         status: the last HTTP status, if the server answered at all.
         attempts: how many HTTP attempts were made.
-        unreachable: retries were used up without any HTTP answer (refused or failed connections,
-            timeouts): the server is down or unreachable, so other requests would fail the same way.
+        unreachable: the server cannot be used at `base_url`, so other requests would fail the same
+            way: retries were used up without any HTTP answer (refused or failed connections,
+            timeouts), or it answered with a redirect (it is not at that address).
     """
 
     def __init__(
@@ -201,19 +203,6 @@ def parse_retry_after(value: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
-
-
-def redact_url(url: str) -> str:
-    """`url` with any password in it replaced by `***` (`http://user:***@host/v1`), for messages."""
-    try:
-        parsed = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    if parsed.password is None and "@" not in parsed.netloc:
-        return url
-    user = parsed.username or ""
-    host = parsed.netloc.rsplit("@", 1)[1]
-    return urllib.parse.urlunsplit(parsed._replace(netloc=f"{user}:***@{host}" if user else f"***@{host}"))
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -368,7 +357,7 @@ class ChatClient:
         Raises:
             LLMError: a 4xx other than 429 (at once), an answer that is not a chat completion, or
                 no usable answer after `max_retries` retries; at once, with `unreachable` set, once an
-                earlier request of this client found the server unreachable.
+                earlier request of this client found the server unreachable or was redirected.
         """
         cfg = self.config
         msgs = [dict(m) for m in messages]
@@ -386,10 +375,9 @@ class ChatClient:
             if hit is not None:
                 self._bump("cache_hits")
                 return hit.text
-        down = self._down
-        if down is not None:
+        if self._down is not None:
             self._bump("failures")
-            raise LLMError(str(down), url=down.url, status=None, attempts=0, unreachable=True)
+            raise self._stopped()
         body: dict[str, Any] = {"model": cfg.model, "messages": msgs, "temperature": cfg.temperature}
         if cfg.max_tokens is not None:
             body["max_tokens"] = cfg.max_tokens
@@ -468,8 +456,11 @@ class ChatClient:
                 last = exc
                 continue
             except LLMError as exc:
-                exc.attempts = attempt + 1
+                exc.attempts = exc.attempts if exc.attempts == 0 else attempt + 1
                 self._bump("failures")
+                if exc.unreachable:  # a redirect: every other request would be redirected too
+                    with self._lock:
+                        self._down = self._down or exc
                 raise
             meta["attempts"] = attempt + 1
             return text, meta
@@ -490,6 +481,12 @@ class ChatClient:
                 self._down = self._down or error
         raise error
 
+    def _stopped(self) -> LLMError:
+        """The error of a request not sent because an earlier one found the server unusable."""
+        down = self._down
+        assert down is not None
+        return LLMError(str(down), url=down.url, status=None, attempts=0, unreachable=True)
+
     def _post_once(self, data: bytes) -> tuple[str, dict[str, Any]]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
@@ -498,6 +495,8 @@ class ChatClient:
             headers["Authorization"] = f"Basic {self._basic}"
         request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
         with self._slots:
+            if self._down is not None:  # found unusable while this request waited for a slot
+                raise self._stopped()
             self._bump("requests")
             start = time.monotonic()
             deadline = _Deadline(self.config.timeout_s)
@@ -572,7 +571,7 @@ class ChatClient:
         return LLMError(
             f"{self.url} answered HTTP {exc.code}, a redirect to {what}: {shown!r}; redirects are not followed "
             f"(the request carries the API key){'' if not where else ': if that address is the server, set base_url to it'}",
-            url=self.url, status=exc.code)
+            url=self.url, status=exc.code, unreachable=True)
 
     def _parse(self, status: int, raw: bytes, latency_s: float) -> tuple[str, dict[str, Any]]:
         try:

@@ -101,7 +101,7 @@ class SurveyConfig:
         if self.llm == "openai" and not (self.model and self.base_url):
             problems.append("llm=openai needs model (--model NAME) and base_url (--base-url http://HOST:PORT/v1)")
         elif self.llm == "openai":
-            from graft.llm.client import redact_url
+            from graft.redact import redact_url
 
             url = urllib.parse.urlsplit(str(self.base_url))
             if url.scheme not in ("http", "https") or not url.hostname:

@@ -128,17 +128,18 @@ def _text_segments(text: str) -> list[tuple[str, str]]:
             if m:
                 kind = {"bf": "strong", "bfseries": "strong", "tt": "code"}.get(m.group(1), "em")
                 styled(kind, inner[m.end():])
-            else:
+            elif "\\" in inner:  # a group around commands: TeX's grouping, not the text's characters
                 for kind, part in _text_segments(inner):
                     if kind == "text":
                         buf.append(part)
                     else:
                         flush()
                         out.append((kind, part))
+            else:  # braces around plain words are the text's own ("{0, 1}", a title's "{x}"): kept
+                buf.append(ch)
+                i += 1
+                continue
             i = j
-            continue
-        if ch == "}":
-            i += 1
             continue
         if ch == "~":
             buf.append(" ")
@@ -203,14 +204,28 @@ def plain_text(text: str) -> str:
     return " ".join("".join(part for _, part in segments(text)).split())
 
 
+#: What inside math Markdown would read as markup, and the TeX that typesets the same: `<` opening a
+#: tag, comment or autolink (`<b`, `</`, `<!`, `<?`), `&` opening an entity, `](` or `][` closing a
+#: link's text, and a backtick (a code span). Math is otherwise copied into `$...$` as written, so
+#: `$\gamma <1$` and `$[0,1]$` stay as they are.
+_MATH_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=[A-Za-z#])|\](?=[(\[])|`")
+_MATH_TEX = {"<": "\\lt ", "&": "\\&", "]": "\\rbrack ", "`": "'"}
+
+
+def math_markdown(content: str) -> str:
+    """Math as `$...$` that no Markdown reader takes for HTML, an entity, a link or code."""
+    return "$" + _MATH_MARKUP.sub(lambda m: _MATH_TEX[m.group()], content.strip()).strip() + "$"
+
+
 def to_markdown(text: str, escape: Callable[[str], str]) -> str:
-    """A LaTeX-bearing text as Markdown: math as `$...$`, emphasis as `*...*`, bold as `**...**`,
-    code in backticks, and every other piece passed through `escape` (Markdown-escaped literal
-    text), so no backslash of the LaTeX source is shown."""
+    """A LaTeX-bearing text as Markdown: math as `$...$` (`math_markdown`), emphasis as `*...*`,
+    bold as `**...**`, code in backticks, and every other piece passed through `escape`
+    (Markdown-escaped literal text), so no backslash of the LaTeX source is shown and no piece of
+    the text becomes markup."""
     parts: list[str] = []
     for kind, part in segments(text):
         if kind == "math":
-            parts.append(f"${part.strip()}$")
+            parts.append(math_markdown(part))
         elif kind == "code":
             parts.append(f"`{part.replace('`', '')}`")
         elif kind in ("em", "strong"):

@@ -1,9 +1,10 @@
 """The survey's files: survey.md (headings, cited paragraphs, references), references.bib (one entry
 per cited paper, from corpus metadata) and survey.json (everything, for audit). All written atomically.
 
-The topic and every text taken from papers are data: Markdown control characters are escaped in
-survey.md and TeX specials in references.bib, so a topic such as `# x [y](z)` or a title with `&`
-renders as written.
+The topic, every text taken from papers and every string an LLM answered (headings, clauses, the
+connective between two clauses) are data: Markdown control characters are escaped in survey.md and
+TeX specials in references.bib, so a topic such as `# x [y](z)` or a title with `&` renders as
+written.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from graft.survey.types import Clause, Section, Sentence, join_clauses
 from graft.survey.verify import SUPPORTED
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~!$&])")
-#: C0 and C1 control characters (terminal escapes, bells, form feeds from PDF extraction): never written
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: C0 and C1 control characters (terminal escapes, bells, form feeds from PDF extraction) and the
+#: bidirectional embeddings, overrides and isolates (which show text in another order than it has): never written
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def plain(text: str) -> str:
@@ -52,10 +54,12 @@ def tex_escape(text: str) -> str:
 
 
 def bib_author(name: str) -> str:
-    """One author for an `author = {A and B}` list: escaped, and braced whole when the name itself
-    holds the word "and", which BibTeX would otherwise read as two authors."""
+    """One author for an `author = {A and B}` list: escaped, and braced whole when BibTeX would not
+    read the name as one person: it holds the word "and" (two authors to BibTeX) or more than two
+    commas ("Last, Jr, First" is the most a name has)."""
     text = tex_escape(name)
-    return "{" + text + "}" if re.search(r"\band\b", text, flags=re.IGNORECASE) else text
+    odd = re.search(r"\band\b", text, flags=re.IGNORECASE) or text.count(",") > 2
+    return "{" + text + "}" if odd else text
 
 
 def bib_key(paper_id: str) -> str:
@@ -112,7 +116,8 @@ def render_sentence(sentence: Sentence, numbers: dict[str, int]) -> str:
     clauses = printed(sentence)
     if not clauses:
         return ""
-    parts = [(c.lead, md_text(c.text).rstrip(" ."), str(numbers[c.citation.paper_id])) for c in clauses]
+    # the lead ("while") may be a model's words: data, escaped as the clause is
+    parts = [(md_escape(c.lead), md_text(c.text).rstrip(" ."), str(numbers[c.citation.paper_id])) for c in clauses]
     return join_clauses(parts, md_text(sentence.opener) if sentence.opener else "")
 
 
@@ -196,24 +201,38 @@ def render_markdown(title: str, sections: list[Section], index: Index, numbers: 
 
 
 def render_bibtex(index: Index, numbers: dict[str, int]) -> str:
+    """references.bib: one entry per cited paper, from corpus metadata, in citation order.
+
+    A paper with authors, a venue and a year is an `@inproceedings` (BibTeX's `plain.bst` and
+    pybtex's `plain` style need all three there); any other (a corpus without authors, such as
+    cs768) is a `@misc`, whose fields are all optional, with its venue as `howpublished` and a
+    `key` (its title) that an entry without authors is sorted by. Every entry formats in the
+    `plain` style of BibTeX and of pybtex without a warning."""
     papers = index.papers
     entries = []
     ordered = [pid for pid, _ in sorted(numbers.items(), key=lambda x: x[1])]
     keys = bib_keys(ordered)
     for pid in ordered:
         row = index.row(pid)
-        fields = [("title", "{" + tex_escape(papers["title"][row]) + "}")]
+        title = tex_escape(papers["title"][row])
+        fields = [("title", "{" + title + "}")]
         authors = papers["authors"][row] if "authors" in papers.columns else None
-        if authors is not None and len(authors):
-            fields.append(("author", " and ".join(bib_author(a) for a in authors)))
-        if papers["year"][row]:
-            fields.append(("year", str(papers["year"][row])))
+        names = [bib_author(a) for a in (authors if authors is not None else []) if plain(a)]
+        if names:
+            fields.append(("author", " and ".join(names)))
+        year = papers["year"][row]
         venue = papers["venue"][row] if "venue" in papers.columns else None
+        venue = tex_escape(venue) if venue else ""
+        kind = "inproceedings" if names and venue and year else "misc"
+        if year:
+            fields.append(("year", str(year)))
         if venue:
-            fields.append(("booktitle", tex_escape(venue)))
+            fields.append(("booktitle" if kind == "inproceedings" else "howpublished", venue))
+        if not names:
+            fields.append(("key", title or keys[pid]))
         fields.append(("note", f"corpus id {tex_escape(pid)}"))
         body = ",\n".join(f"  {k} = {{{v}}}" for k, v in fields)
-        entries.append(f"@inproceedings{{{keys[pid]},\n{body}\n}}")
+        entries.append(f"@{kind}{{{keys[pid]},\n{body}\n}}")
     return "\n\n".join(entries) + ("\n" if entries else "")
 
 
