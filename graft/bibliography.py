@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 BIB_FORMATS = {"bibtex": "bib", "ris": "ris", "csljson": "json"}
 
 #: C0 and C1 control characters (terminal escapes, form feeds from PDF extraction): never written.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 #: TeX specials as commands; braces become \textbraceleft{} / \textbraceright{} because BibTeX counts
 #: every brace, escaped or not, and one unbalanced `\{` makes the whole file unparsable.
 _TEX = {"\\": r"\textbackslash{}", "{": r"\textbraceleft{}", "}": r"\textbraceright{}", "&": r"\&", "%": r"\%",
@@ -150,10 +150,12 @@ def bib_keys(paper_ids: list[str]) -> dict[str, str]:
 
 
 def bib_author(name: str) -> str:
-    """One author for an `author = {A and B}` list: escaped, and braced whole when the name itself
-    holds the word "and", which BibTeX would otherwise read as two authors."""
+    """One author for an `author = {A and B}` list: escaped, and braced whole when BibTeX would not
+    read the name as one person: it holds the word "and" (two authors to BibTeX) or more than two
+    commas ("Last, Jr, First" is the most a name has)."""
     text = tex_escape(name)
-    return "{" + text + "}" if re.search(r"\band\b", text, flags=re.IGNORECASE) else text
+    odd = re.search(r"\band\b", text, flags=re.IGNORECASE) or text.count(",") > 2
+    return "{" + text + "}" if odd else text
 
 
 @dataclass
@@ -205,17 +207,23 @@ def entries(source: Index | pl.DataFrame, paper_ids: list[str], *, abstracts: bo
 
 
 def bibtex(items: list[BibEntry]) -> str:
-    """BibTeX entries: `@inproceedings` (authors and a venue) or `@misc` (`howpublished` = venue), a
-    `key` field where there are no authors (plain style sorts and labels by it), the DOI, arXiv id
-    (`eprint`, `archiveprefix`), URL and corpus id (`note`)."""
+    """BibTeX entries in the order given.
+
+    A paper with authors, a venue and a year is an `@inproceedings` (BibTeX's `plain.bst` and
+    pybtex's `plain` style need all three there); any other (a corpus without authors, such as
+    cs768) is a `@misc`, whose fields are all optional, with its venue as `howpublished` and a
+    `key` (its title) that an entry without authors is sorted by. Entries carry the DOI, arXiv id
+    (`eprint`, `archiveprefix`), URL and corpus id (`note`) where known. Every entry formats in the
+    `plain` style of BibTeX and of pybtex without a warning."""
     blocks = []
     for e in items:
-        fields = [("title", bibtex_text(e.title))]
+        title = bibtex_text(e.title)
+        fields = [("title", title)]
         if e.authors:
             fields.append(("author", " and ".join(bib_author(a) for a in e.authors)))
         else:
-            fields.append(("key", e.key))
-        kind = "inproceedings" if e.authors and e.venue else "misc"
+            fields.append(("key", tex_escape(plain_title(e.title)) or e.key))
+        kind = "inproceedings" if e.authors and e.venue and e.year else "misc"
         if e.venue:
             fields.append(("booktitle" if kind == "inproceedings" else "howpublished", tex_escape(e.venue)))
         if e.year:

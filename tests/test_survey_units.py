@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from graft.bibliography import bib_key, bib_keys, tex_escape
 from graft.survey.backends import parse_json_object
 from graft.survey.compose import (
     claim_facet,
@@ -21,7 +22,7 @@ from graft.survey.compose import (
     third_person,
 )
 from graft.survey.config import SurveyConfig, SurveyError
-from graft.survey.output import bib_key, bib_keys, md_escape, tex_escape
+from graft.survey.output import md_escape
 from graft.survey.rerank import fusion_scores, stage_one
 from graft.survey.types import Candidate, Citation, Clause, ClauseDraft, Sentence
 from graft.survey.verify import drop_duplicates, mark_unverified, summarize, verify_all
@@ -491,7 +492,8 @@ def test_references_bib_round_trips_through_a_bibtex_parser_with_unbalanced_brac
     from bib_check import assert_formats_in_plain_style
     from pybtex.database import parse_string
 
-    from graft.survey.output import bib_keys, render_bibtex
+    from graft.bibliography import bib_keys
+    from graft.survey.output import render_bibtex
 
     index = _Papers(HOSTILE_FIELDS)
     order = {r["paper_id"]: i + 1 for i, r in enumerate(HOSTILE_FIELDS)}
@@ -532,7 +534,8 @@ def test_references_bib_formats_in_the_plain_style_with_and_without_authors(tmp_
     from bib_check import formats_in_bibtex_plain, formats_in_pybtex_plain
     from pybtex.database import parse_string
 
-    from graft.survey.output import bib_keys, render_bibtex
+    from graft.bibliography import bib_keys
+    from graft.survey.output import render_bibtex
 
     order = {r["paper_id"]: i + 1 for i, r in enumerate(PLAIN_FIELDS)}
     text = render_bibtex(_Papers(PLAIN_FIELDS), order)

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from graft.bibliography import bibtex, entries, plain
 from graft.index import Index
 from graft.store import atomic_path, folder_problem, json_text
 from graft.survey.config import SurveyError
@@ -23,14 +24,6 @@ from graft.survey.types import Clause, Section, Sentence, join_clauses
 from graft.survey.verify import SUPPORTED
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~!$&])")
-#: C0 and C1 control characters (terminal escapes, bells, form feeds from PDF extraction) and the
-#: bidirectional embeddings, overrides and isolates (which show text in another order than it has): never written
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def plain(text: str) -> str:
-    """One line of text: control characters removed, whitespace runs folded to one space."""
-    return " ".join(_CONTROL.sub(" ", str(text)).split())
 
 
 def md_escape(text: str) -> str:
@@ -40,47 +33,6 @@ def md_escape(text: str) -> str:
     text = _MD_SPECIAL.sub(r"\\\1", plain(text))
     text = re.sub(r"^([-+=])(\s)", r"\\\1\2", text)
     return re.sub(r"^(\d+)([.)])(\s)", r"\1\\\2\3", text)
-
-
-#: TeX specials as commands; braces become \textbraceleft{} / \textbraceright{} because BibTeX counts
-#: every brace, escaped or not, and one unbalanced `\{` makes the whole file unparsable
-_TEX = {"\\": r"\textbackslash{}", "{": r"\textbraceleft{}", "}": r"\textbraceright{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-        "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def tex_escape(text: str) -> str:
-    """Text as a literal BibTeX field value: every brace it adds is balanced, whatever the input."""
-    return "".join(_TEX.get(ch, ch) for ch in plain(text))
-
-
-def bib_author(name: str) -> str:
-    """One author for an `author = {A and B}` list: escaped, and braced whole when BibTeX would not
-    read the name as one person: it holds the word "and" (two authors to BibTeX) or more than two
-    commas ("Last, Jr, First" is the most a name has)."""
-    text = tex_escape(name)
-    odd = re.search(r"\band\b", text, flags=re.IGNORECASE) or text.count(",") > 2
-    return "{" + text + "}" if odd else text
-
-
-def bib_key(paper_id: str) -> str:
-    """A BibTeX key from a corpus id: letters, digits and underscores only, never starting with a digit."""
-    key = re.sub(r"[^A-Za-z0-9]+", "_", paper_id).strip("_")
-    return f"p{key}" if not key or not key[0].isalpha() else key
-
-
-def bib_keys(paper_ids: list[str]) -> dict[str, str]:
-    """`bib_key` of each id, made unique: ids that differ only in punctuation (`W96-0213`,
-    `W96.0213`) would share a key, so a later one gets `_2`, `_3`, ... in the order given."""
-    keys: dict[str, str] = {}
-    used: set[str] = set()
-    for pid in paper_ids:
-        key, n = bib_key(pid), 1
-        while key in used:
-            n += 1
-            key = f"{bib_key(pid)}_{n}"
-        keys[pid] = key
-        used.add(key)
-    return keys
 
 
 def md_text(text: str) -> str:
@@ -201,39 +153,10 @@ def render_markdown(title: str, sections: list[Section], index: Index, numbers: 
 
 
 def render_bibtex(index: Index, numbers: dict[str, int]) -> str:
-    """references.bib: one entry per cited paper, from corpus metadata, in citation order.
-
-    A paper with authors, a venue and a year is an `@inproceedings` (BibTeX's `plain.bst` and
-    pybtex's `plain` style need all three there); any other (a corpus without authors, such as
-    cs768) is a `@misc`, whose fields are all optional, with its venue as `howpublished` and a
-    `key` (its title) that an entry without authors is sorted by. Every entry formats in the
-    `plain` style of BibTeX and of pybtex without a warning."""
-    papers = index.papers
-    entries = []
+    """references.bib: one entry per cited paper, from corpus metadata, in citation order
+    (`graft.bibliography.bibtex`, the writer `graft export --format bibtex` uses)."""
     ordered = [pid for pid, _ in sorted(numbers.items(), key=lambda x: x[1])]
-    keys = bib_keys(ordered)
-    for pid in ordered:
-        row = index.row(pid)
-        title = tex_escape(papers["title"][row])
-        fields = [("title", "{" + title + "}")]
-        authors = papers["authors"][row] if "authors" in papers.columns else None
-        names = [bib_author(a) for a in (authors if authors is not None else []) if plain(a)]
-        if names:
-            fields.append(("author", " and ".join(names)))
-        year = papers["year"][row]
-        venue = papers["venue"][row] if "venue" in papers.columns else None
-        venue = tex_escape(venue) if venue else ""
-        kind = "inproceedings" if names and venue and year else "misc"
-        if year:
-            fields.append(("year", str(year)))
-        if venue:
-            fields.append(("booktitle" if kind == "inproceedings" else "howpublished", venue))
-        if not names:
-            fields.append(("key", title or keys[pid]))
-        fields.append(("note", f"corpus id {tex_escape(pid)}"))
-        body = ",\n".join(f"  {k} = {{{v}}}" for k, v in fields)
-        entries.append(f"@{kind}{{{keys[pid]},\n{body}\n}}")
-    return "\n\n".join(entries) + ("\n" if entries else "")
+    return bibtex(entries(index, ordered, abstracts=False))
 
 
 def survey_json(topic: str, title: str, sections: list[Section], numbers: dict[str, int],
