@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from graft.errors import GraftError
-from graft.web.data import DEFAULT_K, MAX_TEXT_CHARS, Explorer, NotFound
+from graft.web.data import DEFAULT_K, MAX_TEXT_CHARS, Explorer, Filters, NotFound
 from graft.web.guard import LOOPBACK_NAMES, Guard, check_token, new_token
 from graft.web.surveys import NoSuchSurvey, QueueFull, Refused, Surveys, Unreadable
 
@@ -62,7 +62,7 @@ def _json(payload: Any) -> Response:
     return Response(json.dumps(payload, default=str), media_type="application/json", headers=_HEADERS)
 
 
-def _int(value: Any, default: int, name: str) -> int:
+def _int(value: Any, default: int | None, name: str) -> int | None:
     """A whole number given as a URL parameter or a JSON value (an integer, or its digits as text)."""
     if value is None or value == "":
         return default
@@ -153,13 +153,22 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
         return _json(await run_in_threadpool(explorer.search, q))
 
     async def view_args(request: Request) -> dict[str, Any]:
-        params = dict(request.query_params)
+        params: dict[str, Any] = dict(request.query_params)
+        venues: Any = request.query_params.getlist("venue")
         if request.method == "POST":
-            params.update({k: v for k, v in (await _body(request)).items() if v is not None})
+            body = await _body(request)
+            params.update({k: v for k, v in body.items() if v is not None})
+            venues = body.get("venues") or venues
         paper, text, mode = params.get("paper"), params.get("text"), params.get("mode")
         if any(v is not None and not isinstance(v, str) for v in (paper, text, mode)):
             raise BadRequest("paper, text and mode must be strings")
-        return {"paper": paper, "text": text, "k": _int(params.get("k"), DEFAULT_K, "k"), "mode": mode or "related"}
+        if not isinstance(venues, list) or not all(isinstance(v, str) for v in venues) or len(venues) > 200:
+            raise BadRequest("venues must be a list of up to 200 venue names (strings); in a URL, one venue= each")
+        since = _int(params.get("since"), None, "since")  # type: ignore[arg-type]
+        until = _int(params.get("until"), None, "until")  # type: ignore[arg-type]
+        filters = Filters(since, until, tuple(v.strip() for v in venues if v.strip())).check()
+        return {"paper": paper, "text": text, "k": _int(params.get("k"), DEFAULT_K, "k"), "mode": mode or "related",
+                "filters": filters}
 
     async def graph(request: Request) -> Response:
         return _json(await run_in_threadpool(explorer.view, **await view_args(request)))
