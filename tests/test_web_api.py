@@ -53,7 +53,8 @@ def test_page_and_assets_are_local(served):
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "script-src 'self'" in page.headers["content-security-policy"]
     scripts = re.findall(r'<script src="([^"]+)"', page.text)
-    assert scripts == ["/static/vendor/cytoscape.min.js", "/static/app.js"]
+    assert scripts == ["/static/vendor/cytoscape.min.js", "/static/vendor/layout-base.js",
+                       "/static/vendor/cose-base.js", "/static/vendor/cytoscape-fcose.js", "/static/app.js"]
     for src in scripts:
         assert client.get(src).status_code == 200
     for name in ("index.html", "app.js", "style.css"):  # nothing fetched from elsewhere at run time
