@@ -200,7 +200,7 @@ function renderList(view) {
     b.type = "button";
     b.addEventListener("click", () => select(h.paper_id));
     const label = h.pivot ? `problem ${h.pivot.problem.toFixed(2)} · method ${h.pivot.method.toFixed(2)}`
-      : h.label;
+      : "shared: " + plainLabel(h.label);
     li.append(b, el("div", `${h.year || ""} · ${h.paper_id} · cited by ${h.cited_by} · score ${h.score.toFixed(4)}`,
                     "hit-meta"),
               el("div", label, "hit-label"));
@@ -209,6 +209,10 @@ function renderList(view) {
   if (!view.hits.length) list.append(el("li", view.mode === "pivot"
     ? "No result shares a problem with it." : "No related paper found.", "muted"));
 }
+
+// a result's facet label without its numbers ("problem 0.51 · method 0.50" -> "problem · method"): the
+// card gives one score, the facet weights on request
+function plainLabel(label) { return String(label || "").replace(/ \d+\.\d+(?= |$|\))/g, ""); }
 
 function renderLineage(view) {
   for (const [kind, list, none] of [["prior", view.prior, "No paper shown cites a corpus paper."],
@@ -506,7 +510,7 @@ function fillCard(c) {
   why.replaceChildren();
   if (c.hit) {
     why.append(el("h3", "Why it is related to the centre"));
-    why.append(el("p", c.hit.label, "hit-label"));
+    why.append(el("p", "shared: " + plainLabel(c.hit.label), "hit-label"));
     const score = el("p", null, "score");
     score.append(el("strong", `rank ${c.hit.rank} · score ${c.hit.score.toFixed(4)}`),
                  el("span", c.score ? ` — ${c.score.meaning}` : "", "hit-meta"));
