@@ -428,3 +428,36 @@ def test_node_facts_links_out_and_the_score_meaning(served, web_index):
     assert explorer.links_of(ids[1])["arxiv_url"] == "https://arxiv.org/abs/2106.04689v2"
     assert explorer.links_of(ids[2])["url"] == "https://example.org/paper"
     assert "doi" not in explorer.links_of(ids[3]) and "arxiv" not in explorer.links_of(ids[3])
+
+
+def test_seed_set_view(served):
+    """Several papers as the query (a library): Searcher.seeds' fused results, each linked to the seed
+    it ranks best for, every seed a centre; the exports hold the seeds."""
+    from graft.query import QueryConfig
+
+    client, idx, _ = served
+    seeds = [idx.paper_ids[0], idx.paper_ids[9], idx.paper_ids[20]]
+    view = client.post("/api/graph", json={"seeds": seeds, "k": 12}).json()
+    want = idx.searcher(QueryConfig(retriever="teacher", k=12, explain=True)).seeds(seeds)
+    assert [h["paper_id"] for h in view["hits"]] == [h.paper_id for h in want.hits]
+    assert [h["score"] for h in view["hits"]] == [h.score for h in want.hits]
+    assert [s["paper_id"] for s in view["seeds"]] == seeds and view["centre"]["paper_id"] == seeds[0]
+    assert not {h["paper_id"] for h in view["hits"]} & set(seeds) and "seeds" in view["score"]["meaning"]
+    for h in view["hits"]:
+        by = want.info["surfaced_by"][h["paper_id"]]
+        best = min(by, key=lambda s: (by[s], seeds.index(s)))
+        sources = {e["source"] for e in view["edges"] if e["target"] == h["paper_id"] and e["facet"] != "citation"
+                   and e["source"] in seeds}
+        assert sources <= {best} and (sources or not any(ev["weight"] > 0 for ev in h["evidence"].values()))
+    assert len({e["source"] for e in view["edges"] if e["source"] in seeds}) >= 2  # several seeds credit results
+    got = client.get("/api/graph", params=[("seed", s) for s in seeds] + [("k", "12")]).json()
+    assert [h["paper_id"] for h in got["hits"]] == [h["paper_id"] for h in view["hits"]]
+    found = client.post("/api/search", json={"q": f"{seeds[0]}, {seeds[1]}\n{seeds[2]}"}).json()
+    assert found["kind"] == "seeds" and [m["paper_id"] for m in found["matches"]] == seeds
+    bib = client.post("/api/export/bib", json={"seeds": seeds, "k": 12}).text
+    assert all(f"corpus id {s}" in bib for s in seeds)
+    for body, status, words in (({"seeds": [seeds[0], "no-such-paper"]}, 404, "not in index"),
+                                ({"seeds": seeds, "paper": seeds[0]}, 400, "take the place"),
+                                ({"seeds": "a-string"}, 400, "list")):
+        res = client.post("/api/graph", json=body)
+        assert res.status_code == status and words in res.json()["error"], res.text

@@ -250,6 +250,15 @@ def test_the_map_labels_colours_sizes_lineage_and_filters(page, web_index):
     assert f"since={since}" in driver.current_url
     kept = driver.execute_script(LABELS)
     assert all(n["year"] >= since for n in kept if not n["centre"]) and len(kept) > 1
+    # a seed set (several ids in the URL, as the search box takes them): every seed a centre, labelled
+    seeds = [idx.paper_ids[0], idx.paper_ids[9], idx.paper_ids[20]]
+    driver.get(page_url(url, k=12) + "&" + urllib.parse.urlencode([("seed", s) for s in seeds]))
+    wait_for(driver, "return window.graft.ready >= 1")
+    placed = driver.execute_script(LABELS)
+    fused = api(url, "/api/graph", {"seeds": seeds, "k": 12})
+    assert sorted(n["id"] for n in placed if n["centre"]) == sorted(seeds)
+    assert len(placed) == 3 + len(fused["hits"]) and _overlaps(placed) == []
+    assert driver.find_element(By.ID, "results-title").text.startswith("Related to 3 seed papers")
 
 
 def test_title_search_and_bad_input(page, web_index):

@@ -155,10 +155,12 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
     async def view_args(request: Request) -> dict[str, Any]:
         params: dict[str, Any] = dict(request.query_params)
         venues: Any = request.query_params.getlist("venue")
+        seeds: Any = request.query_params.getlist("seed")
         if request.method == "POST":
             body = await _body(request)
             params.update({k: v for k, v in body.items() if v is not None})
             venues = body.get("venues") or venues
+            seeds = body.get("seeds") or seeds
         paper, text, mode = params.get("paper"), params.get("text"), params.get("mode")
         if any(v is not None and not isinstance(v, str) for v in (paper, text, mode)):
             raise BadRequest("paper, text and mode must be strings")
@@ -168,7 +170,7 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
         until = _int(params.get("until"), None, "until")  # type: ignore[arg-type]
         filters = Filters(since, until, tuple(v.strip() for v in venues if v.strip())).check()
         return {"paper": paper, "text": text, "k": _int(params.get("k"), DEFAULT_K, "k"), "mode": mode or "related",
-                "filters": filters}
+                "filters": filters, "seeds": seeds or None}
 
     async def graph(request: Request) -> Response:
         return _json(await run_in_threadpool(explorer.view, **await view_args(request)))
@@ -179,9 +181,10 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
     async def export(request: Request) -> Response:
         fmt = request.path_params["fmt"]
         view = await run_in_threadpool(explorer.view, **await view_args(request))
-        name = (view["centre"]["paper_id"] or "query").replace("/", "_")
+        name = ("seeds-" if view["seeds"] else "") + (view["centre"]["paper_id"] or "query").replace("/", "_")
         if fmt == "bib":
-            ids = ([view["centre"]["paper_id"]] if view["centre"]["paper_id"] else []) + \
+            ids = ([s["paper_id"] for s in view["seeds"]]
+                   or ([view["centre"]["paper_id"]] if view["centre"]["paper_id"] else [])) + \
                 [h["paper_id"] for h in view["hits"]]
             body, media = explorer.bibtex(ids), "application/x-bibtex"
         elif fmt == "graphml":

@@ -36,12 +36,17 @@ MODES = ("related", "pivot")
 #: Edges between results shown, per result (each pair's strongest facet, heaviest pairs first).
 SIDE_EDGES = 2
 
+#: Most seed papers a view takes (a collection's papers, fused: `Searcher.seeds`).
+MAX_SEEDS = 50
 #: Papers listed as a view's prior works and derivative works.
 LINEAGE_K = 10
 #: What a result's score means, as the card says it (the facet weights and cosines are shown on request).
 SCORE_MEANING = ("rank-fusion score: the sum over the four facet walks (and the citation channel) of "
                  "1/(60 + the result's rank there); higher means ranked high by more facets. Only the order "
                  "it gives is meaningful, not its size.")
+
+SEEDS_MEANING = ("rank-fusion score over the seeds: the sum over the seeds whose results hold it of 1/(60 + its "
+                 "rank there); higher means ranked high for more seeds. Only the order it gives is meaningful.")
 
 #: The graph node of a pasted paper: with a space, so that no corpus id (one word) can be it.
 QUERY_NODE = "the query"
@@ -125,7 +130,8 @@ class Explorer:
     def search(self, q: str, limit: int = 10) -> dict[str, Any]:
         """What a search box text is: a corpus id (`kind` "id"), a title fragment (`kind` "title",
         the titles ranked by the idf of the fragment's words they hold, the whole fragment first),
-        or a paper's title + abstract (`kind` "text", to be queried as `graft query --text`).
+        several corpus ids separated by spaces or commas (`kind` "seeds", a seed set: a view of their
+        fused results), or a paper's title + abstract (`kind` "text", to be queried as `graft query --text`).
 
         Raises:
             GraftError: empty, wordless or too long a text.
@@ -134,6 +140,9 @@ class Explorer:
         idx = self.index
         if text in idx.row_of:
             return {"kind": "id", "matches": [self._brief(text, 1.0)]}
+        parts = [p for p in re.split(r"[\s,;]+", text) if p]
+        if 1 < len(parts) <= MAX_SEEDS and all(p in idx.row_of for p in parts):
+            return {"kind": "seeds", "matches": [self._brief(p, 1.0) for p in dict.fromkeys(parts)]}
         words = _words(text)
         if len(words) >= TEXT_WORDS:
             return {"kind": "text", "matches": []}
@@ -209,14 +218,16 @@ class Explorer:
         return record_from_text(check_text(text))
 
     def view(self, paper: str | None = None, text: str | None = None, k: int = DEFAULT_K,
-             mode: str = "related", filters: Filters | None = None) -> dict[str, Any]:
+             mode: str = "related", filters: Filters | None = None, seeds: list[str] | None = None) -> dict[str, Any]:
         """The graph around a paper: the centre, its `k` results (as `graft query --json --explain`,
         with each hit's facet label), and the edges among them: each result's facet credits to
         the centre (weight, hops), the facet graph's strongest edges between results, and citation links.
         `mode` "pivot": the results at depth `PIVOT_DEPTH` with a problem credit, ranked by their
         problem weight less their method weight (same problem, different method). `filters`: only
         results of these years and venues (`QueryConfig.since/until/venues`; the centre is shown
-        whatever its year).
+        whatever its year). `seeds`: several corpus papers instead of one (a library, a collection):
+        their fused results (`Searcher.seeds`), each linked to the seed it ranks best for; the first
+        seed is the centre and `seeds` lists them all.
 
         Besides the edges, `links` are what the page draws: one per pair of papers shown, styled by
         its strongest facet, with every facet's weight and the citations between the two; `prior`
@@ -230,8 +241,20 @@ class Explorer:
             raise GraftError(f"k must be a whole number from 1 to {MAX_K}, got {k!r}")
         if mode not in MODES:
             raise GraftError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-        record = self.record_of(paper, text)
-        result = self.related_of(record, PIVOT_DEPTH if mode == "pivot" else k, filters)
+        best_seed: dict[str, str] = {}
+        if seeds:
+            if paper is not None or text is not None or mode != "related":
+                raise GraftError("seeds take the place of a paper or a text, in the related view only")
+            seeds = self._seed_ids(seeds)
+            with self._lock:
+                result = self.searcher(k, filters).seeds(seeds)
+            for h in result.hits:  # the seed whose evidence the hit carries: its best rank, first seed on ties
+                by = result.info["surfaced_by"][h.paper_id]
+                best_seed[h.paper_id] = min(by, key=lambda s: (by[s], seeds.index(s)))
+            paper, record = seeds[0], {"id": seeds[0]}
+        else:
+            record = self.record_of(paper, text)
+            result = self.related_of(record, PIVOT_DEPTH if mode == "pivot" else k, filters)
         hits = result.hits
         if mode == "pivot":
             def gap(h: Any) -> float:
@@ -261,14 +284,37 @@ class Explorer:
                 m = h.evidence["method"].weight if "method" in h.evidence else 0.0
                 item["pivot"] = {"problem": round(p, 4), "method": round(m, 4)}
             listed.append(item)
-        edges = self._edges(centre_id, hits)
-        shown = [h.paper_id for h in hits] if centre_id is None else [centre_id, *(h.paper_id for h in hits)]
+        centres = seeds or ([centre_id] if centre_id is not None else [])
+        edges = self._edges(centres, hits, best_seed)
+        shown = [*centres, *(h.paper_id for h in hits)]
         prior, derivative = self.lineage(shown)
         f = filters or Filters()
         return {"centre": centre, "mode": mode, "k": k, "hits": listed, "edges": edges, "links": pair_links(edges),
                 "prior": prior, "derivative": derivative, "retriever": result.retriever,
                 "filters": {"since": f.since, "until": f.until, "venues": list(f.venues)},
-                "score": {"name": "rank-fusion score", "meaning": SCORE_MEANING}}
+                "score": {"name": "rank-fusion score", "meaning": SEEDS_MEANING if seeds else SCORE_MEANING},
+                "seeds": [{"id": s, "paper_id": s, "title": idx.papers["title"][idx.row_of[s]],
+                           "year": idx.papers["year"][idx.row_of[s]], "outside": False, **self._node_facts(s)}
+                          for s in seeds or []]}
+
+    def _seed_ids(self, seeds: Any) -> list[str]:
+        """A seed list checked: corpus paper ids, at most `MAX_SEEDS`, each once (first kept).
+
+        Raises:
+            GraftError: not a list of strings, too many. NotFound: an id the index lacks.
+        """
+        if not isinstance(seeds, list) or not all(isinstance(x, str) and x.strip() for x in seeds):
+            raise GraftError("seeds must be a list of corpus paper ids (strings)")
+        ids = list(dict.fromkeys(x.strip() for x in seeds))
+        if len(ids) > MAX_SEEDS:
+            raise GraftError(f"{len(ids)} seeds; a view takes at most {MAX_SEEDS}: choose fewer papers")
+        for x in ids:
+            if x not in self.index.row_of:
+                try:
+                    self.index.row(x)
+                except GraftError as exc:
+                    raise NotFound(str(exc)) from None
+        return ids
 
     def _node_facts(self, paper_id: str) -> dict[str, Any]:
         """What the map shows of a corpus paper besides its title and year: its in-corpus citation
@@ -326,17 +372,20 @@ class Explorer:
         return top(cited), top(citing)
 
 
-    def _edges(self, centre_id: str | None, hits: list[Any]) -> list[dict[str, Any]]:
-        """The view's edges: centre -> each hit per crediting facet (its evidence), facet edges
-        between hits (each pair's strongest facet, either direction of the stored top-k rows; the
-        heaviest `SIDE_EDGES` per hit), citation links among all."""
+    def _edges(self, centres: list[str], hits: list[Any], source_of: dict[str, str] | None = None,
+               ) -> list[dict[str, Any]]:
+        """The view's edges: centre -> each hit per crediting facet (its evidence; the centre is
+        `source_of[hit]` where given, a seed, else the first of `centres`, else the pasted paper),
+        facet edges between hits (each pair's strongest facet, either direction of the stored top-k
+        rows; the heaviest `SIDE_EDGES` per hit), citation links among all."""
         idx = self.index
-        centre = centre_id or QUERY_NODE
+        source_of = source_of or {}
+        first = centres[0] if centres else QUERY_NODE
         edges = []
         for h in hits:
             for facet, ev in h.evidence.items():
                 if ev.weight > 0:
-                    edges.append({"source": centre, "target": h.paper_id, "facet": facet,
+                    edges.append({"source": source_of.get(h.paper_id, first), "target": h.paper_id, "facet": facet,
                                   "weight": round(float(ev.weight), 4), "hops": ev.hops, "centre": True})
         ids = [h.paper_id for h in hits]
         rows = np.array([idx.row_of[p] for p in ids], dtype=np.int64)
@@ -352,13 +401,14 @@ class Explorer:
             for i, j in pairs:
                 edges.append({"source": ids[i], "target": ids[j], "facet": FACETS[int(facet_of[i, j])],
                               "weight": round(float(best[i, j]), 4), "hops": 1, "centre": False})
-        allrows = rows if centre_id is None else np.concatenate([[idx.row_of[centre_id]], rows])
-        allids = ids if centre_id is None else [centre_id, *ids]
+        allids = [*centres, *ids]
+        allrows = np.array([idx.row_of[p] for p in allids], dtype=np.int64)
+        inner = set(centres)
         if len(allrows) > 1:
             cites = idx.citation_matrix[allrows][:, allrows].tocoo()
             for i, j in zip(cites.row.tolist(), cites.col.tolist()):
                 edges.append({"source": allids[i], "target": allids[j], "facet": "citation", "weight": 1.0,
-                              "hops": 1, "centre": centre_id in (allids[i], allids[j])})
+                              "hops": 1, "centre": allids[i] in inner or allids[j] in inner})
         return edges
 
     def card(self, paper_id: str) -> dict[str, Any]:
@@ -401,9 +451,9 @@ class Explorer:
         from graft.export import xml_safe
 
         g = nx.MultiDiGraph(name=xml_safe(f"graft:{self.index.path.name}"))
-        c = view["centre"]
-        g.add_node(xml_safe(c["id"]), title=xml_safe(str(c["title"] or "")), centre=True,
-                   **({"year": int(c["year"])} if c.get("year") else {}))
+        for c in view.get("seeds") or [view["centre"]]:  # a seed set's papers are each a centre
+            g.add_node(xml_safe(c["id"]), title=xml_safe(str(c["title"] or "")), centre=True,
+                       **({"year": int(c["year"])} if c.get("year") else {}))
         for h in view["hits"]:
             g.add_node(xml_safe(h["paper_id"]), title=xml_safe(h["title"] or ""), centre=False,
                        rank=int(h["rank"]), label=xml_safe(h["label"]), **({"year": int(h["year"])} if h["year"] else {}))

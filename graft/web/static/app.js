@@ -62,7 +62,7 @@ async function api(path, body) {
 function readUrl() {
   const p = new URLSearchParams(location.search);
   const hidden = (p.get("hide") || "").split(",").filter(Boolean);
-  return {paper: p.get("paper"), text: p.get("text"), k: parseInt(p.get("k") || "20", 10) || 20,
+  return {paper: p.get("paper"), text: p.get("text"), seeds: p.getAll("seed"), k: parseInt(p.get("k") || "20", 10) || 20,
           mode: p.get("mode") === "pivot" ? "pivot" : "related", hide: hidden, survey: p.get("survey"),
           since: yearOf(p.get("since")), until: yearOf(p.get("until")), venue: p.get("venue") || "",
           layout: p.get("layout") === "timeline" ? "timeline" : "map"};
@@ -76,7 +76,8 @@ function yearOf(v) {
 function writeUrl(q, push) {
   const p = new URLSearchParams();
   if (TOKEN) p.set("token", TOKEN);
-  if (q.paper) p.set("paper", q.paper);
+  if (q.seeds && q.seeds.length) q.seeds.forEach((s) => p.append("seed", s));
+  else if (q.paper) p.set("paper", q.paper);
   else if (q.text && q.text.length <= URL_TEXT_MAX) p.set("text", q.text);
   if (q.k !== 20) p.set("k", String(q.k));
   if (q.mode !== "related") p.set("mode", q.mode);
@@ -110,7 +111,7 @@ function currentQuery() {
   const hide = [...document.querySelectorAll("#facet-toggles input")].filter((b) => !b.checked)
     .map((b) => b.dataset.facet);
   const base = state.query || {};
-  return {paper: base.paper || null, text: base.paper ? null : (base.text || null),
+  return {paper: base.paper || null, text: base.paper ? null : (base.text || null), seeds: base.seeds || [],
           k: parseInt($("k").value, 10), mode: $("mode").value, hide: hide, survey: base.survey || null,
           since: yearOf($("since").value), until: yearOf($("until").value), venue: $("venue").value,
           layout: $("layout").value === "timeline" ? "timeline" : "map"};
@@ -118,7 +119,8 @@ function currentQuery() {
 
 function viewBody(q) {  // what /api/graph and the exports are asked: the view and its filters
   const body = {k: q.k, mode: q.mode};
-  if (q.paper) body.paper = q.paper; else body.text = q.text;
+  if (q.seeds && q.seeds.length) body.seeds = q.seeds;
+  else if (q.paper) body.paper = q.paper; else body.text = q.text;
   if (q.since !== null && q.since !== undefined) body.since = q.since;
   if (q.until !== null && q.until !== undefined) body.until = q.until;
   if (q.venue) body.venues = [q.venue];
@@ -135,6 +137,7 @@ async function find(event) {
   try { found = await api("/api/search", {q: q}); } catch (e) { say(e.message, true); return; }
   say("");
   if (found.kind === "id") return go({paper: found.matches[0].paper_id, text: null});
+  if (found.kind === "seeds") return go({seeds: found.matches.map((m) => m.paper_id)});
   if (found.kind === "text") return go({paper: null, text: q});
   const list = $("match-list");
   list.replaceChildren();
@@ -153,7 +156,8 @@ async function find(event) {
 }
 
 function go(target) {
-  const q = {...currentQuery(), paper: target.paper, text: target.text, survey: null};
+  const q = {...currentQuery(), paper: target.paper || null, text: target.text || null, seeds: target.seeds || [],
+             survey: null};
   state.query = q;
   writeUrl(q, true);
   return load(q);
@@ -163,7 +167,7 @@ function go(target) {
 async function load(q) {
   state.query = q;
   controlsFrom(q);
-  if (!q.paper && !q.text) return;
+  if (!q.paper && !q.text && !(q.seeds && q.seeds.length)) return;
   const t0 = performance.now();
   say(q.text && !q.paper ? "Reading the pasted paper's facets …" : "");
   let view;
@@ -189,8 +193,9 @@ function shortTitle(t) {  // cut at a word boundary, at most LABEL_CHARS charact
 
 function renderList(view) {
   const c = view.centre;
-  $("results-title").textContent = (view.mode === "pivot" ? "Same problem, different method: " : "Related to: ")
-    + (c.title || c.id);
+  $("results-title").textContent = view.seeds && view.seeds.length > 1
+    ? `Related to ${view.seeds.length} seed papers: ` + view.seeds.map((s) => shortTitle(s.title)).join("; ")
+    : (view.mode === "pivot" ? "Same problem, different method: " : "Related to: ") + (c.title || c.id);
   const list = $("hit-list");
   list.replaceChildren();
   for (const h of view.hits) {
@@ -272,7 +277,8 @@ function renderLegend(lo, hi, most) {
 function renderGraph(view, q, t0) {
   $("graph-empty").hidden = true;
   const c = view.centre;
-  const papers = [{...c, centre: 1}, ...view.hits.map((h) => ({...h, id: h.paper_id, centre: 0}))];
+  const centres = view.seeds && view.seeds.length ? view.seeds : [c];  // a seed set: every seed a centre
+  const papers = [...centres.map((p) => ({...p, centre: 1})), ...view.hits.map((h) => ({...h, id: h.paper_id, centre: 0}))];
   const years = papers.map((p) => p.year).filter((y) => y !== null && y !== undefined);
   const lo = years.length ? Math.min(...years) : null, hi = years.length ? Math.max(...years) : null;
   const most = Math.max(1, ...papers.map((p) => p.cited_by || 0));
@@ -359,23 +365,28 @@ function arrange(cy, layout, lo, hi) {
     cy.nodes(".axis").style("text-max-width", colWidth - 20);
   } else {
     const spread = 40 * Math.sqrt(papers.length);
-    papers.forEach((n, i) => {  // a start spread around the centre, by rank; fcose refines it
-      const a = 2 * Math.PI * i / papers.length;
-      n.position(n.data("centre") ? {x: 0, y: 0} : {x: spread * Math.cos(a), y: spread * Math.sin(a)});
+    const inner = centre.length > 1 ? 80 : 0;  // several seeds: a small ring in the middle
+    centre.forEach((n, i) => {
+      const a = 2 * Math.PI * i / centre.length;
+      n.position({x: inner * Math.cos(a), y: inner * Math.sin(a)});
+    });
+    papers.not(centre).forEach((n, i, all) => {  // a start spread around the centre, by rank; fcose refines it
+      const a = 2 * Math.PI * i / all.length;
+      n.position({x: spread * Math.cos(a), y: spread * Math.sin(a)});
     });
     cy.layout({name: typeof cytoscapeFcose !== "undefined" ? "fcose" : "cose", quality: "proof", randomize: false,
       animate: false, fit: false, nodeDimensionsIncludeLabels: true, packComponents: false,
       idealEdgeLength: (e) => e.data("facet") === "citation" ? 120 : 40 + 110 * (1 - Math.min(1, e.data("weight"))),
       edgeElasticity: (e) => 0.2 + 0.6 * Math.min(1, e.data("weight")),
       nodeRepulsion: () => 4500, nodeSeparation: 40, gravity: 0.4, gravityRange: 2, numIter: 2500,
-      fixedNodeConstraint: centre.nonempty() ? [{nodeId: centre.id(), position: {x: 0, y: 0}}] : undefined,
+      fixedNodeConstraint: centre.length === 1 ? [{nodeId: centre.id(), position: {x: 0, y: 0}}] : undefined,
     }).run();
-    separate(cy, papers);
+    separate(cy, papers, centre.length === 1 ? centre.id() : null);
   }
   cy.fit(cy.elements(":visible"), 24);
 }
 
-function separate(cy, nodes) {  // push apart any two papers whose boxes (node and label) overlap
+function separate(cy, nodes, fixed) {  // push apart any two papers whose boxes (node and label) overlap; `fixed` stays
   const gap = 6;
   for (let round = 0; round < 200; round++) {
     const boxes = nodes.map((n) => [n, n.boundingBox({includeLabels: true, includeNodes: true})]);
@@ -388,7 +399,7 @@ function separate(cy, nodes) {  // push apart any two papers whose boxes (node a
         if (dx <= 0 || dy <= 0) continue;
         moved = true;
         const pa = a.position(), pb = b.position();
-        const [sa, sb] = a.data("centre") ? [0, 1] : b.data("centre") ? [1, 0] : [0.5, 0.5];
+        const [sa, sb] = a.id() === fixed ? [0, 1] : b.id() === fixed ? [1, 0] : [0.5, 0.5];
         if (dx < dy) {  // the shorter way out
           const dir = (pb.x > pa.x || (pb.x === pa.x && j > i)) ? 1 : -1;
           a.position({x: pa.x - dir * dx * sa, y: pa.y});
@@ -560,7 +571,7 @@ async function download(fmt) {
     res = await fetch("/api/export/" + fmt, {method: "POST", headers: headers(true), body: JSON.stringify(viewBody(q))});
   } catch (e) { say("the explorer's server does not answer", true); return; }
   if (!res.ok) { say(((await res.json().catch(() => null)) || {}).error || "export failed", true); return; }
-  save(await res.blob(), `graft-${q.paper || "query"}.${fmt}`);
+  save(await res.blob(), `graft-${q.seeds && q.seeds.length ? "seeds-" + q.seeds[0] : q.paper || "query"}.${fmt}`);
 }
 
 async function downloadBib(event) {
@@ -702,6 +713,7 @@ async function start() {
     // the view pushed with this entry (it keeps a pasted text too long for the URL), else the URL's
     const q = event.state && (event.state.paper || event.state.text) ? event.state : readUrl();
     const same = state.view && state.query && q.paper === state.query.paper && q.text === state.query.text
+      && (q.seeds || []).join(" ") === (state.query.seeds || []).join(" ")
       && q.k === state.query.k && q.mode === state.query.mode && q.since === state.query.since
       && q.until === state.query.until && q.venue === state.query.venue && q.layout === state.query.layout;
     state.query = q;
@@ -736,7 +748,8 @@ async function start() {
   const q = readUrl();
   state.query = q;
   controlsFrom(q);
-  if (q.paper || q.text) { if (q.paper) $("search").value = q.paper; await load(q); }
+  if (q.seeds && q.seeds.length) { $("search").value = q.seeds.join(" "); await load(q); }
+  else if (q.paper || q.text) { if (q.paper) $("search").value = q.paper; await load(q); }
   if (q.survey) openSurveys(q.survey);
 }
 
