@@ -166,8 +166,8 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
             raise BadRequest("paper, text and mode must be strings")
         if not isinstance(venues, list) or not all(isinstance(v, str) for v in venues) or len(venues) > 200:
             raise BadRequest("venues must be a list of up to 200 venue names (strings); in a URL, one venue= each")
-        since = _int(params.get("since"), None, "since")  # type: ignore[arg-type]
-        until = _int(params.get("until"), None, "until")  # type: ignore[arg-type]
+        since = _int(params.get("since"), None, "since")
+        until = _int(params.get("until"), None, "until")
         filters = Filters(since, until, tuple(v.strip() for v in venues if v.strip())).check()
         return {"paper": paper, "text": text, "k": _int(params.get("k"), DEFAULT_K, "k"), "mode": mode or "related",
                 "filters": filters, "seeds": seeds or None}
