@@ -231,15 +231,16 @@ def test_the_map_labels_colours_sizes_lineage_and_filters(page, web_index):
     assert shown == [p["paper_id"] for p in view["prior"]] and shown
     hrefs = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#card-links a")]
     assert hrefs == [view["centre"]["links"]["url"]]
-    # the timeline: one column a year, oldest on the left
+    # the timeline: one band a year, oldest on top
     Select(driver.find_element(By.ID, "layout")).select_by_value("timeline")
     wait_for(driver, "return window.graft.ready >= 2")
     assert "layout=timeline" in driver.current_url
     placed = driver.execute_script(LABELS)
     years = sorted({n["year"] for n in placed})
-    xs = {y: {n["x"] for n in placed if n["year"] == y} for y in years}
-    assert all(len(x) == 1 for x in xs.values()) and [x.pop() for x in xs.values()] == sorted(
-        min(n["x"] for n in placed if n["year"] == y) for y in years)
+    assert len(years) >= 2
+    bands = [(min(n["y1"] for n in placed if n["year"] == y), max(n["y2"] for n in placed if n["year"] == y))
+             for y in years]
+    assert all(upper[1] < lower[0] for upper, lower in zip(bands, bands[1:])), bands
     assert _overlaps(placed) == []
     # a year filter: in the URL, every result of that year on
     since = years[-1]

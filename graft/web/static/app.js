@@ -301,7 +301,8 @@ function renderGraph(view, q, t0) {
       "font-weight": "bold", "text-max-width": 170, "z-index": 10}},
     {selector: "node:selected", style: {"border-width": 4, "border-color": "#f0a500"}},
     {selector: "node.axis", style: {"background-opacity": 0, "border-width": 0, width: 1, height: 1,
-      "font-size": 13, "font-weight": "bold", color: "#555", "text-valign": "top", events: "no"}},
+      "font-size": 14, "font-weight": "bold", color: "#555", "text-valign": "center", "text-halign": "center",
+      "text-background-opacity": 0, events: "no"}},
     {selector: "edge", style: {"curve-style": "straight", width: "data(width)", opacity: 0.75}},
     {selector: "edge[centre = 0]", style: {opacity: 0.35}},
     {selector: "edge[hops = 2]", style: {"line-style": "dotted"}},
@@ -337,33 +338,39 @@ function renderGraph(view, q, t0) {
 }
 
 // the map: fcose (force-directed; an edge's ideal length shrinks as its weight grows, so similar papers sit
-// close), the centre fixed in the middle; the timeline: one column a year, oldest left. Then no label
+// close), the centre fixed in the middle; the timeline: one band a year, oldest on top. Then no label
 // overlaps another label or a node: `separate` pushes overlapping boxes apart.
 function arrange(cy, layout, lo, hi) {
   const papers = cy.nodes().not(".axis");
   const centre = cy.nodes("[centre = 1]");
   if (layout === "timeline" && lo !== null) {
-    const colWidth = 190;
-    const columns = {};
+    // one band a year, oldest on top; in a band, papers left to right by rank, PER_ROW a line
+    const PER_ROW = 6, GAP = 14;
+    const bands = {};
     papers.forEach((n) => {
       const y = n.data("year");
-      (columns[y === null || y === undefined ? "none" : y] ||= []).push(n);
+      (bands[y === null || y === undefined ? "none" : y] ||= []).push(n);
     });
-    const keys = Object.keys(columns).sort((a, b) => (a === "none") - (b === "none") || a - b);
-    keys.forEach((k, i) => {
-      const x = i * colWidth;
+    const keys = Object.keys(bands).sort((a, b) => (a === "none") - (b === "none") || a - b);
+    let top = 0;
+    for (const k of keys) {
+      const row = bands[k].sort((a, b) => a.data("rank") - b.data("rank"));
       cy.add({group: "nodes", classes: "axis", data: {id: "axis-" + k, label: k === "none" ? "no year" : k},
-              position: {x: x, y: -40}});
-      let top = 0;  // each paper's box (node and label) starts below the one above
-      columns[k].sort((a, b) => a.data("rank") - b.data("rank")).forEach((n) => {
-        n.position({x: x, y: 0});
-        const box = n.boundingBox({includeLabels: true});
-        n.position({x: x, y: top - box.y1});
-        top += box.h + 10;
-      });
-    });
-    cy.nodes(".axis").style("text-max-width", colWidth - 20);
-  } else {
+              position: {x: -70, y: top + 20}});
+      for (let i = 0; i < row.length; i += PER_ROW) {
+        let left = 0, height = 0;
+        for (const n of row.slice(i, i + PER_ROW)) {
+          n.position({x: 0, y: 0});
+          const box = n.boundingBox({includeLabels: true});
+          n.position({x: left - box.x1, y: top - box.y1});
+          left += box.w + GAP;
+          height = Math.max(height, box.h);
+        }
+        top += height + GAP;
+      }
+      top += GAP;  // between years
+    }
+    } else {
     const spread = 40 * Math.sqrt(papers.length);
     const inner = centre.length > 1 ? 80 : 0;  // several seeds: a small ring in the middle
     centre.forEach((n, i) => {
@@ -384,6 +391,7 @@ function arrange(cy, layout, lo, hi) {
     separate(cy, papers, centre.length === 1 ? centre.id() : null);
   }
   cy.fit(cy.elements(":visible"), 24);
+  if (cy.zoom() > 1.4) { cy.zoom(1.4); cy.center(); }  // a few papers: not blown up
 }
 
 function separate(cy, nodes, fixed) {  // push apart any two papers whose boxes (node and label) overlap; `fixed` stays
