@@ -225,8 +225,15 @@ def test_the_map_labels_colours_sizes_lineage_and_filters(page, web_index):
     ActionChains(driver).move_to_element_with_offset(graph, int(x - w / 2), int(y - h / 2)).perform()
     wait_for(driver, "return !document.getElementById('tip').hidden")
     assert driver.find_element(By.ID, "tip").text.startswith(long["title"])
-    # prior and derivative works, as the API lists them; a card's link out
+    # hovering an edge lists every facet's weight (the edge is drawn in the strongest's colour)
     view = api(url, "/api/graph", {"paper": centre, "k": 20})
+    link = max(view["links"], key=lambda lk: len(lk["facets"]))
+    assert len(link["facets"]) >= 2
+    driver.execute_script("graftCy.edges().filter(e => e.source().id() === arguments[0] && "
+                          "e.target().id() === arguments[1]).emit('mouseover')", link["source"], link["target"])
+    tip = driver.find_element(By.ID, "tip").text
+    assert all(f"{f} {w:.2f}" in tip for f, w in link["facets"].items()), (tip, link)
+    # prior and derivative works, as the API lists them; a card's link out
     shown = [li.get_attribute("data-paper") for li in driver.find_elements(By.CSS_SELECTOR, "#prior-list li")]
     assert shown == [p["paper_id"] for p in view["prior"]] and shown
     hrefs = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#card-links a")]
