@@ -49,10 +49,18 @@ $(BIBTEX_STAMP): $(STAMP)
 	touch $(BIBTEX_STAMP)
 
 # Cytoscape.js, the explorer's graph library, is the npm registry's cytoscape@$(CYTOSCAPE) dist file,
-# committed under graft/web/static/vendor/ (served locally; nothing is fetched at run time).
-# `make vendor` fetches it again with npm and checks it against the committed copy.
+# committed under graft/web/static/vendor/ (served locally; nothing is fetched at run time), with its
+# force-directed layout cytoscape-fcose@$(FCOSE) and that layout's two dependencies, cose-base and
+# layout-base (their UMD builds, each pinned by version and SHA-256; MIT licences committed beside them).
+# `make vendor` fetches them again with npm and checks each against its pinned hash.
 CYTOSCAPE := 3.35.0
 CYTOSCAPE_SHA256 := 71fa9ebec21a7ca2c40cff6aacc30d1f6464e363662ad4b2c197e1adc770cd94
+FCOSE := 2.2.0
+FCOSE_SHA256 := 4b1cab218d74996aa59cd8473f9239cc6398b8c1774d84d7e59ad9a68959cb57
+COSE_BASE := 2.2.0
+COSE_BASE_SHA256 := 7cae9509bd36235a63a85e71c8d9fa2cd0bc1d0c1ecc5b5a737976f39d040ddf
+LAYOUT_BASE := 2.0.1
+LAYOUT_BASE_SHA256 := ec15ab5df9af3f20708f4faab994accf91cda71848cd5bb10a23432cc50b6745
 
 .PHONY: setup demo test check lint browser vendor
 setup: $(STAMP) $(BROWSER_STAMP) $(BIBTEX_STAMP)
@@ -64,6 +72,21 @@ vendor:
 	echo "$(CYTOSCAPE_SHA256)  .vendor/package/dist/cytoscape.min.js" | sha256sum -c -
 	cp .vendor/package/dist/cytoscape.min.js graft/web/static/vendor/cytoscape.min.js
 	cp .vendor/package/LICENSE graft/web/static/vendor/cytoscape.LICENSE
+	rm -rf .vendor/package
+	cd .vendor && npm pack -q cytoscape-fcose@$(FCOSE) && tar xzf cytoscape-fcose-$(FCOSE).tgz
+	echo "$(FCOSE_SHA256)  .vendor/package/cytoscape-fcose.js" | sha256sum -c -
+	cp .vendor/package/cytoscape-fcose.js graft/web/static/vendor/cytoscape-fcose.js
+	cp .vendor/package/LICENSE graft/web/static/vendor/cytoscape-fcose.LICENSE
+	rm -rf .vendor/package
+	cd .vendor && npm pack -q cose-base@$(COSE_BASE) && tar xzf cose-base-$(COSE_BASE).tgz
+	echo "$(COSE_BASE_SHA256)  .vendor/package/cose-base.js" | sha256sum -c -
+	cp .vendor/package/cose-base.js graft/web/static/vendor/cose-base.js
+	cp .vendor/package/LICENSE graft/web/static/vendor/cose-base.LICENSE
+	rm -rf .vendor/package
+	cd .vendor && npm pack -q layout-base@$(LAYOUT_BASE) && tar xzf layout-base-$(LAYOUT_BASE).tgz
+	echo "$(LAYOUT_BASE_SHA256)  .vendor/package/layout-base.js" | sha256sum -c -
+	cp .vendor/package/layout-base.js graft/web/static/vendor/layout-base.js
+	cp .vendor/package/LICENSE graft/web/static/vendor/layout-base.LICENSE
 	rm -rf .vendor
 
 demo: $(STAMP)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
 
 pytest.importorskip("starlette")
@@ -52,7 +53,8 @@ def test_page_and_assets_are_local(served):
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "script-src 'self'" in page.headers["content-security-policy"]
     scripts = re.findall(r'<script src="([^"]+)"', page.text)
-    assert scripts == ["/static/vendor/cytoscape.min.js", "/static/app.js"]
+    assert scripts == ["/static/vendor/cytoscape.min.js", "/static/vendor/layout-base.js",
+                       "/static/vendor/cose-base.js", "/static/vendor/cytoscape-fcose.js", "/static/app.js"]
     for src in scripts:
         assert client.get(src).status_code == 200
     for name in ("index.html", "app.js", "style.css"):  # nothing fetched from elsewhere at run time
@@ -314,3 +316,148 @@ def test_several_tabs_at_once(served):
     with ThreadPoolExecutor(max_workers=4) as pool:
         together = list(pool.map(lambda a: client.get("/api/graph", params=a).json(), asks))
     assert together == alone
+
+
+def test_year_and_venue_filters(served):
+    """The filters are QueryConfig's since/until/venues: the view's results are the filtered query's."""
+    from graft.query import QueryConfig
+
+    client, idx, _ = served
+    pid = idx.paper_ids[0]
+    info = client.get("/api/info").json()
+    years = sorted({y for y in idx.papers["year"].to_list() if y is not None})
+    assert info["years"] == [years[0], years[-1]]
+    assert sum(v["papers"] for v in info["venues"]) == sum(1 for v in idx.papers["venue"].to_list() if v)
+    mid = years[len(years) // 2]
+    sizes = []
+    for params in ({"since": mid}, {"until": years[0]}, {"since": years[0], "until": mid}):
+        view = client.get("/api/graph", params={"paper": pid, "k": 39, **params}).json()
+        want = idx.searcher(QueryConfig(retriever="teacher", k=39, **params)).paper(pid)
+        assert [h["paper_id"] for h in view["hits"]] == [h.paper_id for h in want.hits]
+        assert view["hits"] and all(params.get("since", 0) <= h["year"] <= params.get("until", 9999)
+                                    for h in view["hits"])
+        assert view["filters"]["since"] == params.get("since")
+        sizes.append(len(view["hits"]))
+    everything = client.get("/api/graph", params={"paper": pid, "k": 39}).json()
+    assert max(sizes[:2]) < len(everything["hits"])  # each year filter left some out
+    venue = info["venues"][0]["venue"]
+    by_venue = client.get("/api/graph", params={"paper": pid, "k": 39, "venue": venue.upper()}).json()
+    venue_of = dict(zip(idx.paper_ids, idx.papers["venue"].to_list()))
+    assert by_venue["hits"] and {venue_of[h["paper_id"]] for h in by_venue["hits"]} == {venue}
+    posted = client.post("/api/graph", json={"paper": pid, "k": 39, "venues": [venue]}).json()
+    assert [h["paper_id"] for h in posted["hits"]] == [h["paper_id"] for h in by_venue["hits"]]
+    for params, words in (({"since": 2020, "until": 2010}, "is after until"), ({"since": "soon"}, "whole number")):
+        res = client.get("/api/graph", params={"paper": pid, **params})
+        assert res.status_code == 400 and words in res.json()["error"], res.text
+    res = client.post("/api/graph", json={"paper": pid, "venues": "ACL"})
+    assert res.status_code == 400 and "list" in res.json()["error"]
+
+
+def test_one_link_per_pair_styled_by_its_strongest_facet(served):
+    client, idx, _ = served
+    pid = idx.paper_ids[0]
+    view = client.get("/api/graph", params={"paper": pid, "k": 39}).json()
+    pairs = [frozenset((lk["source"], lk["target"])) for lk in view["links"]]
+    assert len(pairs) == len(set(pairs)) and len(pairs) >= len(view["hits"])
+    facets: dict = {}
+    cites: dict = {}
+    for e in view["edges"]:
+        key = frozenset((e["source"], e["target"]))
+        if e["facet"] == "citation":
+            cites.setdefault(key, set()).add((e["source"], e["target"]))
+        else:
+            facets.setdefault(key, {})[e["facet"]] = e["weight"]
+    assert set(pairs) == set(facets) | set(cites)
+    for lk in view["links"]:
+        key = frozenset((lk["source"], lk["target"]))
+        assert lk["facets"] == facets.get(key, {})
+        if lk["facets"]:
+            assert lk["facet"] == max(lk["facets"], key=lk["facets"].get) and lk["weight"] == max(lk["facets"].values())
+        else:
+            assert lk["facet"] == "citation"
+        got = {(lk["source"], lk["target"]) if d == "forward" else (lk["target"], lk["source"]) for d in lk["cites"]}
+        assert got == cites.get(key, set())
+    # the planted citations (the centre cites the next three papers) ride on the centre's links
+    centre_links = {lk["target"]: lk for lk in view["links"] if lk["source"] == pid}
+    assert any("forward" in centre_links[q]["cites"] for q in idx.paper_ids[1:4] if q in centre_links)
+
+
+def test_prior_and_derivative_works(served):
+    """Over the view's papers, counted over in-corpus citation links (Connected Papers' definition)."""
+    client, idx, _ = served
+    links = list(zip(idx.citations["citing"].to_list(), idx.citations["cited"].to_list()))
+    for pid in (idx.paper_ids[0], idx.paper_ids[2]):
+        view = client.get("/api/graph", params={"paper": pid, "k": 39}).json()
+        shown = {pid, *(h["paper_id"] for h in view["hits"])}
+        prior = {b: sum(1 for a, c in links if c == b and a in shown) for _, b in links}
+        derivative = {a: sum(1 for c, b in links if c == a and b in shown) for a, _ in links}
+        for listed, counts in ((view["prior"], prior), (view["derivative"], derivative)):
+            want = {p: n for p, n in counts.items() if n > 0}
+            assert {p["paper_id"]: p["count"] for p in listed} == want  # fewer than LINEAGE_K here
+            assert all(p["in_view"] == (p["paper_id"] in shown) for p in listed)
+            assert [p["count"] for p in listed] == sorted((p["count"] for p in listed), reverse=True)
+        assert view["prior"] or view["derivative"]
+    first = client.get("/api/graph", params={"paper": idx.paper_ids[0], "k": 39}).json()
+    assert {p["paper_id"] for p in first["prior"]} >= set(idx.paper_ids[1:4])  # what the centre cites
+
+
+def test_node_facts_links_out_and_the_score_meaning(served, web_index):
+    import polars as pl
+
+    from graft.web.data import Explorer
+
+    client, idx, _ = served
+    pid = idx.paper_ids[0]
+    view = client.get("/api/graph", params={"paper": pid, "k": 10}).json()
+    cited_by = dict(zip(*np.unique(idx.citations["cited"].to_list(), return_counts=True)))
+    for node in (view["centre"], *view["hits"]):
+        assert node["cited_by"] == cited_by.get(node["paper_id"], 0)
+        assert node["links"]["url"].startswith("https://aclanthology.org/")  # ACLSum's ids are ACL ids
+    assert "rank" in view["score"]["meaning"] and view["score"]["name"]
+    card = client.get(f"/api/paper/{pid}").json()
+    assert card["links"] == view["centre"]["links"]
+    # records with doi / arxiv / url fields link to them; an arXiv-like id links to arXiv
+    explorer = Explorer(web_index)
+    papers = explorer.index.papers.with_columns(
+        pl.Series("doi", ["10.18653/v1/P19-1001"] + [None] * (idx.n - 1)),
+        pl.Series("arxiv", [None, "arXiv:2106.04689v2"] + [None] * (idx.n - 2)),
+        pl.Series("url", [None, None, "https://example.org/paper"] + [None] * (idx.n - 3)))
+    explorer.index.__dict__["papers"] = papers
+    ids = idx.paper_ids
+    assert explorer.links_of(ids[0])["doi_url"] == "https://doi.org/10.18653/v1/p19-1001"
+    assert explorer.links_of(ids[1])["arxiv_url"] == "https://arxiv.org/abs/2106.04689v2"
+    assert explorer.links_of(ids[2])["url"] == "https://example.org/paper"
+    assert "doi" not in explorer.links_of(ids[3]) and "arxiv" not in explorer.links_of(ids[3])
+
+
+def test_seed_set_view(served):
+    """Several papers as the query (a library): Searcher.seeds' fused results, each linked to the seed
+    it ranks best for, every seed a centre; the exports hold the seeds."""
+    from graft.query import QueryConfig
+
+    client, idx, _ = served
+    seeds = [idx.paper_ids[0], idx.paper_ids[9], idx.paper_ids[20]]
+    view = client.post("/api/graph", json={"seeds": seeds, "k": 12}).json()
+    want = idx.searcher(QueryConfig(retriever="teacher", k=12, explain=True)).seeds(seeds)
+    assert [h["paper_id"] for h in view["hits"]] == [h.paper_id for h in want.hits]
+    assert [h["score"] for h in view["hits"]] == [h.score for h in want.hits]
+    assert [s["paper_id"] for s in view["seeds"]] == seeds and view["centre"]["paper_id"] == seeds[0]
+    assert not {h["paper_id"] for h in view["hits"]} & set(seeds) and "seeds" in view["score"]["meaning"]
+    for h in view["hits"]:
+        by = want.info["surfaced_by"][h["paper_id"]]
+        best = min(by, key=lambda s: (by[s], seeds.index(s)))
+        sources = {e["source"] for e in view["edges"] if e["target"] == h["paper_id"] and e["facet"] != "citation"
+                   and e["source"] in seeds}
+        assert sources <= {best} and (sources or not any(ev["weight"] > 0 for ev in h["evidence"].values()))
+    assert len({e["source"] for e in view["edges"] if e["source"] in seeds}) >= 2  # several seeds credit results
+    got = client.get("/api/graph", params=[("seed", s) for s in seeds] + [("k", "12")]).json()
+    assert [h["paper_id"] for h in got["hits"]] == [h["paper_id"] for h in view["hits"]]
+    found = client.post("/api/search", json={"q": f"{seeds[0]}, {seeds[1]}\n{seeds[2]}"}).json()
+    assert found["kind"] == "seeds" and [m["paper_id"] for m in found["matches"]] == seeds
+    bib = client.post("/api/export/bib", json={"seeds": seeds, "k": 12}).text
+    assert all(f"corpus id {s}" in bib for s in seeds)
+    for body, status, words in (({"seeds": [seeds[0], "no-such-paper"]}, 404, "not in index"),
+                                ({"seeds": seeds, "paper": seeds[0]}, 400, "take the place"),
+                                ({"seeds": "a-string"}, 400, "list")):
+        res = client.post("/api/graph", json=body)
+        assert res.status_code == status and words in res.json()["error"], res.text

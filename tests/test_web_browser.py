@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -100,16 +101,21 @@ def test_find_a_paper_and_explore_its_graph(page, tmp_path, web_index):
     assert len(nodes) == 1 + len(expected["hits"]) == 21
     edges = driver.execute_script(
         "return graftCy.edges().map(e => [e.data('facet'), e.style('line-color'), e.style('line-style'),"
-        " e.data('source'), e.data('target')])")
-    assert len(edges) == len(expected["edges"])
-    for facet, colour, style, _, _ in edges:
+        " e.data('source'), e.data('target'), e.style('target-arrow-shape'), e.data('hops')])")
+    assert len(edges) == len(expected["links"])  # one edge per pair of papers
+    assert len({frozenset((s, t)) for _, _, _, s, t, _, _ in edges}) == len(edges)
+    for facet, colour, style, _, _, _, hops in edges:
         assert colour.replace(" ", "") == COLOURS[facet], (facet, colour)
-        assert (style == "dashed") == (facet == "citation")
+        assert (style == "dashed") == (facet == "citation") or (hops == 2 and style == "dotted")
     assert len({f for f, *_ in edges}) >= 3  # several facets, each its own colour
-    assert any(f == "citation" and s == centre for f, _, _, s, _ in edges)  # the planted citations
+    planted = set(idx.paper_ids[1:4])  # the centre cites them: an arrow on its edge to each one shown
+    assert any(s == centre and t in planted and arrow == "triangle" for _, _, _, s, t, arrow, _ in edges)
     listed = driver.find_elements(By.CSS_SELECTOR, "#hit-list li")
     assert len(listed) == len(expected["hits"])
-    assert listed[0].find_element(By.CSS_SELECTOR, ".hit-label").text == expected["hits"][0]["label"]
+    # each result's facets, strongest first, without numbers: the one score is beside it
+    label = listed[0].find_element(By.CSS_SELECTOR, ".hit-label").text
+    assert label == "shared: " + re.sub(r" \d+\.\d+(?= |$|\))", "", expected["hits"][0]["label"])
+    assert not re.search(r"\d\.\d", label) and f"score {expected['hits'][0]['score']:.4f}" in listed[0].text
 
     # the title with HTML in it is shown as text, never run
     assert driver.execute_script("return window.__pwned") is None
@@ -160,6 +166,107 @@ def test_find_a_paper_and_explore_its_graph(page, tmp_path, web_index):
     pivot = api(url, "/api/graph", {"paper": centre, "k": 10, "mode": "pivot"})
     assert driver.execute_script("return graftCy.nodes().length") == 1 + len(pivot["hits"])
     assert driver.execute_script("return graftCy.edges('[facet = \"result\"]').filter(e => e.visible()).length") == 0
+
+
+def _overlaps(boxes: list[dict]) -> list[tuple[str, str]]:
+    return [(a["id"], b["id"]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if min(a["x2"], b["x2"]) > max(a["x1"], b["x1"]) and min(a["y2"], b["y2"]) > max(a["y1"], b["y1"])]
+
+
+#: Each paper's rendered label box, its label, colour, size and place (the legend's years too).
+LABELS = """return graftCy.nodes().not('.axis').map(n => {
+  const b = n.renderedBoundingBox({includeLabels: true, includeNodes: false});
+  return {id: n.id(), x1: b.x1, y1: b.y1, x2: b.x2, y2: b.y2, label: n.style('label'), title: n.data('title'),
+          px: parseFloat(n.style('font-size')) * graftCy.zoom(), colour: n.style('background-color'),
+          size: n.width(), cited: n.data('cited'), year: n.data('year'), x: n.position('x'),
+          centre: n.data('centre')};
+})"""
+
+
+def test_the_map_labels_colours_sizes_lineage_and_filters(page, web_index):
+    """A 20-paper view: no two labels overlap at the default zoom and each is readable (the centre's
+    too), titles shortened with the full one on hover; colour by year (with a legend), size by
+    citations; prior and derivative works; links out; the timeline; a year filter."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from graft.index import Index
+
+    driver, url, _ = page
+    idx = Index.open(web_index)
+    centre = idx.paper_ids[0]
+    driver.get(page_url(url, paper=centre))
+    wait_for(driver, "return window.graft.ready >= 1")
+    nodes = driver.execute_script(LABELS)
+    assert len(nodes) == 21
+    assert _overlaps(nodes) == []
+    for n in nodes:
+        assert n["label"] and n["px"] >= 8, n  # every paper labelled, at a readable size
+        assert len(n["label"]) <= 48 and (n["label"] == n["title"] or n["label"].endswith("…")), n
+        assert n["title"].startswith(n["label"].rstrip("…"))
+    assert [n["centre"] for n in nodes].count(1) == 1
+    # colour by year: one colour a year; size by in-corpus citations
+    colours = {}
+    for n in nodes:
+        colours.setdefault(n["year"], set()).add(n["colour"])
+    assert all(len(c) == 1 for c in colours.values()) and len({c.pop() for c in colours.values()}) == len(colours)
+    by_cites = sorted(nodes, key=lambda n: n["cited"])
+    assert by_cites[0]["size"] < by_cites[-1]["size"] and by_cites[-1]["cited"] > by_cites[0]["cited"]
+    legend = driver.find_element(By.ID, "legend").text
+    assert all(str(y) in legend for y in colours) and "cited" in legend
+    # hovering a node shows its full title
+    long = max(nodes, key=lambda n: len(n["title"]))
+    graph = driver.find_element(By.ID, "graph")
+    x, y = driver.execute_script(
+        "const p = graftCy.getElementById(arguments[0]).renderedPosition(); return [p.x, p.y];", long["id"])
+    ActionChains(driver).move_to_element_with_offset(graph, 0, 0).perform()  # to the element's centre
+    w, h = graph.size["width"], graph.size["height"]
+    ActionChains(driver).move_to_element_with_offset(graph, int(x - w / 2), int(y - h / 2)).perform()
+    wait_for(driver, "return !document.getElementById('tip').hidden")
+    assert driver.find_element(By.ID, "tip").text.startswith(long["title"])
+    # hovering an edge lists every facet's weight (the edge is drawn in the strongest's colour)
+    view = api(url, "/api/graph", {"paper": centre, "k": 20})
+    link = max(view["links"], key=lambda lk: len(lk["facets"]))
+    assert len(link["facets"]) >= 2
+    driver.execute_script("graftCy.edges().filter(e => e.source().id() === arguments[0] && "
+                          "e.target().id() === arguments[1]).emit('mouseover')", link["source"], link["target"])
+    tip = driver.find_element(By.ID, "tip").text
+    assert all(f"{f} {w:.2f}" in tip for f, w in link["facets"].items()), (tip, link)
+    # prior and derivative works, as the API lists them; a card's link out
+    shown = [li.get_attribute("data-paper") for li in driver.find_elements(By.CSS_SELECTOR, "#prior-list li")]
+    assert shown == [p["paper_id"] for p in view["prior"]] and shown
+    hrefs = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#card-links a")]
+    assert hrefs == [view["centre"]["links"]["url"]]
+    # the timeline: one band a year, oldest on top
+    Select(driver.find_element(By.ID, "layout")).select_by_value("timeline")
+    wait_for(driver, "return window.graft.ready >= 2")
+    assert "layout=timeline" in driver.current_url
+    placed = driver.execute_script(LABELS)
+    years = sorted({n["year"] for n in placed})
+    assert len(years) >= 2
+    bands = [(min(n["y1"] for n in placed if n["year"] == y), max(n["y2"] for n in placed if n["year"] == y))
+             for y in years]
+    assert all(upper[1] < lower[0] for upper, lower in zip(bands, bands[1:])), bands
+    assert _overlaps(placed) == []
+    # a year filter: in the URL, every result of that year on
+    since = years[-1]
+    box = driver.find_element(By.ID, "since")
+    box.send_keys(str(since))
+    driver.execute_script("document.getElementById('since').dispatchEvent(new Event('change'))")
+    wait_for(driver, "return window.graft.ready >= 3")
+    assert f"since={since}" in driver.current_url
+    kept = driver.execute_script(LABELS)
+    assert all(n["year"] >= since for n in kept if not n["centre"]) and len(kept) > 1
+    # a seed set (several ids in the URL, as the search box takes them): every seed a centre, labelled
+    seeds = [idx.paper_ids[0], idx.paper_ids[9], idx.paper_ids[20]]
+    driver.get(page_url(url, k=12) + "&" + urllib.parse.urlencode([("seed", s) for s in seeds]))
+    wait_for(driver, "return window.graft.ready >= 1")
+    placed = driver.execute_script(LABELS)
+    fused = api(url, "/api/graph", {"seeds": seeds, "k": 12})
+    assert sorted(n["id"] for n in placed if n["centre"]) == sorted(seeds)
+    assert len(placed) == 3 + len(fused["hits"]) and _overlaps(placed) == []
+    assert driver.find_element(By.ID, "results-title").text.startswith("Related to 3 seed papers")
 
 
 def test_title_search_and_bad_input(page, web_index):

@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from graft.errors import GraftError
-from graft.web.data import DEFAULT_K, MAX_TEXT_CHARS, Explorer, NotFound
+from graft.web.data import DEFAULT_K, MAX_TEXT_CHARS, Explorer, Filters, NotFound
 from graft.web.guard import LOOPBACK_NAMES, Guard, check_token, new_token
 from graft.web.surveys import NoSuchSurvey, QueueFull, Refused, Surveys, Unreadable
 
@@ -62,7 +62,7 @@ def _json(payload: Any) -> Response:
     return Response(json.dumps(payload, default=str), media_type="application/json", headers=_HEADERS)
 
 
-def _int(value: Any, default: int, name: str) -> int:
+def _int(value: Any, default: int | None, name: str) -> int | None:
     """A whole number given as a URL parameter or a JSON value (an integer, or its digits as text)."""
     if value is None or value == "":
         return default
@@ -153,13 +153,24 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
         return _json(await run_in_threadpool(explorer.search, q))
 
     async def view_args(request: Request) -> dict[str, Any]:
-        params = dict(request.query_params)
+        params: dict[str, Any] = dict(request.query_params)
+        venues: Any = request.query_params.getlist("venue")
+        seeds: Any = request.query_params.getlist("seed")
         if request.method == "POST":
-            params.update({k: v for k, v in (await _body(request)).items() if v is not None})
+            body = await _body(request)
+            params.update({k: v for k, v in body.items() if v is not None})
+            venues = body.get("venues") or venues
+            seeds = body.get("seeds") or seeds
         paper, text, mode = params.get("paper"), params.get("text"), params.get("mode")
         if any(v is not None and not isinstance(v, str) for v in (paper, text, mode)):
             raise BadRequest("paper, text and mode must be strings")
-        return {"paper": paper, "text": text, "k": _int(params.get("k"), DEFAULT_K, "k"), "mode": mode or "related"}
+        if not isinstance(venues, list) or not all(isinstance(v, str) for v in venues) or len(venues) > 200:
+            raise BadRequest("venues must be a list of up to 200 venue names (strings); in a URL, one venue= each")
+        since = _int(params.get("since"), None, "since")
+        until = _int(params.get("until"), None, "until")
+        filters = Filters(since, until, tuple(v.strip() for v in venues if v.strip())).check()
+        return {"paper": paper, "text": text, "k": _int(params.get("k"), DEFAULT_K, "k"), "mode": mode or "related",
+                "filters": filters, "seeds": seeds or None}
 
     async def graph(request: Request) -> Response:
         return _json(await run_in_threadpool(explorer.view, **await view_args(request)))
@@ -170,9 +181,10 @@ def create_app(index_dir: str | Path, surveys_dir: str | Path, *, warm: bool = T
     async def export(request: Request) -> Response:
         fmt = request.path_params["fmt"]
         view = await run_in_threadpool(explorer.view, **await view_args(request))
-        name = (view["centre"]["paper_id"] or "query").replace("/", "_")
+        name = ("seeds-" if view["seeds"] else "") + (view["centre"]["paper_id"] or "query").replace("/", "_")
         if fmt == "bib":
-            ids = ([view["centre"]["paper_id"]] if view["centre"]["paper_id"] else []) + \
+            ids = ([s["paper_id"] for s in view["seeds"]]
+                   or ([view["centre"]["paper_id"]] if view["centre"]["paper_id"] else [])) + \
                 [h["paper_id"] for h in view["hits"]]
             body, media = explorer.bibtex(ids), "application/x-bibtex"
         elif fmt == "graphml":

@@ -13,6 +13,7 @@ import io
 import math
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,18 @@ TEXT_WORDS = 25
 MODES = ("related", "pivot")
 #: Edges between results shown, per result (each pair's strongest facet, heaviest pairs first).
 SIDE_EDGES = 2
+
+#: Most seed papers a view takes (a collection's papers, fused: `Searcher.seeds`).
+MAX_SEEDS = 50
+#: Papers listed as a view's prior works and derivative works.
+LINEAGE_K = 10
+#: What a result's score means, as the card says it (the facet weights and cosines are shown on request).
+SCORE_MEANING = ("rank-fusion score: the sum over the four facet walks (and the citation channel) of "
+                 "1/(60 + the result's rank there); higher means ranked high by more facets. Only the order "
+                 "it gives is meaningful, not its size.")
+
+SEEDS_MEANING = ("rank-fusion score over the seeds: the sum over the seeds whose results hold it of 1/(60 + its "
+                 "rank there); higher means ranked high for more seeds. Only the order it gives is meaningful.")
 
 #: The graph node of a pasted paper: with a space, so that no corpus id (one word) can be it.
 QUERY_NODE = "the query"
@@ -97,14 +110,28 @@ class Explorer:
                 example = idx.paper_ids[int(np.argmax(degree))]
             self._summary = {"index": idx.path.name, "papers": idx.n, "citations": int(len(idx.citations)),
                              "facets": list(FACETS), "example": example, "retriever": "teacher",
-                             "max_text_chars": MAX_TEXT_CHARS, "max_k": MAX_K}
+                             "max_text_chars": MAX_TEXT_CHARS, "max_k": MAX_K, **self._years_and_venues()}
             return self._summary
+
+    def _years_and_venues(self) -> dict[str, Any]:
+        """The corpus's year range and its venues, most papers first (what the filters offer)."""
+        papers = self.index.papers
+        years = [y for y in papers["year"].to_list() if y is not None]
+        counts: dict[str, int] = {}
+        if "venue" in papers.columns:
+            for v in papers["venue"].to_list():
+                if v and str(v).strip():
+                    counts[str(v).strip()] = counts.get(str(v).strip(), 0) + 1
+        venues = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].casefold()))
+        return {"years": [min(years), max(years)] if years else None,
+                "venues": [{"venue": v, "papers": n} for v, n in venues]}
 
     # ---- find --------------------------------------------------------------------------------
     def search(self, q: str, limit: int = 10) -> dict[str, Any]:
         """What a search box text is: a corpus id (`kind` "id"), a title fragment (`kind` "title",
         the titles ranked by the idf of the fragment's words they hold, the whole fragment first),
-        or a paper's title + abstract (`kind` "text", to be queried as `graft query --text`).
+        several corpus ids separated by spaces or commas (`kind` "seeds", a seed set: a view of their
+        fused results), or a paper's title + abstract (`kind` "text", to be queried as `graft query --text`).
 
         Raises:
             GraftError: empty, wordless or too long a text.
@@ -113,6 +140,9 @@ class Explorer:
         idx = self.index
         if text in idx.row_of:
             return {"kind": "id", "matches": [self._brief(text, 1.0)]}
+        parts = [p for p in re.split(r"[\s,;]+", text) if p]
+        if 1 < len(parts) <= MAX_SEEDS and all(p in idx.row_of for p in parts):
+            return {"kind": "seeds", "matches": [self._brief(p, 1.0) for p in dict.fromkeys(parts)]}
         words = _words(text)
         if len(words) >= TEXT_WORDS:
             return {"kind": "text", "matches": []}
@@ -141,15 +171,29 @@ class Explorer:
         return {"paper_id": paper_id, "title": p["title"][row], "year": p["year"][row], "score": score}
 
     # ---- views -------------------------------------------------------------------------------
-    def related_of(self, record: dict[str, Any], k: int) -> Any:
-        """The teacher's results for a query record, each facet credit with its closest pair of
-        items (`graft query --explain`)."""
+    def searcher(self, k: int, filters: Filters | None = None) -> Any:
+        """The teacher's `Searcher` at depth `k` under the year and venue `filters` (made once each).
+
+        Raises:
+            QueryError: a bad filter (as `QueryConfig` says it).
+        """
         from graft.query import QueryConfig, Searcher
 
+        f = filters or Filters()
+        key = (k, f.since, f.until, f.venues)
         with self._lock:
-            if k not in self._related:
-                self._related[k] = Searcher(self.index, QueryConfig(retriever="teacher", k=k, explain=True))
-            related = self._related[k]
+            if key not in self._related:
+                if len(self._related) > 32:  # filters vary per request: keep the cache small
+                    self._related.pop(next(iter(self._related)))
+                self._related[key] = Searcher(self.index, QueryConfig(
+                    retriever="teacher", k=k, explain=True, since=f.since, until=f.until, venues=f.venues))
+            return self._related[key]
+
+    def related_of(self, record: dict[str, Any], k: int, filters: Filters | None = None) -> Any:
+        """The teacher's results for a query record, each facet credit with its closest pair of
+        items (`graft query --explain`), under the year and venue `filters`."""
+        with self._lock:
+            related = self.searcher(k, filters)
             related.check([record])
             return related.record(record)
 
@@ -174,22 +218,43 @@ class Explorer:
         return record_from_text(check_text(text))
 
     def view(self, paper: str | None = None, text: str | None = None, k: int = DEFAULT_K,
-             mode: str = "related") -> dict[str, Any]:
+             mode: str = "related", filters: Filters | None = None, seeds: list[str] | None = None) -> dict[str, Any]:
         """The graph around a paper: the centre, its `k` results (as `graft query --json --explain`,
         with each hit's facet label), and the edges among them: each result's facet credits to
         the centre (weight, hops), the facet graph's strongest edges between results, and citation links.
         `mode` "pivot": the results at depth `PIVOT_DEPTH` with a problem credit, ranked by their
-        problem weight less their method weight (same problem, different method).
+        problem weight less their method weight (same problem, different method). `filters`: only
+        results of these years and venues (`QueryConfig.since/until/venues`; the centre is shown
+        whatever its year). `seeds`: several corpus papers instead of one (a library, a collection):
+        their fused results (`Searcher.seeds`), each linked to the seed it ranks best for; the first
+        seed is the centre and `seeds` lists them all.
+
+        Besides the edges, `links` are what the page draws: one per pair of papers shown, styled by
+        its strongest facet, with every facet's weight and the citations between the two; `prior`
+        and `derivative` are the corpus papers most cited by / most citing the view's papers
+        (`lineage`); each paper carries its in-corpus citation count, venue and links out.
 
         Raises:
-            NotFound, GraftError: an unknown id, a bad text, k or mode.
+            NotFound, GraftError: an unknown id, a bad text, k, mode or filter.
         """
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise GraftError(f"k must be a whole number from 1 to {MAX_K}, got {k!r}")
         if mode not in MODES:
             raise GraftError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-        record = self.record_of(paper, text)
-        result = self.related_of(record, PIVOT_DEPTH if mode == "pivot" else k)
+        best_seed: dict[str, str] = {}
+        if seeds:
+            if paper is not None or text is not None or mode != "related":
+                raise GraftError("seeds take the place of a paper or a text, in the related view only")
+            seeds = self._seed_ids(seeds)
+            with self._lock:
+                result = self.searcher(k, filters).seeds(seeds)
+            for h in result.hits:  # the seed whose evidence the hit carries: its best rank, first seed on ties
+                by = result.info["surfaced_by"][h.paper_id]
+                best_seed[h.paper_id] = min(by, key=lambda s: (by[s], seeds.index(s)))
+            paper, record = seeds[0], {"id": seeds[0]}
+        else:
+            record = self.record_of(paper, text)
+            result = self.related_of(record, PIVOT_DEPTH if mode == "pivot" else k, filters)
         hits = result.hits
         if mode == "pivot":
             def gap(h: Any) -> float:
@@ -204,7 +269,7 @@ class Explorer:
         if centre_id is not None:
             row = idx.row(centre_id)
             centre = {"id": centre_id, "paper_id": centre_id, "title": idx.papers["title"][row],
-                      "year": idx.papers["year"][row], "outside": False}
+                      "year": idx.papers["year"][row], "outside": False, **self._node_facts(centre_id)}
         else:
             centre = {"id": QUERY_NODE, "paper_id": None, "title": record.get("title") or "(the pasted text)",
                       "year": None, "outside": True, "facets": result.info.get("query_facets", {})}
@@ -213,25 +278,114 @@ class Explorer:
             item = h.to_json()  # as `graft query --json`: facets = edge weights, contributions = RRF terms
             item["label"] = h.facet_label()
             item["position"] = pos
+            item.update(self._node_facts(h.paper_id))
             if mode == "pivot":
                 p = h.evidence["problem"].weight
                 m = h.evidence["method"].weight if "method" in h.evidence else 0.0
                 item["pivot"] = {"problem": round(p, 4), "method": round(m, 4)}
             listed.append(item)
-        return {"centre": centre, "mode": mode, "k": k, "hits": listed,
-                "edges": self._edges(centre_id, hits), "retriever": result.retriever}
+        centres = seeds or ([centre_id] if centre_id is not None else [])
+        edges = self._edges(centres, hits, best_seed)
+        shown = [*centres, *(h.paper_id for h in hits)]
+        prior, derivative = self.lineage(shown)
+        f = filters or Filters()
+        return {"centre": centre, "mode": mode, "k": k, "hits": listed, "edges": edges, "links": pair_links(edges),
+                "prior": prior, "derivative": derivative, "retriever": result.retriever,
+                "filters": {"since": f.since, "until": f.until, "venues": list(f.venues)},
+                "score": {"name": "rank-fusion score", "meaning": SEEDS_MEANING if seeds else SCORE_MEANING},
+                "seeds": [{"id": s, "paper_id": s, "title": idx.papers["title"][idx.row_of[s]],
+                           "year": idx.papers["year"][idx.row_of[s]], "outside": False, **self._node_facts(s)}
+                          for s in seeds or []]}
 
-    def _edges(self, centre_id: str | None, hits: list[Any]) -> list[dict[str, Any]]:
-        """The view's edges: centre -> each hit per crediting facet (its evidence), facet edges
-        between hits (each pair's strongest facet, either direction of the stored top-k rows; the
-        heaviest `SIDE_EDGES` per hit), citation links among all."""
+    def _seed_ids(self, seeds: Any) -> list[str]:
+        """A seed list checked: corpus paper ids, at most `MAX_SEEDS`, each once (first kept).
+
+        Raises:
+            GraftError: not a list of strings, too many. NotFound: an id the index lacks.
+        """
+        if not isinstance(seeds, list) or not all(isinstance(x, str) and x.strip() for x in seeds):
+            raise GraftError("seeds must be a list of corpus paper ids (strings)")
+        ids = list(dict.fromkeys(x.strip() for x in seeds))
+        if len(ids) > MAX_SEEDS:
+            raise GraftError(f"{len(ids)} seeds; a view takes at most {MAX_SEEDS}: choose fewer papers")
+        for x in ids:
+            if x not in self.index.row_of:
+                try:
+                    self.index.row(x)
+                except GraftError as exc:
+                    raise NotFound(str(exc)) from None
+        return ids
+
+    def _node_facts(self, paper_id: str) -> dict[str, Any]:
+        """What the map shows of a corpus paper besides its title and year: its in-corpus citation
+        count (node size), venue and links out (arXiv, DOI, URL)."""
+        row = self.index.row_of[paper_id]
+        return {"cited_by": int(self._cited_by()[row]), "venue": self._column("venue", row),
+                "links": self.links_of(paper_id)}
+
+    def _cited_by(self) -> np.ndarray:
+        if not hasattr(self, "_cited_by_counts"):
+            self._cited_by_counts = np.asarray(self.index.citation_matrix.sum(axis=0)).ravel().astype(np.int64)
+        return self._cited_by_counts
+
+    def _column(self, name: str, row: int) -> Any:
+        papers = self.index.papers
+        return papers[name][row] if name in papers.columns else None
+
+    def links_of(self, paper_id: str) -> dict[str, str]:
+        """A corpus paper's links out: `arxiv` (an arXiv id, from its record's arxiv, DOI or URL fields
+        or its id), `doi` and `url` where known (`graft.identifiers.links`), each with its page URL
+        (`arxiv_url`, `doi_url`)."""
+        from graft.identifiers import links
+
+        row = self.index.row_of[paper_id]
+        found = links(paper_id, doi_text=self._column("doi", row), url=self._column("url", row),
+                      arxiv=self._column("arxiv", row)).as_dict()
+        if "arxiv" in found:
+            found["arxiv_url"] = f"https://arxiv.org/abs/{found['arxiv']}"
+        if "doi" in found:
+            found["doi_url"] = f"https://doi.org/{found['doi']}"
+        return found
+
+    def lineage(self, paper_ids: list[str], limit: int = LINEAGE_K) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Prior and derivative works of a set of corpus papers, as Connected Papers defines them:
+        prior works are the corpus papers most cited by the set's papers, derivative works those
+        citing most of them, each counted over in-corpus citation links (`count`: how many of the
+        set's papers it is cited by / cites). Ties: more in-corpus citations overall, then the id.
+        Papers of the set itself may appear (`in_view`); at most `limit` of each, counts of 1 or more."""
         idx = self.index
-        centre = centre_id or QUERY_NODE
+        if not paper_ids:
+            return [], []
+        rows = np.array([idx.row_of[p] for p in paper_ids], dtype=np.int64)
+        a = idx.citation_matrix
+        cited = np.asarray(a[rows].sum(axis=0)).ravel()  # by how many of the set each paper is cited
+        citing = np.asarray(a[:, rows].sum(axis=1)).ravel()  # how many of the set each paper cites
+        inside, total = set(paper_ids), self._cited_by()
+
+        def top(counts: np.ndarray) -> list[dict[str, Any]]:
+            found = np.nonzero(counts > 0)[0]
+            order = sorted(found.tolist(), key=lambda r: (-counts[r], -total[r], idx.paper_ids[r]))[:limit]
+            return [{"paper_id": idx.paper_ids[r], "title": idx.papers["title"][r], "year": idx.papers["year"][r],
+                     "count": int(counts[r]), "cited_by": int(total[r]), "in_view": idx.paper_ids[r] in inside}
+                    for r in order]
+
+        return top(cited), top(citing)
+
+
+    def _edges(self, centres: list[str], hits: list[Any], source_of: dict[str, str] | None = None,
+               ) -> list[dict[str, Any]]:
+        """The view's edges: centre -> each hit per crediting facet (its evidence; the centre is
+        `source_of[hit]` where given, a seed, else the first of `centres`, else the pasted paper),
+        facet edges between hits (each pair's strongest facet, either direction of the stored top-k
+        rows; the heaviest `SIDE_EDGES` per hit), citation links among all."""
+        idx = self.index
+        source_of = source_of or {}
+        first = centres[0] if centres else QUERY_NODE
         edges = []
         for h in hits:
             for facet, ev in h.evidence.items():
                 if ev.weight > 0:
-                    edges.append({"source": centre, "target": h.paper_id, "facet": facet,
+                    edges.append({"source": source_of.get(h.paper_id, first), "target": h.paper_id, "facet": facet,
                                   "weight": round(float(ev.weight), 4), "hops": ev.hops, "centre": True})
         ids = [h.paper_id for h in hits]
         rows = np.array([idx.row_of[p] for p in ids], dtype=np.int64)
@@ -247,13 +401,14 @@ class Explorer:
             for i, j in pairs:
                 edges.append({"source": ids[i], "target": ids[j], "facet": FACETS[int(facet_of[i, j])],
                               "weight": round(float(best[i, j]), 4), "hops": 1, "centre": False})
-        allrows = rows if centre_id is None else np.concatenate([[idx.row_of[centre_id]], rows])
-        allids = ids if centre_id is None else [centre_id, *ids]
+        allids = [*centres, *ids]
+        allrows = np.array([idx.row_of[p] for p in allids], dtype=np.int64)
+        inner = set(centres)
         if len(allrows) > 1:
             cites = idx.citation_matrix[allrows][:, allrows].tocoo()
             for i, j in zip(cites.row.tolist(), cites.col.tolist()):
                 edges.append({"source": allids[i], "target": allids[j], "facet": "citation", "weight": 1.0,
-                              "hops": 1, "centre": centre_id in (allids[i], allids[j])})
+                              "hops": 1, "centre": allids[i] in inner or allids[j] in inner})
         return edges
 
     def card(self, paper_id: str) -> dict[str, Any]:
@@ -277,6 +432,7 @@ class Explorer:
             card["abstract"] = papers["abstract"][row] if "abstract" in papers.columns else None
             authors = papers["authors"][row] if "authors" in papers.columns else None
             card["authors"] = list(authors) if authors is not None else []
+            card["links"] = self.links_of(paper_id)
             return card
 
     # ---- exports -----------------------------------------------------------------------------
@@ -295,9 +451,9 @@ class Explorer:
         from graft.export import xml_safe
 
         g = nx.MultiDiGraph(name=xml_safe(f"graft:{self.index.path.name}"))
-        c = view["centre"]
-        g.add_node(xml_safe(c["id"]), title=xml_safe(str(c["title"] or "")), centre=True,
-                   **({"year": int(c["year"])} if c.get("year") else {}))
+        for c in view.get("seeds") or [view["centre"]]:  # a seed set's papers are each a centre
+            g.add_node(xml_safe(c["id"]), title=xml_safe(str(c["title"] or "")), centre=True,
+                       **({"year": int(c["year"])} if c.get("year") else {}))
         for h in view["hits"]:
             g.add_node(xml_safe(h["paper_id"]), title=xml_safe(h["title"] or ""), centre=False,
                        rank=int(h["rank"]), label=xml_safe(h["label"]), **({"year": int(h["year"])} if h["year"] else {}))
@@ -338,6 +494,49 @@ class Explorer:
         from cli.survey_cmd import run_survey
 
         return run_survey(self.index.path, topic, out, self.survey_config, reporter, encoder=self.encoder)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """A view's year and venue filters, as `QueryConfig` takes them (None / empty: no filter)."""
+
+    since: int | None = None
+    until: int | None = None
+    venues: tuple[str, ...] = ()
+
+    def check(self) -> Filters:
+        """These filters, checked as a `QueryConfig` checks them.
+
+        Raises:
+            QueryError: a bad year, since after until, or an empty venue name.
+        """
+        from graft.query import QueryConfig
+
+        QueryConfig(since=self.since, until=self.until, venues=self.venues)
+        return self
+
+
+def pair_links(edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the page draws: one link per pair of papers, from a view's edges. A link's `facet` is its
+    strongest facet (`weight`, `hops` are that facet's; "citation" for a pair linked by citations
+    only), `facets` maps every facet to its weight, and `cites` lists the citations between the two
+    ("forward": source cites target, "backward": target cites source)."""
+    links: dict[frozenset[str], dict[str, Any]] = {}
+    for e in edges:
+        key = frozenset((e["source"], e["target"]))
+        link = links.setdefault(key, {"source": e["source"], "target": e["target"], "facet": "citation",
+                                      "weight": 0.0, "hops": 1, "facets": {}, "cites": [], "centre": False})
+        link["centre"] = link["centre"] or e["centre"]
+        if e["facet"] == "citation":
+            link["cites"].append("forward" if e["source"] == link["source"] else "backward")
+            continue
+        link["facets"][e["facet"]] = e["weight"]
+        if link["facet"] == "citation" or e["weight"] > link["weight"]:
+            link.update(facet=e["facet"], weight=e["weight"], hops=e["hops"])
+    for link in links.values():
+        if link["facet"] == "citation":
+            link["weight"] = 1.0
+    return list(links.values())
 
 
 def check_text(q: Any) -> str:
