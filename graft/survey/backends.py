@@ -191,8 +191,8 @@ class OfflineBackend:
         """A section's heading and papers, so that the heading names what at least half of them share:
         the best `n` papers (the central ones, `first`, always) when a phrase of theirs is shared by half
         of them (`outline.theme_heading`, against the rest of the pool: `others`, ids); else the phrase
-        the most of all the candidates share (3 at least), with the candidates that share it and as many
-        that do not (2 at least when no phrase is shared by 3); else (no shared phrase) the noun phrase
+        the most of all the candidates share (3 at least, else 2), with the candidates that share it (and
+        the central ones); else (no shared phrase) the noun phrase
         their titles share most, or the old heading, over the best `n`. The third value says whether the
         heading is shared by half of the papers (a theme)."""
         avoid = {a.lower() for a in avoid}
@@ -212,9 +212,6 @@ class OfflineBackend:
             keep = {i for i in range(len(first))}
             for i in [i for i in range(len(first), len(every)) if shares[i]]:
                 if len(keep) < max(n, len(first)):
-                    keep.add(i)
-            for i in [i for i in range(len(first), len(every)) if not shares[i]]:
-                if len(keep) < max(n, len(first)) and 2 * sum(shares[j] for j in keep) >= len(keep) + 1:
                     keep.add(i)
             if 2 * sum(shares[j] for j in keep) >= len(keep):
                 return got[0], [every[i] for i in sorted(keep)], True

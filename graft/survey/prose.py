@@ -351,19 +351,22 @@ class Vocabulary:
 
         words_: Counter[str] = Counter()
         pairs: Counter[tuple[str, str]] = Counter()
+        joined: Counter[tuple[str, str]] = Counter()  # adjacent parts of hyphenated words ("the", "art")
         for text in texts:
             toks = _TOKEN.findall(str(text).lower())
             words_.update(toks)
             for tok in toks:
                 if "-" in tok:
-                    words_.update(tok.split("-"))
+                    parts = tok.split("-")
+                    words_.update(parts)
+                    joined.update(zip(parts, parts[1:]))
             pairs.update(zip(toks, toks[1:]))
-        self.words, self.pairs = words_, pairs
+        self.words, self.pairs, self.joined = words_, pairs, joined
 
     def split(self, word: str) -> tuple[str, str, str] | None:
         """(left, joiner, right) when `word` (lower case) is two glued words, else None."""
         n = self.words.get(word, 0)
-        if len(word) < 5 or n > 3:
+        if len(word) < 5:
             return None
         best: tuple[int, tuple[str, str, str]] | None = None
         for i in range(2, len(word) - 1):
@@ -371,11 +374,14 @@ class Vocabulary:
             ca, cb = self.words.get(a, 0), self.words.get(b, 0)
             if not ca or not cb:
                 continue
-            hyphen, spaced = self.words.get(f"{a}-{b}", 0), self.pairs.get((a, b), 0)
+            hyphen = max(self.words.get(f"{a}-{b}", 0), self.joined.get((a, b), 0))
+            spaced = self.pairs.get((a, b), 0)
             evidence = max(hyphen, spaced)
-            # the split is attested as a pair or compound more often than the glued word, or both
-            # halves are common words (four letters or more) and the glued word is a one-off
-            if evidence >= max(2, 2 * n) or (n <= 1 and min(len(a), len(b)) >= 4 and min(ca, cb) >= 30):
+            # the split is attested as a pair or compound: more often than the glued word when that is
+            # rare, five times as often when it recurs (an artefact repeated by one source); or both halves
+            # are common words and the glued word a one-off
+            if (evidence >= max(2, 2 * n) and (n <= 3 or evidence >= 5 * n)) or (
+                    n <= 1 and min(len(a), len(b)) >= 3 and min(ca, cb) >= 30):
                 score = evidence * 1000 + min(ca, cb)
                 if best is None or score > best[0]:
                     best = (score, (a, "-" if hyphen and hyphen >= spaced else " ", b))

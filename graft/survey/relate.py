@@ -190,9 +190,13 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
 
     out: list[str] = []
     if theme and order:
-        many = "All" if theme_papers == len(order) else f"{theme_papers} of the"
         phrase = theme[0].lower() + theme[1:] if theme[1:2].islower() else theme
-        out.append(f"{many} {len(order)} papers discussed here name {phrase} in their title or abstract.")
+        if len(order) == 1:
+            out.append(f"The paper discussed here names {phrase} in its title or abstract.")
+        else:
+            many = (f"{theme_papers} of the {len(order)} papers" if theme_papers < len(order)
+                    else "Both papers" if len(order) == 2 else f"All {len(order)} papers")
+            out.append(f"{many} discussed here name {phrase} in their title or abstract.")
     for kind, text in (("same_problem", "address the same problem with different methods"),
                        ("similar_method", "take similar approaches")):
         for g in _components([tuple(r.papers) for r in rel if r.kind == kind], order):  # type: ignore[misc]

@@ -245,7 +245,11 @@ class Composer:
         if problem:
             sentence(problem)
         if method:
-            kind, to = (("builds_on", earlier) if earlier else ("same_problem", same_problem) if same_problem
+            # the same problem is said once in the section's summary; as a connective only for a pair of
+            # papers that share it with no other (else each paper of a chain would open with it)
+            pair = len(same_problem) == 1 and all(
+                sum(r.kind == "same_problem" and p in r.papers for r in relations) == 1 for p in (pid, same_problem[0]))
+            kind, to = (("builds_on", earlier) if earlier else ("same_problem", same_problem) if pair
                         else ("similar_method", similar) if similar else ("", []))
             sentence(method, self.opener(kind, to) if kind else "", kind)
         if result:
@@ -299,7 +303,8 @@ class Composer:
 def title_name(title: str) -> PaperName:
     """A paper named by its title, in italics: the title's part before a colon when that is short
     (`short_title`), else the whole title."""
-    text = short_title(title) or " ".join(plain_text(title).split()).rstrip(".")
+    text = short_title(title) or " ".join(plain_text(title).split())
+    text = re.sub(r"[\s*†‡.]+$", "", text)  # a footnote mark or a stop at the end of a title
     return PaperName("\\textit{" + text.replace("{", "").replace("}", "") + "}")
 
 
