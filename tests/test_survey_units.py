@@ -484,6 +484,21 @@ def test_rewriting_from_we_keeps_agreement_case_and_symbols() -> None:
     assert md == "approximately 1/5 \\~ 1/4 GPU time (see Fig. 3), (\\~10%), 1/5\\~1/4, x ≈ 4"
 
 
+def test_a_sentence_reporting_earlier_work_is_recognised() -> None:
+    """Not a paper's own method or result: what earlier work did ("previous work claims", "many
+    state-of-the-art systems focus on"), whatever clause it opens; a comparison with it is the paper's."""
+    from graft.survey.prose import PRIOR_WORK
+
+    for prior in ("In spite of the diversity of the tasks, previous work claims that one learner wins",
+                  "While previous such methods have been successful, they resort to gradient descent",
+                  "Many state-of-the-art summarization systems focus on content coverage",
+                  "Recently, many works have tried to augment the performance of NER"):
+        assert PRIOR_WORK.search(prior), prior
+    for own in ("We propose X that outperforms many existing methods", "Our method beats most baselines",
+                "We show that our model is better than other approaches"):
+        assert not PRIOR_WORK.search(own), own
+
+
 def test_glued_words_are_split_by_the_corpus_vocabulary() -> None:
     """PDF artefacts ("state-ofthe-art", "onesentence", "humanengineered") are split when the corpus
     uses the two words, as a pair or a compound; real words, acronyms and names are left alone."""

@@ -411,8 +411,10 @@ class Vocabulary:
 #: A sentence that reports earlier work rather than the paper's own contribution ("Previous work
 #: claims that ...", "Recent work has shown ...").
 PRIOR_WORK = re.compile(
-    r"\b(?:previous|prior|earlier|existing|recent|past|current|conventional|traditional|many|most|some)\s+"
-    r"(?:such\s+)?(?:work|works|methods?|approaches|studies|research|literature|papers|models|techniques|"
-    r"algorithms|solutions|systems|efforts|attempts|results|analyses|defenses)\b"
+    r"(?:^|[,;]\s*)(?:(?:while|although|though|whereas|since|as|but)\s+)?(?:the\s+|these\s+)?"
+    r"(?:previous|prior|earlier|existing|recent|past|current|conventional|traditional|many|most|some)\s+"
+    r"(?:[\w-]+\s+){0,3}?(?:work|works|methods?|approaches|studies|research|literature|papers|models|techniques|"
+    r"algorithms|solutions|systems|efforts|attempts|analyses|defenses)\b"
     r"|\bhave been (?:proposed|developed|studied|shown|introduced)\b|\bhas been (?:shown|proposed|studied)\b"
-    r"|\bit (?:has been|is) (?:shown|known|well known|widely believed)\b", re.I)
+    r"|\bit (?:has been|is) (?:shown|known|well known|widely believed)\b"
+    r"|\b(?:previous|prior|recent|existing) (?:work|works|studies|research) (?:has|have|claims?|shows?|showed)\b", re.I)
