@@ -82,6 +82,11 @@ def benchmarks(abstract: str, own_names: Sequence[str] = ()) -> list[str]:
         if f"({word})" in text:
             continue  # an abbreviation the abstract defines ("named entity recognition (NER)"): a term
         right_after = re.search(r"\b(?:on|datasets?|benchmarks?)\s+(?:the\s+)?$", before, re.I) is not None
+        if _BENCH_AFTER.match(tail):  # "the Natural Questions dataset": the capitalised words before it too
+            lead = re.search(r"((?:\b[A-Z][A-Za-z0-9-]*\s+){1,2})$", before)
+            if lead and not any(w.lower() in _NOT_BENCH for w in lead.group(1).split()) \
+                    and not re.search(r"(?:^|[.!?]\s+)$", before[: lead.start()]):
+                name = lead.group(1) + name
         if _BENCH_AFTER.match(tail) or (listed and (multi_cap or (right_after and not sentence_start))):
             if name not in out and not any(word in x.split() for x in out):
                 out.append(name)
