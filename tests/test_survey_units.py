@@ -664,3 +664,19 @@ def test_a_section_is_written_paper_by_paper_with_connectives_only_from_relation
     # b addresses the same problem as a: its problem is not restated; later sentences say "it"
     assert [d.part for d in drafts if d.clauses[0].paper_id == "b"] == ["method", "result"]
     assert drafts[1].clauses[0].text.startswith("it ") or drafts[1].clauses[0].text.startswith("in ")
+
+
+def test_a_papers_method_is_said_in_its_authors_voice_when_it_can_be() -> None:
+    """A method facet may hold background ("Lattice-LSTM has a complex architecture"): the sentence in
+    the authors' voice ("We propose ...") is written, even when the other is closer to the section."""
+    from types import SimpleNamespace
+
+    from graft.survey.writer import Composer, Profile
+
+    items = np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    composer = Composer(index=None, vectors=SimpleNamespace(items=items), encode=None)
+    prof = Profile("p", None, "T", clauses={"method": [("Lattice-LSTM has a complex model architecture.", 0),
+                                                       ("We propose a simpler lexicon encoding for NER.", 1)]})
+    focus = np.array([1.0, 0.0], dtype=np.float32)
+    assert composer.pick(prof, "method", focus, set())[0].startswith("We propose")
+    assert composer.pick(prof, "problem", focus, set()) is None

@@ -28,6 +28,7 @@ from graft.survey.prose import (
     PaperName,
     Vocabulary,
     as_clause,
+    clean_clause,
     full_sentence,
     paper_name,
     self_contained,
@@ -54,6 +55,9 @@ class Profile:
     abstract: str = ""
 
 
+#: A sentence in the authors' voice: what the paper itself does.
+OWN_VOICE = re.compile(r"^(?:we|our (?:method|approach|model|framework|system|algorithm)|(?:this|the present) "
+                       r"(?:paper|work|study|article))\b", re.I)
 #: Facets whose sentences must be the paper's own: a report of earlier work is not used for them.
 OWN_FACETS = ("method", "result", "contribution")
 
@@ -145,14 +149,17 @@ class Composer:
 
     def pick(self, prof: Profile, facet: str, focus: np.ndarray, used: set[str],
              cue: re.Pattern[str] | None = None) -> tuple[str, int] | None:
-        """The paper's facet sentence closest to `focus` not used yet (only sentences matching `cue`)."""
-        best, best_sim = None, -2.0
+        """The paper's facet sentence closest to `focus` not used yet (only sentences matching `cue`);
+        for a method, a sentence in the authors' voice ("We propose ...", "This paper introduces ...")
+        before any other (a background sentence the facet holds says less of what the paper does)."""
+        best, best_key = None, (-1, -2.0)
         for text, row in prof.clauses.get(facet, []):
             if text in used or (cue is not None and not cue.search(plain_text(text))):
                 continue
-            sim = float(self.vectors.items[row] @ focus)
-            if sim > best_sim:
-                best, best_sim = (text, row), sim
+            own = int(facet in ("method", "contribution") and bool(OWN_VOICE.match(clean_clause(text))))
+            key = (own, float(self.vectors.items[row] @ focus))
+            if key > best_key:
+                best, best_key = (text, row), key
         return best
 
     def order(self, papers: Sequence[Candidate], relations: Sequence[Relation]) -> list[list[str]]:
