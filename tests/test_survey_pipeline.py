@@ -228,6 +228,13 @@ def test_papers_are_named_and_compared_by_relations_the_index_holds(acl, offline
                 and first["citation"]["paper_id"] in names and not first["text"].startswith(("it ", "they ")):
             name = names[first["citation"]["paper_id"]]
             assert first["text"].startswith((name, f"in {name}")), (name, first["text"])
+    for sec in survey["sections"]:  # a paper's first printed clause in its section names it, never "it"
+        firsts: dict[str, str] = {}
+        for x in (x for p in sec["paragraphs"] for x in p["sentences"] if not x["dropped"]):
+            for c in x["clauses"]:
+                if c["citation"]["status"] != "removed":
+                    firsts.setdefault(c["citation"]["paper_id"], c["text"])
+        assert firsts and not any(t.startswith(("it ", "they ")) for t in firsts.values()), firsts
     stated = 0
     for sec in survey["sections"]:
         held = {(r["kind"], *r["papers"], r["detail"]) for r in sec["relations"]}
@@ -255,6 +262,32 @@ def test_papers_are_named_and_compared_by_relations_the_index_holds(acl, offline
             assert all(o in sec["papers"] for o in _opener_papers(sec["summary"]))
     assert stated + sum(bool(sec["summary"]) for sec in survey["sections"]) > 0, "no relation was stated"
     assert f"The {survey['verification']['relations']['statements']} statements that relate papers" in md
+
+
+def test_a_written_section_is_mostly_about_the_topic(acl, offline_survey) -> None:
+    """A section is written only when at least half of its papers reach the topic's relevance floor
+    (papers kept for their citation links alone do not make a section) or it holds a central paper;
+    the groups left out are listed in the coverage appendix with why."""
+    from graft.survey.retrieve import TopicRetriever
+
+    idx, tools = acl
+    result, _ = offline_survey
+    survey = json.loads(result.paths["json"].read_text())
+    papers = TopicRetriever(idx, tools, "teacher").vectors.papers
+    topic = tools.encoder.encode([TOPIC])[0]
+    floor = survey["relevance_floor"]
+    for sec in survey["sections"]:
+        on = sum(float(papers[idx.row(p)] @ topic) >= floor - 1e-4 for p in sec["papers"])
+        assert 2 * on >= len(sec["papers"]) or set(sec["papers"]) & set(survey["central"]), sec["title"]
+    md = result.paths["markdown"].read_text()
+    for group in survey["coverage"]["off_topic_sections"]:
+        assert group["why"] and group["papers"] and md_text_in(group["title"], md)
+
+
+def md_text_in(title: str, md: str) -> bool:
+    from graft.survey.output import md_escape
+
+    return f"- {md_escape(title)}: " in md
 
 
 def _heading_shared_by_half(idx, survey: dict) -> None:

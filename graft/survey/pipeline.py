@@ -349,6 +349,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     if not kept:
         raise SurveyError(f"no sentence about {topic!r} could be verified against its cited papers; "
                           "try a broader topic or a corpus that covers it")
+    name_first_mentions(sections, ctx.composer)
     everywhere = [p for sec in sections for s in sec.sentences() if not s.dropped for p in s.cited()]
     for sec in sections:
         discussed = list(dict.fromkeys(p for s in sec.sentences() if not s.dropped for p in s.cited()))
@@ -434,6 +435,24 @@ def check_table(sections: list[Section], ctx: SurveyContext) -> dict[str, int]:
                 else:
                     row.cells[key] = ""
     return {"checked": checked, "passed": passed}
+
+
+def name_first_mentions(sections: list[Section], composer: Any) -> None:
+    """A paper's first printed clause in its section names it: when verification removed the sentence
+    that did, the next one's "it" / "they" becomes the paper's name (the verb already agrees)."""
+    for sec in sections:
+        named: set[str] = set()
+        for s in sec.sentences():
+            if s.dropped:
+                continue
+            for c in s.kept_clauses():
+                pid = c.citation.paper_id
+                if pid in named:
+                    continue
+                named.add(pid)
+                m = re.match(r"(it|they) ", c.text)
+                if m and not pid.startswith("unknown:"):
+                    c.text = composer.name_of(composer.profile(pid)).text + c.text[m.end() - 1:]
 
 
 def relation_counts(sections: list[Section]) -> dict[str, int]:
