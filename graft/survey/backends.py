@@ -445,6 +445,20 @@ class LLMBackend:
         return [(" ".join(s["title"].split()), " ".join(s["description"].split()) or s["title"])
                 for s in secs][:n]
 
+    def theme_section(self, topic: str, title: str, first: Sequence[Candidate], rest: Sequence[Candidate], n: int,
+                      avoid: set[str], others: Sequence[str] = ()) -> tuple[str, list[Candidate], bool]:
+        """The model's heading when its content words occur in at least half of the section's best `n`
+        papers (title or abstract), with those papers; else the offline writer's heading and papers
+        (`OfflineBackend.theme_section`), counted as a fallback."""
+        best = list(first) + list(rest)[: max(0, n - len(first))]
+        want = content_stems(title)
+        titles, abstracts = self.offline._texts([c.paper_id for c in best])
+        shared = sum(want <= content_stems(f"{t} {a}") for t, a in zip(titles, abstracts))
+        if want and best and 2 * shared >= len(best) and title.lower() not in {a.lower() for a in avoid}:
+            return title, best, True
+        self._fallback("heading")
+        return self.offline.theme_section(topic, title, first, rest, n, avoid, others)
+
     def write_section(self, topic: str, section: str, description: str, papers: Sequence[Candidate],
                       relations: Sequence[Relation] = ()) -> list[SentenceDraft]:
         """The section as the offline writer lays it out: one paragraph per group of related papers

@@ -2,9 +2,12 @@
 
 topic -> query expansion -> facet-attributed retrieval (fused over descriptions) -> two-stage fusion
 rerank -> sections (themes of the pool) -> per section: retrieval + rerank, the topic's central
-papers first -> sections written in parallel, facet by facet (problems, methods, results, open
-gaps), every clause citing one paper -> clause-by-clause citation verification -> comparison
-tables -> survey.md (with a coverage appendix), references.bib, survey.json.
+papers, a heading half its papers share (groups off the topic or with no shared phrase are not
+written) -> paper names fixed for the survey, the relations between each section's papers computed
+-> sections written in parallel, paragraphs of related papers, each paper's problem, method and
+result together, every clause citing one paper -> clause-by-clause citation verification -> each
+section's summary of its relations and its table (year, benchmarks, metrics, builds on) -> survey.md
+(with a coverage appendix), references.bib, survey.json.
 """
 
 from __future__ import annotations
@@ -283,7 +286,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             # floor or tied to the topic's literature; without it (or tied papers not discussed) the floor
             if not (config.rerank and config.tied_discussed):
                 rest = [c for c in rest if float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor]
-            if hasattr(backend, "theme_section"):  # the offline writer names the papers it discusses
+            if hasattr(backend, "theme_section"):  # a heading half the papers it discusses share
                 used = {s.title for s in sections} | {h for h, _ in heads if h != title}
                 mine = {c.paper_id for c in first + rest}
                 new, papers, shared = backend.theme_section(topic, title, first, rest, config.papers_per_section,
