@@ -476,6 +476,8 @@ def test_rewriting_from_we_keeps_agreement_case_and_symbols() -> None:
     assert as_clause("We further extend X to zero-shot learning and achieve strong results.", tadam, "method") == \
         "TADAM further extends X to zero-shot learning and achieves strong results"
     assert as_clause("We propose and test a parser.", snell, "method") == "Snell et al. propose and test a parser"
+    assert as_clause("Based on gradient-based meta-learning, we propose a hierarchical algorithm.", tadam,
+                     "method") == "TADAM, based on gradient-based meta-learning, proposes a hierarchical algorithm"
     assert as_clause("A critical challenge in meta-learning is task uncertainty.", PaperName("HSML"), "problem") == \
         "HSML notes that a critical challenge in meta-learning is task uncertainty"
     assert as_clause("A major drawback is cost.", PaperName("\\textit{You Only Propagate Once}"), "method") == \

@@ -262,6 +262,8 @@ def _conjugate_after(subject: str, rest: str, plural: bool) -> str:
 
 
 _WE = re.compile(r"^(?:in this (?:paper|work|study|article|note)\s*,?\s*)?we\s+", re.I)
+#: A short opening phrase before "we" ("Based on X, we propose"): it can stand after the paper's name.
+_LEAD_THEN_WE = re.compile(r"^([^,;:()$]{3,80}?),\s+we\s+(?=[a-z])")
 _THIS = re.compile(r"^(?:this|the present|our) (?:paper|work|study|article|note)\s+", re.I)
 _LATER_WE = ((re.compile(r"\bwe\b"), "they"), (re.compile(r"\bWe\b"), "They"), (re.compile(r"\bour\b"), "their"),
              (re.compile(r"\bOur\b"), "Their"), (re.compile(r"\bus\b"), "them"),
@@ -305,6 +307,10 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
     m = _WE.match(clause)
     if m:
         return _third(_conjugate_after(name.text, clause[m.end():], name.plural))
+    m = _LEAD_THEN_WE.match(clause)
+    if m:  # "Based on X, we propose Y" -> "HSML, based on X, proposes Y"
+        lead = _lower_first(m.group(1))
+        return _third(_conjugate_after(f"{name.text}, {lead},", clause[m.end():], name.plural))
     m = _THIS.match(clause)
     if m:
         rest = clause[m.end():]

@@ -240,7 +240,7 @@ class Composer:
         def sentence(item: tuple[str, str, int], opener: str = "", relation: str = "") -> None:
             facet, text, _ = item
             clause = as_clause(text, pronoun if out else name, facet)
-            if out and not clause.lower().startswith(pronoun.text):  # "in it, ...": name it instead
+            if out and not clause.lower().startswith(pronoun.text + " "):  # "in it, ...", "it, based on": name it
                 clause = as_clause(text, name, facet)
             out.append(SentenceDraft([ClauseDraft(text=clause, paper_id=pid, facet=facet, source="item")],
                                      "problem" if facet == "problem" else "result" if facet == "result" else "method",
