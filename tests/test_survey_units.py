@@ -682,3 +682,15 @@ def test_a_papers_method_is_said_in_its_authors_voice_when_it_can_be() -> None:
     focus = np.array([1.0, 0.0], dtype=np.float32)
     assert composer.pick(prof, "method", focus, set())[0].startswith("We propose")
     assert composer.pick(prof, "problem", focus, set()) is None
+
+
+def test_a_computed_statement_prints_reference_numbers_and_never_points_at_nothing() -> None:
+    """Openers, summaries and table cells mark papers by id: printed as their numbers, and a statement
+    naming a paper the survey does not print is left out; paper text cannot forge a mark."""
+    from graft.survey.output import render_refs
+    from graft.survey.types import ref, unref
+
+    numbers = {"a": 1, "b": 2}
+    assert render_refs(f"Building on *MAML* {ref('a')} and X {ref('b')},", numbers) == "Building on \\*MAML\\* [1] and X [2],"
+    assert render_refs(f"Like Y {ref('zz')},", numbers) is None
+    assert unref(f"Title {ref('a')} here") == "Title a here"

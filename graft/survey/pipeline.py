@@ -33,7 +33,7 @@ from graft.survey.relate import section_relations
 from graft.survey.relate import summary as relation_summary
 from graft.survey.rerank import Literature, relevant, two_stage_rerank
 from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever, fuse_with_pool, papers_until
-from graft.survey.types import Candidate, Relation, Section
+from graft.survey.types import Candidate, Relation, Section, unref
 from graft.survey.verify import Verifier, drop_duplicates, mark_unverified, summarize, verify_all
 from graft.survey.write import paragraphs, write_sections
 
@@ -360,7 +360,8 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
                      if row.paper_id in discussed]
         theme, named = theme_coverage(sec.title, discussed, index)
         sec.summary = relation_summary(sec.relations, discussed,
-                                       {p: ctx.composer.name_of(ctx.composer.profile(p)).text for p in discussed},
+                                       {p: unref(ctx.composer.name_of(ctx.composer.profile(p)).text)
+                                        for p in discussed},
                                        theme if 2 * named >= len(discussed) else "", named)
     verification["table_cells"] = check_table(sections, ctx) if config.verify else {"checked": 0, "passed": 0}
     sections = [sec for sec in sections if any(not s.dropped for s in sec.sentences())]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from graft.survey.latex import plain_text
-from graft.survey.types import Relation, ref
+from graft.survey.types import Relation, ref, unref
 
 #: Cosine of two papers' mean problem items above which they address the same problem.
 SAME_PROBLEM = 0.6
@@ -221,5 +221,6 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             got += [p for p in r.papers if p not in got]
     for name, ps in bench.items():
         ps = [p for p in order if p in ps]
-        out.append(f"{_join([who(p) for p in ps])} {'both ' if len(ps) == 2 else 'all '}report results on {name}.")
+        out.append(f"{_join([who(p) for p in ps])} {'both ' if len(ps) == 2 else 'all '}report results on "
+                   f"{unref(name)}.")
     return " ".join(out)

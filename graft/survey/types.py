@@ -77,6 +77,11 @@ def ref(paper_id: str) -> str:
     return f"{REF_OPEN}{paper_id}{REF_CLOSE}"
 
 
+def unref(text: str) -> str:
+    """Paper text (a name, a title) made safe inside a computed statement: the reference marks removed."""
+    return text.replace(REF_OPEN, "").replace(REF_CLOSE, "")
+
+
 @dataclass
 class Relation:
     """A relation between papers of one section, computed from the index (not a claim of a paper):

@@ -37,7 +37,7 @@ from graft.survey.prose import (
 )
 from graft.survey.relate import benchmarks, builds_on_links, metrics
 from graft.survey.support import citation_like
-from graft.survey.types import Candidate, ClauseDraft, Relation, SentenceDraft, TableRow, ref
+from graft.survey.types import Candidate, ClauseDraft, Relation, SentenceDraft, TableRow, ref, unref
 
 #: Clause length, in words, a survey sentence takes from a paper (longer items are cut sentences or lists).
 MIN_WORDS, MAX_WORDS = 6, 45
@@ -279,11 +279,11 @@ class Composer:
         if kind == "similar_method":
             return f"Like {names},"
         if kind == "same_benchmark" and detail:
-            return f"On {detail}, also used by {names},"
+            return f"On {unref(detail)}, also used by {names},"
         return ""
 
     def _names_of(self, paper_ids: Sequence[str]) -> str:
-        names = [f"{self.name_of(self.profile(p)).text} {ref(p)}" for p in paper_ids[:3]]
+        names = [f"{unref(self.name_of(self.profile(p)).text)} {ref(p)}" for p in paper_ids[:3]]
         return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
     def table(self, papers: Sequence[Candidate], cited: Sequence[str] = ()) -> list[TableRow]:
@@ -300,8 +300,8 @@ class Composer:
         for pid in ids:
             prof = self.profile(pid)
             cells = {"year": str(prof.year) if prof.year else "",
-                     "benchmarks": ", ".join(benchmarks(prof.abstract, own)[:4]),
-                     "metrics": ", ".join(metrics(prof.abstract)[:3]),
+                     "benchmarks": unref(", ".join(benchmarks(prof.abstract, own)[:4])),
+                     "metrics": unref(", ".join(metrics(prof.abstract)[:3])),
                      "builds_on": ", ".join(ref(p) for p in builds.get(pid, [])[:4])}
             rows.append(TableRow(paper_id=pid, name=self.name_of(prof).text, cells=cells))
         return rows
