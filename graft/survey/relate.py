@@ -161,23 +161,20 @@ def _join(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _components(pairs: list[tuple[str, str]], order: list[str]) -> list[list[str]]:
-    """Connected groups of papers over `pairs`, each in `order`."""
-    parent = {p: p for p in order}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        if a in parent and b in parent:
-            parent[find(a)] = find(b)
-    groups: dict[str, list[str]] = {}
-    for p in order:
-        groups.setdefault(find(p), []).append(p)
-    return [g for g in groups.values() if len(g) > 1]
+def _stars(pairs: list[tuple[str, str]], order: list[str]) -> list[list[str]]:
+    """Groups of papers over `pairs` in which every paper is paired with the group's first (so a
+    statement about the group holds of each member and the first, not only along a chain), in `order`."""
+    linked = {(a, b) for a, b in pairs} | {(b, a) for a, b in pairs}
+    done: set[str] = set()
+    out = []
+    for anchor in order:
+        if anchor in done:
+            continue
+        group = [anchor] + [p for p in order if p not in done and p != anchor and (anchor, p) in linked]
+        if len(group) > 1:
+            out.append(group)
+            done.update(group)
+    return out
 
 
 def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str, str], theme: str,
@@ -204,7 +201,7 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             out.append(f"{many} discussed here name {phrase} in their title or abstract.")
     for kind, text in (("same_problem", "address the same problem with different methods"),
                        ("similar_method", "take similar approaches")):
-        for g in _components([tuple(r.papers) for r in rel if r.kind == kind], order):  # type: ignore[misc]
+        for g in _stars([(r.papers[0], r.papers[1]) for r in rel if r.kind == kind], order):
             out.append(f"{_join([who(p) for p in g])} {text}.")
     chains: dict[str, list[str]] = {}
     for r in rel:
