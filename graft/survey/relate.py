@@ -32,6 +32,10 @@ _LIST_WORDS = frozenset("""
 the both two three four five six several many challenging standard popular benchmark benchmarks dataset datasets
 and real-world large-scale including such as like e.g. i.e. public widely used common classic well-known
 """.split())
+#: Model families and architectures a paper trains or evaluates, which are no benchmark ("on ResNet-18").
+_MODEL_FAMILY = re.compile(r"^(?:ResNet|WideResNet|WRN|VGG|ViT|DeiT|Swin|BERT|RoBERTa|GPT|LLaMA|Llama|PaLM|T5|"
+                           r"MobileNet|EfficientNet|DenseNet|Inception|AlexNet|LeNet|Transformer|LSTM|GCN|GAT|LLMs?|"
+                           r"CLIP|UNet|U-Net|Mistral|Vicuna|OPT)(?![a-z])")
 _BENCH_AFTER = re.compile(r"^\s*(?:dataset|datasets|benchmark|benchmarks|corpus|test set|challenge|shared task)\b",
                           re.I)
 _NAME_TOKEN = re.compile(r"\b(?:[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)\b")
@@ -39,7 +43,8 @@ _NAME_TOKEN = re.compile(r"\b(?:[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][A-Za-z0-9]*(?:-[A-
 _NOT_BENCH = frozenset("""
 we our the a an in on this that these it its they their for and or of to with by from as at is are be both
 cnn cnns dnn dnns rnn rnns lstm gan gans vae vaes gpu gpus cpu sota nlp ml ai rl sgd adam bert gpt transformer
-transformers english chinese german french japanese our however recent
+transformers english chinese german french japanese our however recent real-world synthetic long short pass
+beyond optimized kullback-leibler tensorflow pytorch github python large small new standard public several
 """.split())
 #: Metrics a result can be measured in, as abstracts name them.
 METRIC = re.compile(r"\b(?:top-[15] accuracy|accuracy|F1(?:-score)?|F-score|F-measure|BLEU|ROUGE(?:-[12LSU]+)?|METEOR|"
@@ -79,8 +84,11 @@ def benchmarks(abstract: str, own_names: Sequence[str] = ()) -> list[str]:
             between = before[keys[-1].end():].replace(",", " ").split()
             listed = len(between) <= 6 and all(w.lower() in _LIST_WORDS or w[:1].isupper() or w[:1].isdigit()
                                                for w in between)
-        if f"({word})" in text:
-            continue  # an abbreviation the abstract defines ("named entity recognition (NER)"): a term
+        if f"({word})" in text or _MODEL_FAMILY.match(word):
+            continue  # an abbreviation the abstract defines ("named entity recognition (NER)"), a model: no benchmark
+        if not multi_cap and " " not in name and re.match(r"\s+(?!(?:and|or|with|for|in|on|to|as|by|from|using|"
+                                                          r"dataset|datasets|benchmark|benchmarks|corpus)\b)[a-z]", tail):
+            continue  # a capitalised word before a lower-case noun names a kind ("Markov decision processes")
         right_after = re.search(r"\b(?:on|datasets?|benchmarks?)\s+(?:the\s+)?$", before, re.I) is not None
         if _BENCH_AFTER.match(tail):  # "the Natural Questions dataset": the capitalised words before it too
             lead = re.search(r"((?:\b[A-Z][A-Za-z0-9-]*\s+){1,2})$", before)
