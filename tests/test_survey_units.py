@@ -569,6 +569,7 @@ def test_benchmarks_and_metrics_are_the_names_an_abstract_reports_on() -> None:
             "Matching Networks perform well. We achieve results on the CU-Birds dataset. Based on MAML, we adapt.")
     assert benchmarks(text) == ["ImageNet-LOC", "PASCAL VOC", "Meta-Dataset", "Omniglot", "CU-Birds"]
     assert benchmarks(text, own_names=["Omniglot"]) == ["ImageNet-LOC", "PASCAL VOC", "Meta-Dataset", "CU-Birds"]
+    assert benchmarks("We train on ResNet-18, on Markov decision processes and on Real-world datasets.") == []
     assert metrics("improves ROUGE-L and accuracy, BLEU and accuracy again") == ["ROUGE-L", "accuracy", "BLEU"]
 
 
