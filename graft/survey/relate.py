@@ -171,17 +171,17 @@ def _join(names: list[str]) -> str:
 
 def _stars(pairs: list[tuple[str, str]], order: list[str]) -> list[list[str]]:
     """Groups of papers over `pairs` in which every paper is paired with the group's first (so a
-    statement about the group holds of each member and the first, not only along a chain), in `order`."""
+    statement about the group holds of each member and the first, not only along a chain), in `order`;
+    each pair in one group."""
     linked = {(a, b) for a, b in pairs} | {(b, a) for a, b in pairs}
-    done: set[str] = set()
+    said: set[frozenset[str]] = set()
     out = []
-    for anchor in order:
-        if anchor in done:
-            continue
-        group = [anchor] + [p for p in order if p not in done and p != anchor and (anchor, p) in linked]
+    for anchor in order:  # every pair is stated once, with the first of its papers as the anchor
+        group = [anchor] + [p for p in order if p != anchor and (anchor, p) in linked
+                            and frozenset((anchor, p)) not in said]
         if len(group) > 1:
             out.append(group)
-            done.update(group)
+            said.update(frozenset((anchor, p)) for p in group[1:])
     return out
 
 
