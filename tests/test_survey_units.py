@@ -616,7 +616,9 @@ def test_relations_between_a_sections_papers_come_from_facets_links_years_and_be
     text = summary(rels, ["a", "b", "c"], names, "Few-shot results", 2)
     assert text.startswith("2 of the 3 papers discussed here name few-shot results in their title or abstract.")
     assert f"A {ref('a')} and B {ref('b')} address the same problem with different methods." in text
-    assert f"B {ref('b')} builds on A {ref('a')}" in text and "report results on Omniglot" in text
+    assert f"B {ref('b')} cites and builds on A {ref('a')}." in text and "report results on Omniglot" in text
+    authors = summary(rels, ["a", "b"], {"a": "Vinyals et al.", "b": "Snell et al."}, "", 0)
+    assert f"Snell et al. {ref('b')} cite and build on Vinyals et al. {ref('a')}." in authors
     assert "D" not in text.replace("different", "")  # d is not printed: never named
 
 

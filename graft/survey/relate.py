@@ -165,6 +165,12 @@ def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_na
     return out
 
 
+def _plural(name: str) -> bool:
+    """Whether a paper's name takes a plural verb: authors ("Snell et al.", "Smith and Jones"), not a
+    title in italics or a system's name."""
+    return not name.startswith("\\textit") and (name.endswith("et al.") or " and " in name)
+
+
 def _join(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
@@ -217,8 +223,9 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             chains.setdefault(r.papers[0], []).append(r.papers[1])
     for later in order:
         if later in chains:
-            out.append(f"{who(later)} builds on {_join([who(p) for p in chains[later]])} (it cites "
-                       f"{'them' if len(chains[later]) > 1 else 'it'}).")
+            many = _plural(names[later])
+            out.append(f"{who(later)} {'cite' if many else 'cites'} and {'build' if many else 'builds'} on "
+                       f"{_join([who(p) for p in chains[later]])}.")
     bench: dict[str, list[str]] = {}
     for r in rel:
         if r.kind == "same_benchmark":
