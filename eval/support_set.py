@@ -102,7 +102,9 @@ def support_cases(index: Any, *, papers: int = 300, neighbours: int = 2, seed: i
         (cases, counts): counts has "sources", "cases", "positives", "negatives" and
         "negatives_left_out" (the neighbour's text holds the clause word for word).
     """
+    from graft.survey.latex import plain_text
     from graft.survey.prose import as_clause, paper_name  # the writer's rendering of a clause
+    from graft.survey.writer import title_name
 
     rng = random.Random(seed)
     table = index.papers
@@ -145,15 +147,9 @@ def support_cases(index: Any, *, papers: int = 300, neighbours: int = 2, seed: i
         sources += 1
         frag = fragment(sentence)
         for paired in [node, *near]:
-            name = name_of(paired)
-            shown = name if name is not None else None
-            variants = {"verbatim": sentence,
-                        "rendered": as_clause(sentence, shown, facet) if shown is not None else None,
-                        "fragment": frag}
-            if shown is None:  # no name to print: the writer's deictic subject
-                from graft.survey.prose import PaperName
-
-                variants["rendered"] = as_clause(sentence, PaperName("One study"), facet)
+            # no short name: the writer names the paper by its title (in italics)
+            shown = name_of(paired) or title_name(titles[paired] or "")
+            variants = {"verbatim": sentence, "rendered": as_clause(sentence, shown, facet), "fragment": frag}
             for variant, clause in variants.items():
                 if not clause:
                     continue
@@ -164,7 +160,7 @@ def support_cases(index: Any, *, papers: int = 300, neighbours: int = 2, seed: i
                 cases.append(SupportCase(
                     case_id=f"{pid}|{index.paper_ids[paired]}|{variant}", clause=clause,
                     paper_id=index.paper_ids[paired], source_id=pid, label=label, origin=origin, facet=facet,
-                    variant=variant, part=part, name=shown.text if shown is not None else ""))
+                    variant=variant, part=part, name=plain_text(shown.text)))
     counts = {"sources": sources, "cases": len(cases), "positives": sum(c.label for c in cases),
               "negatives": sum(not c.label for c in cases), "negatives_left_out": left_out}
     return cases, counts

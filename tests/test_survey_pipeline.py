@@ -167,11 +167,17 @@ def test_offline_survey_outputs_and_invariants(acl, offline_survey) -> None:
     # no empty citation and no visible LaTeX
     body = md.split("## References")[0]
     assert "[]" not in body and "\\textit" not in body and "\\$" not in body
-    # facet-ordered sections: paragraphs in order, a comparison table each, the coverage appendix
+    # one paper, one place: a paper's sentences follow one another, problem before method before result;
+    # a table each that adds what the prose does not say; the coverage appendix
     for sec in survey["sections"]:
-        parts = [p["part"] for p in sec["paragraphs"]]
-        assert parts == sorted(parts, key=["problem", "method", "result", "gap"].index) and "method" in parts
-    assert md.count("| Paper | Problem | Method | Result |") == len(survey["sections"])
+        order = [x["clauses"][0]["citation"]["paper_id"] for p in sec["paragraphs"] for x in p["sentences"]]
+        runs = [p for i, p in enumerate(order) if i == 0 or order[i - 1] != p]
+        assert len(runs) == len(set(runs)), runs
+        for pid in set(order):
+            parts = [x["part"] for p in sec["paragraphs"] for x in p["sentences"]
+                     if x["clauses"][0]["citation"]["paper_id"] == pid]
+            assert parts == sorted(parts, key=["problem", "method", "result"].index), parts
+    assert md.count("| Paper | Year | Benchmarks named | Metrics named | Builds on") == len(survey["sections"])
     assert "## Coverage and blind spots" in md and "checked against that paper's title, abstract" in md
     _assert_every_heading_unique_and_readable(md, survey)
 
@@ -191,16 +197,121 @@ def _assert_every_heading_unique_and_readable(md: str, survey: dict) -> None:
         assert any(not x["dropped"] for p in sec["paragraphs"] for x in p["sentences"]), sec["title"]
 
 
-def test_a_multi_paper_sentence_gives_each_paper_its_own_clause(offline_survey) -> None:
-    """A sentence about two papers has two clauses, each made from and citing its own paper only."""
+#: The connectives a sentence may open with: each states a relation the index holds.
+RELATION_OPENER = re.compile(r"^(?:Building on |Addressing the same problem as |Like |On .+?, also used by )")
+
+
+def _opener_papers(opener: str) -> list[str]:
+    from graft.survey.types import REF_CLOSE, REF_OPEN
+
+    return [x.split(REF_CLOSE)[0] for x in opener.split(REF_OPEN)[1:]]
+
+
+def test_papers_are_named_and_compared_by_relations_the_index_holds(acl, offline_survey) -> None:
+    """Every paper has its own name (never "one study", never shared); every connective states a
+    relation of the section that the index holds (citation link and years, a benchmark both abstracts
+    name, similar problem items) about a paper printed before it; the section's summary says what its
+    papers share."""
+    from graft.survey.relate import builds_on_links
+
+    idx, _ = acl
     result, _ = offline_survey
     survey = json.loads(result.paths["json"].read_text())
-    pairs = [s for s in _sentences(survey) if len(s["clauses"]) > 1 and not s["dropped"]]
-    assert pairs, "the case this test is for did not occur"
-    for s in pairs:
-        cited = [c["citation"]["paper_id"] for c in s["clauses"]]
-        assert len(cited) == len(set(cited))
-        assert all(c["source"] in ("item", "evidence") for c in s["clauses"])
+    md = result.paths["markdown"].read_text()
+    body = md.split("## Coverage")[0]
+    assert not re.search(r"\b(?:one|another) study\b", body, flags=re.I)
+    names = {row["paper_id"]: row["name"] for sec in survey["sections"] for row in sec["table"]}
+    assert names and len(set(names.values())) == len(names)
+    for s in _sentences(survey):  # a paper's first clause opens with its name
+        first = s["clauses"][0]
+        if not s["dropped"] and first["citation"]["status"] == "verified" and not s["opener"] \
+                and first["citation"]["paper_id"] in names and not first["text"].startswith(("it ", "they ")):
+            name = names[first["citation"]["paper_id"]]
+            assert first["text"].startswith((name, f"in {name}")), (name, first["text"])
+    for sec in survey["sections"]:  # a paper's first printed clause in its section names it, never "it"
+        firsts: dict[str, str] = {}
+        for x in (x for p in sec["paragraphs"] for x in p["sentences"] if not x["dropped"]):
+            for c in x["clauses"]:
+                if c["citation"]["status"] != "removed":
+                    firsts.setdefault(c["citation"]["paper_id"], c["text"])
+        assert firsts and not any(t.startswith(("it ", "they ")) for t in firsts.values()), firsts
+    stated = 0
+    for sec in survey["sections"]:
+        held = {(r["kind"], *r["papers"], r["detail"]) for r in sec["relations"]}
+        seen: list[str] = []
+        for p in sec["paragraphs"]:
+            for x in p["sentences"]:
+                pid = x["clauses"][0]["citation"]["paper_id"]
+                if x["opener"]:
+                    assert RELATION_OPENER.match(x["opener"]) and x["relation"], x["opener"]
+                    others = _opener_papers(x["opener"])
+                    assert others and all(o in seen for o in others)
+                    for o in others:
+                        if x["relation"] == "builds_on":
+                            assert (pid, o) in builds_on_links(idx, [pid, o])
+                        elif x["relation"] == "same_benchmark":
+                            bench = x["opener"][3:].split(",")[0]
+                            assert bench in idx.papers["abstract"][idx.row(pid)]
+                            assert bench in idx.papers["abstract"][idx.row(o)]
+                        else:
+                            assert {(x["relation"], pid, o, ""), (x["relation"], o, pid, "")} & held
+                    stated += not x["dropped"]
+                if pid not in seen:
+                    seen.append(pid)
+        if sec["summary"]:
+            assert all(o in sec["papers"] for o in _opener_papers(sec["summary"]))
+    assert stated + sum(bool(sec["summary"]) for sec in survey["sections"]) > 0, "no relation was stated"
+    assert f"The {survey['verification']['relations']['statements']} statements that relate papers" in md
+
+
+def test_a_written_section_is_mostly_about_the_topic(acl, offline_survey) -> None:
+    """A section is written only when at least half of its papers reach the topic's relevance floor
+    (papers kept for their citation links alone do not make a section) or it holds a central paper;
+    the groups left out are listed in the coverage appendix with why."""
+    from graft.survey.retrieve import TopicRetriever
+
+    idx, tools = acl
+    result, _ = offline_survey
+    survey = json.loads(result.paths["json"].read_text())
+    papers = TopicRetriever(idx, tools, "teacher").vectors.papers
+    topic = tools.encoder.encode([TOPIC])[0]
+    floor = survey["relevance_floor"]
+    for sec in survey["sections"]:
+        on = sum(float(papers[idx.row(p)] @ topic) >= floor - 1e-4 for p in sec["papers"])
+        assert 2 * on >= len(sec["papers"]) or set(sec["papers"]) & set(survey["central"]), sec["title"]
+    md = result.paths["markdown"].read_text()
+    for group in survey["coverage"]["off_topic_sections"]:
+        assert group["why"] and group["papers"] and md_text_in(group["title"], md)
+
+
+def md_text_in(title: str, md: str) -> bool:
+    from graft.survey.output import md_escape
+
+    return f"- {md_escape(title)}: " in md
+
+
+def _heading_shared_by_half(idx, survey: dict) -> None:
+    from graft.survey.outline import content_stems
+
+    for sec in survey["sections"]:
+        want = content_stems(sec["title"])
+        printed = {c["citation"]["paper_id"] for s in (x for p in sec["paragraphs"] for x in p["sentences"])
+                   if not s["dropped"] for c in s["clauses"] if c["citation"]["status"] != "removed"}
+        have = [content_stems(f"{idx.papers['title'][idx.row(p)]} {idx.papers['abstract'][idx.row(p)]}")
+                for p in printed]
+        assert want and 2 * sum(want <= h for h in have) >= len(have), (sec["title"], len(have))
+
+
+def test_headings_name_what_half_of_their_papers_share_on_real_topics(acl, offline_survey, tmp_path) -> None:
+    """A heading's content words occur in the title or abstract of at least half of the papers its
+    section discusses, on two topics of the corpus."""
+    from graft.survey.pipeline import write_survey
+
+    idx, tools = acl
+    result, config = offline_survey
+    _heading_shared_by_half(idx, json.loads(result.paths["json"].read_text()))
+    other = write_survey(idx, "summarization", tmp_path / "summ", config, tools=tools)
+    _heading_shared_by_half(idx, json.loads(other.paths["json"].read_text()))
 
 
 def test_rerun_gives_the_same_survey(acl, offline_survey, tmp_path) -> None:
@@ -428,6 +539,14 @@ def scripted_model(hit: int, body: dict):
     elif content.startswith("Write this section"):
         ps = data["papers"]
         method = [{"clauses": [{"text": p["method"][0], "cite": p["key"]}]} for p in ps if p["method"]]
+        # a relation the prompt gives, stated on the sentence of its (later) paper; and one it does not give
+        for r in data["relations"][:1]:
+            first, other = r["papers"]
+            for x in method:
+                if x["clauses"][0]["cite"] == first:
+                    x.update(relation=r["kind"], to=other)
+        if len(method) > 1 and "relation" not in method[-1]:
+            method[-1].update(relation="builds_on", to=method[0]["clauses"][0]["cite"])
         odd = [{"clauses": [{"text": UNSUPPORTED, "cite": "P1"}]},
                {"clauses": [{"text": f"{NAMED_SOURCE}: {ps[0]['method'][0]}", "cite": "P1"}]},
                {"clauses": [{"text": ps[0]["problem"][0], "cite": "P99"}]}]  # P99 is invented
@@ -476,7 +595,7 @@ def test_openai_backend_writes_verifies_and_resumes_from_cache(acl, tmp_path) ->
     server.behave = scripted_model
     try:
         config = SurveyConfig(llm="openai", model="scripted", base_url=server.url, sections=2,
-                              papers_per_section=3, max_concurrency=3)
+                              papers_per_section=6, max_concurrency=3)
         with pytest.raises(KeyboardInterrupt):
             write_survey(idx, TOPIC, tmp_path / "crashed", config, CrashAt("verify"), tools=tools)
         assert not (tmp_path / "crashed" / "survey.md").exists()
@@ -503,6 +622,14 @@ def test_openai_backend_writes_verifies_and_resumes_from_cache(acl, tmp_path) ->
     section_prompts = [b["messages"][-1]["content"] for b in server.bodies
                        if b["messages"][-1]["content"].startswith("Write this section")]
     assert section_prompts and all("exactly ONE paper" in c and "problem" in c for c in section_prompts)
+    # the prompts carry the sections' relations and paragraph groups, by the papers' keys
+    datas = [_data_block(c) for c in section_prompts]
+    assert all({"relations", "groups"} <= set(d) for d in datas)
+    assert any(d["relations"] for d in datas), "no section had a relation to give the model"
+    for d in datas:
+        keys = {p["key"] for p in d["papers"]}
+        assert sorted(k for g in d["groups"] for k in g) == sorted(keys)
+        assert all(set(r["papers"]) <= keys for r in d["relations"])
     corpus = set(idx.paper_ids)
     clauses = list(_clauses(a))
     statuses = {c["citation"]["status"] for c in clauses}
@@ -530,6 +657,18 @@ def test_openai_backend_writes_verifies_and_resumes_from_cache(acl, tmp_path) ->
     assert pinned, "no clause pinned on a paper that does not say it was caught"
     assert {r["paper_id"] for r in a["references"]} <= corpus
     assert all(r["judge"] == "support test + openai:scripted" for c in clauses for r in c["rounds"])
+    # a relation the model marks gets the computed connective when the index holds it, none otherwise
+    for sec in a["sections"]:
+        held = {(r["kind"], *r["papers"]) for r in sec["relations"]}
+        for p in sec["paragraphs"]:
+            for x in p["sentences"]:
+                if x["opener"]:
+                    pid = x["clauses"][0]["citation"]["paper_id"]
+                    other = _opener_papers(x["opener"])[0]
+                    assert (x["relation"], pid, other) in held or (x["relation"] != "builds_on"
+                                                                   and (x["relation"], other, pid) in held)
+    assert any(x["opener"] for x in _sentences(a)), "no relation the model stated was printed"
+    _heading_shared_by_half(idx, a)  # the model's headings too, or the offline writer's in their place
     assert a["backend_stats"].get("write_answers", 0) >= 2 and a["backend"] == "openai:scripted"
     assert "openai:scripted was asked whether the paper says it" in md
 

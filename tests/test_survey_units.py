@@ -572,22 +572,236 @@ def test_paper_text_cannot_close_the_prompts_data_block() -> None:
     assert json.loads(block.split("<data>\n", 1)[1].rsplit("\n</data>", 1)[0]) == data
 
 
-def test_method_transitions_claim_similarity_only_within_a_group_and_do_not_repeat() -> None:
+def test_rewriting_from_we_keeps_agreement_case_and_symbols() -> None:
+    """"We propose and empirically test" -> "proposes and empirically tests"; a sentence opening with
+    "A" after "notes that" is lower-cased; "~" meaning "about" and "≈" are kept, a TeX tie is a space."""
+    from graft.survey.latex import to_markdown
+    from graft.survey.prose import PaperName, as_clause
+
+    tadam, snell = PaperName("TADAM"), PaperName("Snell et al.", plural=True)
+    assert as_clause("We propose and empirically test a practical procedure.", tadam, "method") == \
+        "TADAM proposes and empirically tests a practical procedure"
+    assert as_clause("We further extend X to zero-shot learning and achieve strong results.", tadam, "method") == \
+        "TADAM further extends X to zero-shot learning and achieves strong results"
+    assert as_clause("We propose and test a parser.", snell, "method") == "Snell et al. propose and test a parser"
+    assert as_clause("Based on gradient-based meta-learning, we propose a hierarchical algorithm.", tadam,
+                     "method") == "TADAM, based on gradient-based meta-learning, proposes a hierarchical algorithm"
+    assert as_clause("A critical challenge in meta-learning is task uncertainty.", PaperName("HSML"), "problem") == \
+        "HSML notes that a critical challenge in meta-learning is task uncertainty"
+    assert as_clause("A major drawback is cost.", PaperName("\\textit{You Only Propagate Once}"), "method") == \
+        "in \\textit{You Only Propagate Once}, a major drawback is cost"
+    md = to_markdown("approximately 1/5 ~ 1/4 GPU time (see Fig.~3), (~10%), 1/5~1/4, x ≈ 4", md_escape)
+    assert md == "approximately 1/5 \\~ 1/4 GPU time (see Fig. 3), (\\~10%), 1/5\\~1/4, x ≈ 4"
+
+
+def test_a_sentence_reporting_earlier_work_is_recognised() -> None:
+    """Not a paper's own method or result: what earlier work did ("previous work claims", "many
+    state-of-the-art systems focus on"), whatever clause it opens; a comparison with it is the paper's."""
+    from graft.survey.prose import PRIOR_WORK
+
+    for prior in ("In spite of the diversity of the tasks, previous work claims that one learner wins",
+                  "While previous such methods have been successful, they resort to gradient descent",
+                  "Many state-of-the-art summarization systems focus on content coverage",
+                  "Recently, many works have tried to augment the performance of NER"):
+        assert PRIOR_WORK.search(prior), prior
+    for own in ("We propose X that outperforms many existing methods", "Our method beats most baselines",
+                "We show that our model is better than other approaches"):
+        assert not PRIOR_WORK.search(own), own
+
+
+def test_glued_words_are_split_by_the_corpus_vocabulary() -> None:
+    """PDF artefacts ("state-ofthe-art", "onesentence", "humanengineered") are split when the corpus
+    uses the two words, as a pair or a compound; real words, acronyms and names are left alone."""
+    from graft.survey.prose import Vocabulary
+
+    corpus = (["the state of the art of summarization", "a one-sentence summary", "one sentence each"] * 3
+              + ["human-engineered features and human effort", "engineered by humans"] * 2
+              + ["we outperform the baselines on the benchmark", "MAML and BERT"] * 40)
+    vocab = Vocabulary(corpus)
+    assert vocab.repair("many state-ofthe-art systems") == "many state-of-the-art systems"
+    assert vocab.repair("a onesentence summary") == "a one-sentence summary"
+    assert vocab.repair("Humanengineered features") == "Human-engineered features"
+    for kept in ("we outperform the baselines", "MAML and BERT", "a benchmark", "theorem"):
+        assert vocab.repair(kept) == kept
+
+
+def test_a_paper_is_named_by_a_name_it_defines_and_never_shares_one() -> None:
+    """The name is the paper's own (a title prefix, "called X", an acronym spelled out right after the
+    proposing verb), never a general term's acronym the abstract uses ("CNN", "GD"); two papers with
+    the same short name are both named by their titles."""
     from types import SimpleNamespace
 
-    from graft.survey.prose import PaperName
+    import polars as pl
+
+    from graft.survey.prose import defined_name
+    from graft.survey.writer import Composer
+
+    assert defined_name("Hierarchically Structured Meta-learning",
+                        "Based on gradient-based meta-learning, we propose a hierarchically structured "
+                        "meta-learning (HSML) algorithm that tailors knowledge.") == "HSML"
+    assert defined_name("Learning to Self-Train", "We propose a novel semi-supervised meta-learning method "
+                        "called learning to self-train (LST) that leverages unlabeled data.") == "LST"
+    assert defined_name("HyperTransformer Model Generation for Few Shot Learning",
+                        "We propose a HyperTransformer, a Transformer-based model for supervised and "
+                        "semi-supervised few-shot learning that generates weights of a convolutional neural "
+                        "network (CNN) directly from support samples.") is None
+    assert defined_name("Uniform convergence may be unable to explain generalization in deep learning",
+                        "We then present examples of overparameterized linear classifiers and neural networks "
+                        "trained by gradient descent (GD) where uniform convergence fails.") is None
+    assert defined_name("Improving Self Supervised Learning",
+                        "Despite the empirical successes of self-supervised learning (SSL) methods, it is "
+                        "unclear what matters.") is None
+    rows = [{"paper_id": "a", "title": "Deep Recurrent Generative Decoder for Summarization", "year": 2017,
+             "abstract": "", "authors": ["Piji Li", "Wai Lam", "Lidong Bing"]},
+            {"paper_id": "b", "title": "Ensure the Correctness of the Summary", "year": 2018, "abstract": "",
+             "authors": ["Haoran Li", "Junnan Zhu", "Jiajun Zhang"]},
+            {"paper_id": "c", "title": "Ensemble Methods", "year": 2018, "abstract": "", "authors": ["Chin Yew Lin"]},
+            {"paper_id": "d", "title": "A Very Long Title That Goes On And On About Many Things Indeed",
+             "year": 2019, "abstract": "", "authors": []}]
+    papers = pl.DataFrame(rows)
+    index = SimpleNamespace(papers=papers, row=lambda p: "abcd".index(p))
+    vectors = SimpleNamespace(facet_items=lambda pid, facet=None: [], item_text=[])
+    composer = Composer(index, vectors, encode=None)
+    composer.settle_names(["a", "b", "c", "d"])
+    names = [composer.name_of(composer.profile(p)).text for p in "abcd"]
+    assert len(set(names)) == 4 and "Li et al." not in names and names[2] == "Lin"
+    assert names[0] == "\\textit{Deep Recurrent Generative Decoder for Summarization}"
+    assert names[3].startswith("\\textit{A Very Long Title") and "study" not in " ".join(names)
+
+
+def test_benchmarks_and_metrics_are_the_names_an_abstract_reports_on() -> None:
+    from graft.survey.relate import benchmarks, metrics
+
+    text = ("We evaluate on ImageNet-LOC and PASCAL VOC. Our method, based on BERT, improves accuracy. We report "
+            "on the challenging Meta-Dataset benchmark, and our algorithm improves one-shot accuracy on Omniglot. "
+            "Matching Networks perform well. We achieve results on the CU-Birds dataset. Based on MAML, we adapt.")
+    assert benchmarks(text) == ["ImageNet-LOC", "PASCAL VOC", "Meta-Dataset", "Omniglot", "CU-Birds"]
+    assert benchmarks(text, own_names=["Omniglot"]) == ["ImageNet-LOC", "PASCAL VOC", "Meta-Dataset", "CU-Birds"]
+    assert benchmarks("We train on ResNet-18, on Markov decision processes and on Real-world datasets.") == []
+    assert metrics("improves ROUGE-L and accuracy, BLEU and accuracy again") == ["ROUGE-L", "accuracy", "BLEU"]
+
+
+def _relation_index():
+    """Four papers: b (2019) cites a (2017); c (2016) cites d (2018), a citation of a newer paper (not
+    building on it); a and b share a problem, a and c a method; a and b both report on Omniglot."""
+    from types import SimpleNamespace
+
+    import polars as pl
+    import scipy.sparse as sp
+
+    rows = [{"paper_id": "a", "title": "A", "year": 2017, "abstract": "We report accuracy on Omniglot.",
+             "authors": []},
+            {"paper_id": "b", "title": "B", "year": 2019, "abstract": "Experiments on Omniglot and CIFAR-10.",
+             "authors": []},
+            {"paper_id": "c", "title": "C", "year": 2016, "abstract": "Results on SVHN.", "authors": []},
+            {"paper_id": "d", "title": "D", "year": 2018, "abstract": "Nothing named.", "authors": []}]
+    cites = sp.csr_matrix((np.ones(2, np.float32), ([1, 2], [0, 3])), shape=(4, 4))
+    index = SimpleNamespace(papers=pl.DataFrame(rows), row=lambda p: "abcd".index(p), citation_matrix=cites)
+    # item rows: 0-3 problems of a-d, 4-7 methods of a-d
+    items = np.zeros((8, 4), np.float32)
+    items[0] = items[1] = [1, 0, 0, 0]  # a, b: the same problem
+    items[2], items[3] = [0, 1, 0, 0], [0, 0, 1, 0]
+    items[4] = items[6] = [0, 0, 0, 1]  # a, c: alike methods
+    items[5], items[7] = [0, 1, 0, 0], [0, 0, 1, 0]
+
+    def facet_items(pid, facet=None):
+        i = "abcd".index(pid)
+        return {"problem": [i], "method": [4 + i]}.get(facet, [i, 4 + i])
+
+    return index, SimpleNamespace(items=items, facet_items=facet_items)
+
+
+def test_relations_between_a_sections_papers_come_from_facets_links_years_and_benchmarks() -> None:
+    from graft.survey.relate import section_relations, summary
+    from graft.survey.types import ref
+
+    index, vectors = _relation_index()
+    rels = section_relations(index, vectors, ["a", "b", "c", "d"])
+    got = {(r.kind, *r.papers, r.detail) for r in rels}
+    assert got == {("builds_on", "b", "a", ""), ("same_problem", "a", "b", ""), ("similar_method", "a", "c", ""),
+                   ("same_benchmark", "a", "b", "Omniglot")}
+    names = {p: p.upper() for p in "abcd"}
+    text = summary(rels, ["a", "b", "c"], names, "Few-shot results", 2)
+    assert text.startswith("2 of the 3 papers discussed here name few-shot results in their title or abstract.")
+    assert f"A {ref('a')} and B {ref('b')} address the same problem with different methods." in text
+    assert f"B {ref('b')} cites and builds on A {ref('a')}." in text and "report results on Omniglot" in text
+    authors = summary(rels, ["a", "b"], {"a": "Vinyals et al.", "b": "Snell et al."}, "", 0)
+    assert f"Snell et al. {ref('b')} cite and build on Vinyals et al. {ref('a')}." in authors
+    assert "D" not in text.replace("different", "")  # d is not printed: never named
+
+
+def test_a_section_is_written_paper_by_paper_with_connectives_only_from_relations() -> None:
+    """Each paper's problem, method and result read together; a sentence opens with a connective only
+    when a relation stands behind it, and it names the related paper written about before."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from graft.survey.relate import section_relations
+    from graft.survey.types import Candidate, ref
+    from graft.survey.writer import Composer
+
+    index, vectors = _relation_index()
+    sentences = {"a": ["The few-shot problem remains hard for current learners.",
+                       "We propose a metric learner for episodic training of classifiers.",
+                       "Our method reaches high accuracy on Omniglot with few labels."],
+                 "b": ["Few-shot learning remains hard for modern neural networks.",
+                       "We propose a memory module that adapts the classifier quickly.",
+                       "Experiments show strong accuracy on Omniglot and CIFAR-10 with few labels."],
+                 "c": ["Labels remain scarce in many vision applications today.",
+                       "We propose a metric learner with a learned distance function.",
+                       "Results on SVHN show clear gains over the baselines we compare."],
+                 "d": ["Some unrelated challenge remains open for the field.",
+                       "We introduce an unrelated solver for sparse linear systems.",
+                       "The solver runs faster than direct methods on large systems."]}
+    text = [t for p in "abcd" for t in sentences[p]]
+    facets = ["problem", "method", "result"]
+    vectors.item_text = text
+    vectors.items = np.eye(12, dtype=np.float32)
+    rels = section_relations(index, SimpleNamespace(items=_relation_index()[1].items,
+                                                    facet_items=_relation_index()[1].facet_items), list("abcd"))
+    vectors.facet_items = lambda pid, facet=None: [3 * "abcd".index(pid) + facets.index(facet)] \
+        if facet in facets else []
+    index.papers = index.papers.with_columns(pl.Series("abstract", [" ".join(sentences[p]) for p in "abcd"]))
+    composer = Composer(index, vectors, encode=lambda xs: np.ones((len(xs), 12), np.float32))
+    drafts = composer.write_section("few-shot", [Candidate(p, p.upper()) for p in "abcd"], rels)
+    order = [d.clauses[0].paper_id for d in drafts]
+    # a paper in one place: its sentences are consecutive; the related papers share a paragraph, d apart
+    assert [p for i, p in enumerate(order) if i == 0 or order[i - 1] != p] == ["c", "a", "b", "d"]
+    para = {d.clauses[0].paper_id: d.paragraph for d in drafts}
+    assert para["a"] == para["b"] == para["c"] != para["d"]
+    openers = {(d.clauses[0].paper_id, d.part): (d.relation, d.opener) for d in drafts if d.opener}
+    assert openers == {("a", "method"): ("similar_method", f"Like C {ref('c')},".replace("C", "\\textit{C}")),
+                       ("b", "method"): ("builds_on", f"Building on \\textit{{A}} {ref('a')},"),
+                       ("b", "result"): ("same_benchmark", f"On Omniglot, also used by \\textit{{A}} {ref('a')},")}
+    # b addresses the same problem as a: its problem is not restated; later sentences say "it"
+    assert [d.part for d in drafts if d.clauses[0].paper_id == "b"] == ["method", "result"]
+    assert drafts[1].clauses[0].text.startswith("it ") or drafts[1].clauses[0].text.startswith("in ")
+
+
+def test_a_papers_method_is_said_in_its_authors_voice_when_it_can_be() -> None:
+    """A method facet may hold background ("Lattice-LSTM has a complex architecture"): the sentence in
+    the authors' voice ("We propose ...") is written, even when the other is closer to the section."""
+    from types import SimpleNamespace
+
     from graft.survey.writer import Composer, Profile
 
-    vecs = np.eye(6, dtype=np.float32)
-    vecs[1] = vecs[0]  # methods 0 and 1 are alike; 2-5 are like nothing else
-    long = " ".join(["word"] * 30)  # too long to share a sentence: one clause a sentence
-    items = [(Profile(f"p{i}", PaperName(f"Author{i} et al.", plural=True), f"T{i}"), "method",
-              f"We propose method {i} with {long}.", i) for i in range(6)]
-    composer = Composer(index=None, vectors=SimpleNamespace(items=vecs), encode=None)
-    drafts = composer._method_sentences(items)
-    openers = [d.opener for d in drafts]
-    assert [d.clauses[0].paper_id for d in drafts] == [f"p{i}" for i in range(6)]
-    assert openers[:2] == ["", "Similarly,"]  # the group of two
-    apart = openers[2:]
-    assert apart[0] == "In contrast," and not any(o in ("Similarly,", "Along the same lines,") for o in apart)
-    assert all(a != b for a, b in zip(openers, openers[1:]))
+    items = np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    composer = Composer(index=None, vectors=SimpleNamespace(items=items), encode=None)
+    prof = Profile("p", None, "T", clauses={"method": [("Lattice-LSTM has a complex model architecture.", 0),
+                                                       ("We propose a simpler lexicon encoding for NER.", 1)]})
+    focus = np.array([1.0, 0.0], dtype=np.float32)
+    assert composer.pick(prof, "method", focus, set())[0].startswith("We propose")
+    assert composer.pick(prof, "problem", focus, set()) is None
+
+
+def test_a_computed_statement_prints_reference_numbers_and_never_points_at_nothing() -> None:
+    """Openers, summaries and table cells mark papers by id: printed as their numbers, and a statement
+    naming a paper the survey does not print is left out; paper text cannot forge a mark."""
+    from graft.survey.output import render_refs
+    from graft.survey.types import ref, unref
+
+    numbers = {"a": 1, "b": 2}
+    assert render_refs(f"Building on *MAML* {ref('a')} and X {ref('b')},", numbers) == "Building on \\*MAML\\* [1] and X [2],"
+    assert render_refs(f"Like Y {ref('zz')},", numbers) is None
+    assert unref(f"Title {ref('a')} here") == "Title a here"

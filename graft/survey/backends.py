@@ -41,11 +41,12 @@ from graft.llm.prompt import DATA_RULE, data_block
 from graft.models import model_folder_problem
 from graft.survey.compose import claim_facet, document_frequencies, heading, key_phrases, spherical_kmeans
 from graft.survey.config import SurveyConfig, SurveyError
-from graft.survey.outline import noun_phrase, phrase_heading
+from graft.survey.latex import plain_text
+from graft.survey.outline import content_stems, noun_phrase, phrase_heading, theme_heading
 from graft.survey.prose import as_clause, clean_clause
 from graft.survey.retrieve import PaperVectors, papers_until
 from graft.survey.support import SupportSettings, SupportTest
-from graft.survey.types import Candidate, ClauseDraft, SentenceDraft
+from graft.survey.types import Candidate, ClauseDraft, Relation, SentenceDraft
 from graft.survey.writer import Composer
 
 PARTS = ("problem", "method", "result", "gap")
@@ -82,9 +83,10 @@ class SurveyContext:
         return Composer(self.index, self.vectors, self.encode)
 
     def name_words(self, paper_id: str) -> list[str]:
-        """Words that name a paper in prose (its authors' surnames or short name): not claims."""
-        prof = self.composer.profile(paper_id)
-        return (prof.name.text.split() if prof.name else []) + prof.title.split()[:0]
+        """Words that name a paper in prose (its authors' surnames, its short name or the title it is
+        named by): not claims."""
+        composer = self.composer
+        return plain_text(composer.name_of(composer.profile(paper_id)).text).split()
 
 
 #: Phrase document frequencies over an index's facet items, per (index path, corpus hash): headings
@@ -179,10 +181,46 @@ class OfflineBackend:
             out.append((title, f"{title}. {central}".strip()))
         return out[:n]
 
+    def _texts(self, paper_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        index = self.ctx.index
+        papers = index.papers
+        return ([str(papers["title"][index.row(p)] or "") for p in paper_ids],
+                [str(papers["abstract"][index.row(p)] or "") for p in paper_ids])
+
+    def theme_section(self, topic: str, title: str, first: Sequence[Candidate], rest: Sequence[Candidate], n: int,
+                      avoid: set[str], others: Sequence[str] = ()) -> tuple[str, list[Candidate], bool]:
+        """A section's heading and papers, so that the heading names what at least half of them share:
+        the best `n` papers (the central ones, `first`, always) when a phrase of theirs is shared by half
+        of them (`outline.theme_heading`, against the rest of the pool: `others`, ids); else the phrase
+        the most of all the candidates share (3 at least, else 2), with the candidates that share it (and
+        the central ones); else (no shared phrase) the noun phrase
+        their titles share most, or the old heading, over the best `n`. The third value says whether the
+        heading is shared by half of the papers (a theme)."""
+        avoid = {a.lower() for a in avoid}
+        best = list(first) + list(rest)[: max(0, n - len(first))]
+        rest_texts = [" ".join(x) for x in zip(*self._texts(others))] if others else []
+        got = theme_heading(*self._texts([c.paper_id for c in best]), rest_texts, avoid=avoid, topic=topic)
+        if got is not None:
+            return got[0], best, True
+        every = list(first) + list(rest)
+        titles, abstracts = self._texts([c.paper_id for c in every])
+        for least in (3, 2):
+            got = theme_heading(titles, abstracts, rest_texts, avoid=avoid, topic=topic, min_papers=least)
+            if got is None:
+                continue
+            want = content_stems(got[0])
+            shares = [want <= content_stems(f"{t} {a}") for t, a in zip(titles, abstracts)]
+            keep = {i for i in range(len(first))}
+            for i in [i for i in range(len(first), len(every)) if shares[i]]:
+                if len(keep) < max(n, len(first)):
+                    keep.add(i)
+            if 2 * sum(shares[j] for j in keep) >= len(keep):
+                return got[0], [every[i] for i in sorted(keep)], True
+        return self.retitle(topic, title, best, avoid), best, False
+
     def retitle(self, topic: str, title: str, papers: Sequence[Candidate], avoid: set[str]) -> str:
-        """The heading of the papers a section finally discusses (its theme was named from its share
-        of the pool, which its own retrieval and the topic filter change): the noun phrase their
-        titles share, else (or when that is one word and the old heading a phrase) the heading it had."""
+        """The noun phrase the titles of a section's papers share most (`outline.phrase_heading`), else
+        (or when that is one word and the old heading a phrase) the heading it had."""
         index, vectors = self.ctx.index, self.ctx.vectors
         titles = index.papers["title"].to_list()
         background = corpus_background(index, vectors.item_text + titles)
@@ -194,10 +232,10 @@ class OfflineBackend:
         return new
 
     # ---- writing ----------------------------------------------------------------------------
-    def write_section(self, topic: str, section: str, description: str,
-                      papers: Sequence[Candidate]) -> list[SentenceDraft]:
-        """Facet-ordered sentences from the papers' own sentences (`graft.survey.writer`)."""
-        return self.ctx.composer.write_section(description, papers)
+    def write_section(self, topic: str, section: str, description: str, papers: Sequence[Candidate],
+                      relations: Sequence[Relation] = ()) -> list[SentenceDraft]:
+        """Paragraphs of related papers from the papers' own sentences (`graft.survey.writer`)."""
+        return self.ctx.composer.write_section(description, papers, relations)
 
     # ---- verification ------------------------------------------------------------------------
     def judge(self, text: str, paper_id: str) -> bool | None:
@@ -398,34 +436,62 @@ class LLMBackend:
         return [(" ".join(s["title"].split()), " ".join(s["description"].split()) or s["title"])
                 for s in secs][:n]
 
-    def write_section(self, topic: str, section: str, description: str,
-                      papers: Sequence[Candidate]) -> list[SentenceDraft]:
-        """The section in four paragraphs (problems, methods grouped and compared, results, open
-        gaps), every sentence a list of clauses that each cite exactly one paper."""
+    def theme_section(self, topic: str, title: str, first: Sequence[Candidate], rest: Sequence[Candidate], n: int,
+                      avoid: set[str], others: Sequence[str] = ()) -> tuple[str, list[Candidate], bool]:
+        """The model's heading when its content words occur in at least half of the section's best `n`
+        papers (title or abstract), with those papers; else the offline writer's heading and papers
+        (`OfflineBackend.theme_section`), counted as a fallback."""
+        best = list(first) + list(rest)[: max(0, n - len(first))]
+        want = content_stems(title)
+        titles, abstracts = self.offline._texts([c.paper_id for c in best])
+        shared = sum(want <= content_stems(f"{t} {a}") for t, a in zip(titles, abstracts))
+        if want and best and 2 * shared >= len(best) and title.lower() not in {a.lower() for a in avoid}:
+            return title, best, True
+        self._fallback("heading")
+        return self.offline.theme_section(topic, title, first, rest, n, avoid, others)
+
+    def write_section(self, topic: str, section: str, description: str, papers: Sequence[Candidate],
+                      relations: Sequence[Relation] = ()) -> list[SentenceDraft]:
+        """The section as the offline writer lays it out: one paragraph per group of related papers
+        (`Composer.order`), each paper's problem, method and result together; the prompt carries the
+        relations between the papers (`graft.survey.relate`), and a sentence the model marks as stating
+        one gets the computed connective for it (the model's own words never relate papers)."""
         keys = {f"P{i + 1}": c.paper_id for i, c in enumerate(papers)}
+        key_of = {v: k for k, v in keys.items()}
+        composer = self.offline.ctx.composer
+        groups = composer.order(papers, relations)
         obj = self._ask(
             "write",
-            "Write this section of the survey from the papers' facet items, in four paragraphs in this order: "
-            "problem (the problems the papers address), method (their methods, similar ones grouped and "
-            "compared side by side), result (the results they report), gap (open questions they state). "
-            "Each sentence is a list of clauses; each clause is about exactly ONE paper, states only what that "
-            "paper's items say, names the paper by its name, and cites that paper's key. A sentence about "
-            "two papers has two clauses joined by a connective given as the second clause's lead (\"while\", "
-            "\"and\", \"whereas\"). No other citations, author names, years or links in the text. JSON: "
-            '{"paragraphs": [{"part": "problem", "sentences": [{"clauses": [{"text": "...", "cite": "P1"}, '
-            '{"lead": "while", "text": "...", "cite": "P2"}]}]}]}',
-            {"topic": topic, "section": section, "papers": [self._paper(c, k) for k, c in zip(keys, papers)]})
+            "Write this section of the survey from the papers' facet items, one paragraph per group of related "
+            "papers given in `groups`, in that order. Inside a paragraph write each paper in one place: its "
+            "problem, its method, its result, in that order. `relations` lists what the papers share and where "
+            "they differ (same_problem: the same problem with different methods; similar_method; builds_on: the "
+            "first paper cites and builds on the second; same_benchmark: both report on `detail`). A sentence "
+            "that states one of them gives its kind as \"relation\" and the other paper's key as \"to\"; the "
+            "connective is added for you, so the text itself names no other paper and opens with no connective. "
+            "A sentence no relation stands behind has no relation. Each sentence is a list of clauses; each clause "
+            "is about exactly ONE paper, states only what that paper's items say, names the paper by its name, "
+            "and cites that paper's key. No other citations, author names, years or links in the text. JSON: "
+            '{"paragraphs": [{"papers": ["P1", "P2"], "sentences": [{"clauses": [{"text": "...", "cite": "P1"}]}, '
+            '{"relation": "builds_on", "to": "P1", "clauses": [{"text": "...", "cite": "P2"}]}]}]}',
+            {"topic": topic, "section": section, "papers": [self._paper(c, k) for k, c in zip(keys, papers)],
+             "groups": [[key_of[p] for p in g] for g in groups],
+             "relations": [{"kind": r.kind, "papers": [key_of[p] for p in r.papers if p in key_of],
+                            **({"detail": r.detail} if r.detail else {})} for r in relations]})
         paras = obj.get("paragraphs") if obj else None
         ok = isinstance(paras, list) and paras and all(
-            isinstance(p, dict) and p.get("part") in PARTS and isinstance(p.get("sentences"), list)
+            isinstance(p, dict) and isinstance(p.get("sentences"), list)
             and all(isinstance(x, dict) and isinstance(x.get("clauses"), list) and x["clauses"]
                     and all(isinstance(c, dict) and isinstance(c.get("text"), str) and isinstance(c.get("cite"), str)
                             for c in x["clauses"]) for x in p["sentences"]) for p in paras)
         if not ok:
             self._fallback("write")
-            return self.offline.write_section(topic, section, description, papers)
+            return self.offline.write_section(topic, section, description, papers, relations)
+        # a relation is held for (kind, this paper, the other); builds_on only from the later paper
+        held = {(r.kind, a, b): r for r in relations for a, b in ((r.papers[0], r.papers[1]), (r.papers[1], r.papers[0]))
+                if r.kind != "builds_on" or a == r.papers[0]}
         out: list[SentenceDraft] = []
-        for p in sorted(paras, key=lambda p: PARTS.index(p["part"])):
+        for k, p in enumerate(paras):
             for x in p["sentences"]:
                 clauses = []
                 for c in x["clauses"]:
@@ -437,8 +503,15 @@ class LLMBackend:
                     pid = keys.get(c["cite"].strip(), f"unknown:{c['cite']}")
                     clauses.append(ClauseDraft(text=text, paper_id=pid, facet=claim_facet(text), lead=lead,
                                                source="llm"))
-                if clauses:
-                    out.append(SentenceDraft(clauses, p["part"]))
+                if not clauses:
+                    continue
+                # the connective is the computed one, and only for a relation the index holds
+                kind, to = str(x.get("relation") or ""), keys.get(str(x.get("to") or "").strip())
+                rel = held.get((kind, clauses[0].paper_id, to or ""))
+                opener = composer.opener(kind, [to], rel.detail) if rel is not None and to else ""
+                facet = clauses[0].facet
+                out.append(SentenceDraft(clauses, facet if facet in PARTS else "method", opener, k,
+                                         kind if opener else ""))
         return out
 
     def judge(self, text: str, paper_id: str) -> bool | None:

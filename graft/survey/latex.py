@@ -141,8 +141,9 @@ def _text_segments(text: str) -> list[tuple[str, str]]:
                 continue
             i = j
             continue
-        if ch == "~":
-            buf.append(" ")
+        if ch == "~":  # a tie between two words ("Fig.~3"); spaced or before a number it means "about"
+            tie = 0 < i < n - 1 and (text[i - 1].isalpha() or text[i - 1] in ".,") and not text[i + 1].isspace()
+            buf.append(" " if tie else "~")
         elif text.startswith("---", i):
             buf.append("—")
             i += 3

@@ -142,3 +142,74 @@ def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tupl
     longer = [x for x in scored if len(x[1].split()) > 1]
     scored = sorted(longer or scored, key=lambda x: (-x[0], x[1]))
     return _case(scored[0][1]) if scored else None
+
+
+def content_stems(text: str) -> set[str]:
+    """The content words of a text, stemmed, hyphenated words split ("Few-shot classification" ->
+    {"few", "shot", "classification"} stemmed); function words left out."""
+    from graft.survey.compose import STOPWORDS
+    from graft.survey.support import stem
+
+    out: set[str] = set()
+    for w in re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*", plain_text(text).lower()):
+        for part in w.split("-"):
+            if part in STOPWORDS or part in _BREAK or len(part) < 3 or part.isdigit():
+                continue
+            out.add(stem(part))
+    return out
+
+
+def _sub_phrases(chunk: str) -> list[str]:
+    """A title phrase and the phrases its end makes, which keep its head noun ("Semi-Supervised
+    Few-Shot Classification" -> itself, "Few-Shot Classification", "Classification"; never "Named
+    Entity" of "Named Entity Recognition")."""
+    ws = chunk.split()
+    return [" ".join(ws[i:]) for i in range(len(ws))]
+
+
+def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[str], *,
+                  avoid: set[str] = frozenset(), topic: str = "", min_papers: int = 0) -> tuple[str, float] | None:
+    """The heading of a section: the noun phrase of its papers' titles (or a part of one) whose
+    content words occur in the most of its papers (`titles` with `texts`: title and abstract), set
+    against the papers of the other sections (`others`: their titles and abstracts) as class-based
+    TF-IDF does: score = share inside x log(1 + 1 / (share outside + 0.05)), longer phrases preferred.
+    A heading's content words occur in at least half of the section's papers; it repeats no word, is
+    not the topic and not in `avoid`; a single word must not be generic. Returns (heading, share
+    inside), or None when no phrase is shared by half of the papers (`min_papers`: by that many of
+    them instead)."""
+    docs = [content_stems(f"{t} {x}") for t, x in zip(titles, texts)]
+    rest = [content_stems(o) for o in others]
+    topic_stems = content_stems(topic)
+    best: tuple[float, str, float] | None = None
+    seen: set[str] = set()
+    # the phrases of the titles first (a title names its paper's theme best), then the noun phrases of
+    # two or three words the abstracts share (a run between function words, its head kept)
+    candidates: list[tuple[str, float]] = [(p, 1.0) for t in titles for c in title_chunks(t) for p in _sub_phrases(c)]
+    from graft.survey.compose import STOPWORDS
+
+    counts: dict[str, int] = {}
+    for x in texts:
+        found = {p for c in title_chunks(x, max_words=3) for p in _sub_phrases(c) if len(p.split()) >= 2
+                 and not any(w.lower() in STOPWORDS for w in p.split())}
+        for p in found:
+            counts[p] = counts.get(p, 0) + 1
+    candidates += [(p, 0.8) for p, n in sorted(counts.items()) if (n >= min_papers if min_papers else 2 * n >= len(texts))]
+    for phrase, weight in candidates:
+        key = normalize_text(phrase)
+        ws = key.split()
+        if key in seen or key in avoid or len(set(ws)) < len(ws) or not noun_phrase(key):
+            continue
+        seen.add(key)
+        want = content_stems(phrase)
+        if not want or want <= topic_stems or all(len(w) < 3 or w.isdigit() for w in ws):
+            continue
+        n_in = sum(want <= d for d in docs)
+        inside = n_in / max(len(docs), 1)
+        if (n_in < min_papers) if min_papers else (2 * inside < 1):
+            continue
+        outside = sum(want <= d for d in rest) / max(len(rest), 1)
+        score = weight * inside * math.log(1 + 1 / (outside + 0.05)) * (
+            0.6 if len(ws) == 1 else 1 + 0.15 * (len(ws) - 2))
+        if best is None or (score, phrase) > (best[0], best[1]):
+            best = (score, phrase, inside)
+    return (_case(best[1]), best[2]) if best else None

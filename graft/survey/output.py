@@ -20,7 +20,7 @@ from graft.index import Index
 from graft.store import atomic_path, folder_problem, json_text
 from graft.survey.config import SurveyError
 from graft.survey.latex import to_markdown
-from graft.survey.types import Clause, Section, Sentence, join_clauses
+from graft.survey.types import REF_CLOSE, REF_OPEN, TABLE_COLUMNS, Clause, Section, Sentence, join_clauses
 from graft.survey.verify import SUPPORTED
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~!$&])")
@@ -62,15 +62,40 @@ def numbering(sections: list[Section]) -> dict[str, int]:
     return order
 
 
+_REF = re.compile(f"{REF_OPEN}([^{REF_CLOSE}]*){REF_CLOSE}")
+
+
+def render_refs(text: str, numbers: dict[str, int]) -> str | None:
+    """A computed statement (`types.ref` marks for papers) as Markdown with reference numbers; None
+    when it names a paper the survey does not print (the statement would point at nothing)."""
+    out, pos = [], 0
+    for m in _REF.finditer(text):
+        if m.group(1) not in numbers:
+            return None
+        out += [_spaced(text[pos:m.start()]), f"[{numbers[m.group(1)]}]"]
+        pos = m.end()
+    out.append(_spaced(text[pos:]))
+    return "".join(out).strip()
+
+
+def _spaced(piece: str) -> str:
+    """A piece of text as Markdown, keeping the spaces at its ends."""
+    if not piece.strip():
+        return " " if piece else ""
+    return (" " if piece[0].isspace() else "") + md_text(piece) + (" " if piece[-1].isspace() else "")
+
+
 def render_sentence(sentence: Sentence, numbers: dict[str, int]) -> str:
     """One sentence: each clause followed by its own citation, "A [1], while B [2]."; "" when no clause
-    is printed (never a sentence with an empty citation)."""
+    is printed (never a sentence with an empty citation). An opener that names a paper the survey
+    does not print is left out."""
     clauses = printed(sentence)
     if not clauses:
         return ""
     # the lead ("while") may be a model's words: data, escaped as the clause is
     parts = [(md_escape(c.lead), md_text(c.text).rstrip(" ."), str(numbers[c.citation.paper_id])) for c in clauses]
-    return join_clauses(parts, md_text(sentence.opener) if sentence.opener else "")
+    opener = render_refs(sentence.opener, numbers) if sentence.opener else ""
+    return join_clauses(parts, opener or "")
 
 
 def _cell(text: str) -> str:
@@ -81,12 +106,18 @@ def _cell(text: str) -> str:
 def render_table(sec: Section, numbers: dict[str, int], i: int) -> list[str]:
     if not sec.table:
         return []
-    lines = [f"*Table {i}. {md_escape(sec.title)}: the papers' own problem, method and result statements "
-             "(shortened).*", "", "| Paper | Problem | Method | Result |", "|---|---|---|---|"]
+    heads = [h for _, h in TABLE_COLUMNS]
+    lines = [f"*Table {i}. {md_escape(sec.title)}: what the prose does not say — each paper's year, the benchmarks "
+             "and metrics its abstract names, and the surveyed papers it cites that are not newer.*", "",
+             "| Paper | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
     for row in sec.table:
         who = f"{md_text(row.name)} [{numbers[row.paper_id]}]" if row.name else f"[{numbers[row.paper_id]}]"
-        lines.append(f"| {who} | {_cell(row.cells.get('problem', ''))} | {_cell(row.cells.get('method', ''))} | "
-                     f"{_cell(row.cells.get('result', ''))} |")
+        cells = []
+        for key, _ in TABLE_COLUMNS:
+            text = row.cells.get(key, "")
+            got = render_refs(text, numbers) if text else ""
+            cells.append(re.sub(r"(?<!\\)\|", r"\\|", got) if got else "—")
+        lines.append(f"| {who} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -112,6 +143,12 @@ def render_coverage(coverage: dict[str, Any] | None, numbers: dict[str, int]) ->
         lines += [f"- {md_text(x['title'])} (`{md_escape(x['paper_id'])}`): {md_escape(x['why'])}"
                   for x in coverage["off_topic"]]
         lines.append("")
+    if coverage.get("off_topic_sections"):
+        lines += ["Groups not written as sections (their papers are not about the topic, or share no theme):", ""]
+        for x in coverage["off_topic_sections"]:
+            lines.append(f"- {md_escape(x['title'])}: " + "; ".join(
+                f"{md_text(p['title'])} (`{md_escape(p['paper_id'])}`)" for p in x["papers"]) + f" ({md_escape(x['why'])})")
+        lines.append("")
     thin = coverage.get("thin_sections", [])
     if thin:
         lines += ["Thin sections:", ""]
@@ -121,8 +158,12 @@ def render_coverage(coverage: dict[str, Any] | None, numbers: dict[str, int]) ->
                 bits.append("no " + " or ".join(f"{m} statement" for m in t["missing"]) + " passed the checks")
             lines.append(f"- {md_escape(t['section'])}: " + "; ".join(bits))
         lines.append("")
-    else:
-        lines += ["Every section discusses at least three papers and states their problems, methods and results.", ""]
+    stated = coverage.get("statements")
+    if stated:
+        lines += [f"Of the {stated['papers']} papers discussed, {stated['all_three']} have their problem, method and "
+                  f"result stated; {stated['method']} their method, {stated['result']} a result and "
+                  f"{stated['problem']} their problem (a paper that addresses the same problem as one before it "
+                  "is not given the problem again).", ""]
     return lines
 
 
@@ -131,6 +172,9 @@ def render_markdown(title: str, sections: list[Section], index: Index, numbers: 
     lines = [f"# {md_escape(title)}", "", f"*{md_escape(note)}*", ""]
     for i, sec in enumerate(sections, 1):
         lines += [f"## {i} {md_escape(sec.title)}", ""]
+        summary = render_refs(sec.summary, numbers) if sec.summary else None
+        if summary:
+            lines += [summary, ""]
         for para in sec.paragraphs:
             text = " ".join(t for t in (render_sentence(s, numbers) for s in para.sentences) if t)
             if text:

@@ -2,13 +2,17 @@
 
 topic -> query expansion -> facet-attributed retrieval (fused over descriptions) -> two-stage fusion
 rerank -> sections (themes of the pool) -> per section: retrieval + rerank, the topic's central
-papers first -> sections written in parallel, facet by facet (problems, methods, results, open
-gaps), every clause citing one paper -> clause-by-clause citation verification -> comparison
-tables -> survey.md (with a coverage appendix), references.bib, survey.json.
+papers, a heading half its papers share (groups off the topic or with no shared phrase are not
+written) -> paper names fixed for the survey, the relations between each section's papers computed
+-> sections written in parallel, paragraphs of related papers, each paper's problem, method and
+result together, every clause citing one paper -> clause-by-clause citation verification -> each
+section's summary of its relations and its table (year, benchmarks, metrics, builds on) -> survey.md
+(with a coverage appendix), references.bib, survey.json.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,9 +29,11 @@ from graft.survey.config import SurveyConfig, SurveyError
 from graft.survey.expand import expand_topic
 from graft.survey.outline import assign, level_one
 from graft.survey.output import check_out_dir, numbering, plain, write_outputs
+from graft.survey.relate import section_relations
+from graft.survey.relate import summary as relation_summary
 from graft.survey.rerank import Literature, relevant, two_stage_rerank
 from graft.survey.retrieve import DenseIndex, QueryTools, TopicRetriever, fuse_with_pool, papers_until
-from graft.survey.types import Candidate, Section
+from graft.survey.types import Candidate, Relation, Section, unref
 from graft.survey.verify import Verifier, drop_duplicates, mark_unverified, summarize, verify_all
 from graft.survey.write import paragraphs, write_sections
 
@@ -259,7 +265,9 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
         adv(1)
 
     sections: list[Section] = []
-    jobs: list[tuple[str, str, list[Candidate]]] = []
+    jobs: list[tuple[str, str, list[Candidate], list[Relation]]] = []
+    off_sections: list[dict[str, Any]] = []
+    unthemed: list[dict[str, Any]] = []
     taken: set[str] = set()
     # every pool paper belongs to the section whose description it is closest to; a section ranks its
     # share of the pool together with the best `section_pool` papers of its own fresh retrieval
@@ -278,18 +286,47 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             # floor or tied to the topic's literature; without it (or tied papers not discussed) the floor
             if not (config.rerank and config.tied_discussed):
                 rest = [c for c in rest if float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor]
-            papers = (first + rest)[: max(config.papers_per_section, len(first))]
+            if hasattr(backend, "theme_section"):  # a heading half the papers it discusses share
+                used = {s.title for s in sections} | {h for h, _ in heads if h != title}
+                mine = {c.paper_id for c in first + rest}
+                new, papers, shared = backend.theme_section(topic, title, first, rest, config.papers_per_section,
+                                                            used, [c.paper_id for c in pool if c.paper_id not in mine])
+                title = new if new not in used else title
+                if not shared and papers:  # no phrase half of them share: not a theme, unless nothing else is
+                    unthemed.append({"title": title, "description": description, "papers": papers,
+                                     "why": "no phrase is shared by half of its papers"})
+                    adv(1)
+                    continue
+            else:
+                papers = (first + rest)[: max(config.papers_per_section, len(first))]
             if not papers:
                 adv(1)
                 continue
+            # a theme whose papers are mostly not about the topic (kept for their links alone) is not written
+            on = sum(float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor for c in papers)
+            if not first and 2 * on < len(papers):
+                off_sections.append({"title": title, "papers": [{"paper_id": c.paper_id, "title": c.title}
+                                                                for c in papers],
+                                     "why": f"{on} of its {len(papers)} papers reach the topic's relevance floor"})
+                adv(1)
+                continue
             taken.update(c.paper_id for c in papers)
-            if hasattr(backend, "retitle"):  # the offline writer names the papers it discusses
-                used = {s.title for s in sections} | {h for h, _ in heads if h != title}
-                new = backend.retitle(topic, title, papers, used)
-                title = new if new not in used else title
             sections.append(Section(title=title, description=description, papers=[c.paper_id for c in papers]))
-            jobs.append((title, description, papers))
+            jobs.append((title, description, papers, []))
             adv(1)
+    if not sections and unthemed:  # a survey of one loose section rather than none
+        loose = unthemed.pop(0)
+        sections.append(Section(title=loose["title"], description=loose["description"],
+                                papers=[c.paper_id for c in loose["papers"]]))
+        jobs.append((loose["title"], loose["description"], loose["papers"], []))
+    off_sections += [{"title": u["title"], "papers": [{"paper_id": c.paper_id, "title": c.title} for c in u["papers"]],
+                      "why": u["why"]} for u in unthemed]
+    # names are fixed for the whole survey (no two papers share one), then each section's relations
+    ctx.composer.settle_names([c.paper_id for job in jobs for c in job[2]])
+    for sec, job in zip(sections, jobs):
+        sec.relations = section_relations(index, vectors, sec.papers,
+                                          [ctx.composer.name_of(ctx.composer.profile(p)).text for p in sec.papers])
+        job[3].extend(sec.relations)
 
     with reporter.stage("write", total=len(jobs), unit="sections") as adv:
         written = write_sections(jobs, backend, topic=topic, max_concurrency=config.max_concurrency,
@@ -315,17 +352,26 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     if not kept:
         raise SurveyError(f"no sentence about {topic!r} could be verified against its cited papers; "
                           "try a broader topic or a corpus that covers it")
+    name_first_mentions(sections, ctx.composer)
+    everywhere = [p for sec in sections for s in sec.sentences() if not s.dropped for p in s.cited()]
     for sec in sections:
-        discussed = {p for s in sec.sentences() if not s.dropped for p in s.cited()}
-        sec.table = [row for row in ctx.composer.table([c for c in jobs[sections.index(sec)][2]])
+        discussed = list(dict.fromkeys(p for s in sec.sentences() if not s.dropped for p in s.cited()))
+        sec.table = [row for row in ctx.composer.table([c for c in jobs[sections.index(sec)][2]], everywhere)
                      if row.paper_id in discussed]
+        theme, named = theme_coverage(sec.title, discussed, index)
+        sec.summary = relation_summary(sec.relations, discussed,
+                                       {p: unref(ctx.composer.name_of(ctx.composer.profile(p)).text)
+                                        for p in discussed},
+                                       theme if 2 * named >= len(discussed) else "", named)
     verification["table_cells"] = check_table(sections, ctx) if config.verify else {"checked": 0, "passed": 0}
     sections = [sec for sec in sections if any(not s.dropped for s in sec.sentences())]
+    verification["relations"] = relation_counts(sections)
 
     title = f"{topic}: a survey"
     backend_stats = dict(getattr(backend, "stats", {}))
     _check_not_degraded(backend.name, backend_stats, getattr(backend, "first_error", None))
     coverage = coverage_report(chosen, sections, section_pools, central, index)
+    coverage["off_topic_sections"] = off_sections
     with reporter.stage("output", total=3, unit="files") as adv:
         note = checked_note(index, backend.name, config, verification)
         meta = {
@@ -363,21 +409,88 @@ def central_papers(index: Index, pool: list[str], n: int) -> list[str]:
 
 
 def check_table(sections: list[Section], ctx: SurveyContext) -> dict[str, int]:
-    """Run every table cell (a paper's own facet item, shortened) through the support test against
-    its row's paper; a cell that fails is emptied. Returns {"checked", "passed"}."""
+    """Check every table cell against its row's paper: a year against its metadata, each benchmark
+    and metric name against the paper's title and abstract (found there word for word), each paper it
+    builds on against the citation links and years; a cell that fails is emptied. Returns
+    {"checked", "passed"}."""
+    from graft.survey.relate import builds_on_links
+    from graft.survey.types import REF_CLOSE, REF_OPEN
+
+    index = ctx.index
     checked = passed = 0
     for sec in sections:
         for row in sec.table:
-            for facet, text in row.cells.items():
-                if not text:
+            node = index.row(row.paper_id)
+            text = plain(f"{index.papers['title'][node] or ''} {index.papers['abstract'][node] or ''}")
+            for key, cell in row.cells.items():
+                if not cell:
                     continue
                 checked += 1
-                v = ctx.support.check(text.rstrip(" …"), row.paper_id, ignore=ctx.name_words(row.paper_id))
-                if v.supported:
+                if key == "year":
+                    ok = cell == str(index.papers["year"][node])
+                elif key == "builds_on":
+                    cited = [x.split(REF_CLOSE)[0] for x in cell.split(REF_OPEN)[1:]]
+                    links = set(builds_on_links(index, [row.paper_id, *cited]))
+                    ok = all((row.paper_id, p) in links for p in cited)
+                else:
+                    ok = all(re.search(rf"(?<![\w-]){re.escape(x.strip())}(?![\w-])", text, re.I) for x in cell.split(","))
+                if ok:
                     passed += 1
                 else:
-                    row.cells[facet] = ""
+                    row.cells[key] = ""
     return {"checked": checked, "passed": passed}
+
+
+def name_first_mentions(sections: list[Section], composer: Any) -> None:
+    """A paper's first printed clause in its section names it: when verification removed the sentence
+    that did, the next one's "it" / "they" becomes the paper's name (the verb already agrees)."""
+    for sec in sections:
+        named: set[str] = set()
+        for s in sec.sentences():
+            if s.dropped:
+                continue
+            for c in s.kept_clauses():
+                pid = c.citation.paper_id
+                if pid in named:
+                    continue
+                named.add(pid)
+                m = re.match(r"(it|they) ", c.text)
+                if m and not pid.startswith("unknown:"):
+                    c.text = composer.name_of(composer.profile(pid)).text + c.text[m.end() - 1:]
+
+
+def relation_counts(sections: list[Section]) -> dict[str, int]:
+    """How many computed statements relating papers the survey prints: the sentences of the
+    sections' summaries, and the openers (a relation) of printed sentences whose papers are all
+    printed."""
+    from graft.survey.types import REF_CLOSE, REF_OPEN
+
+    printed_ids = {p for sec in sections for s in sec.sentences() if not s.dropped for p in s.cited()}
+    summary = sum(len(re.findall(r"[.!?](?:\s|$)", sec.summary)) for sec in sections if sec.summary)
+    openers = 0
+    for sec in sections:
+        for s in sec.sentences():
+            if s.dropped or not s.relation or not s.cited():
+                continue
+            named = [x.split(REF_CLOSE)[0] for x in s.opener.split(REF_OPEN)[1:]]
+            openers += all(p in printed_ids for p in named)
+    return {"summary_sentences": summary, "openers": openers, "statements": summary + openers}
+
+
+def theme_coverage(heading: str, paper_ids: list[str], index: Index) -> tuple[str, int]:
+    """The heading and how many of the papers name all its content words (stemmed) in their title or
+    abstract."""
+    from graft.survey.outline import content_stems
+
+    want = content_stems(heading)
+    if not want:
+        return heading, 0
+    n = 0
+    for p in paper_ids:
+        node = index.row(p)
+        have = content_stems(f"{index.papers['title'][node] or ''} {index.papers['abstract'][node] or ''}")
+        n += want <= have
+    return heading, n
 
 
 def checked_note(index: Index, backend: str, config: SurveyConfig, verification: dict[str, Any]) -> str:
@@ -397,9 +510,21 @@ def checked_note(index: Index, backend: str, config: SurveyConfig, verification:
             f"paper{judge}. {v['first_check_passed']} of {v['first_check']} clauses passed at once; "
             f"{v['clauses_repaired']} were rewritten from the cited paper's own sentences and checked again; "
             f"{v['citations'].get('removed', 0)} citations that still failed were removed with their clauses "
-            f"(survey.json lists each). Table cells are the papers' own facet items, shortened, checked the same "
-            f"way ({v.get('table_cells', {}).get('passed', 0)} of {v.get('table_cells', {}).get('checked', 0)} "
-            f"passed).")
+            f"(survey.json lists each). Table cells — a paper's year, the benchmarks and metrics its abstract names, "
+            f"the surveyed papers it cites that are not newer — were checked against its metadata, abstract and "
+            f"citation links ({v.get('table_cells', {}).get('passed', 0)} of "
+            f"{v.get('table_cells', {}).get('checked', 0)} passed).{_relations_note(v)}")
+
+
+def _relations_note(v: dict[str, Any]) -> str:
+    """The header's sentence on the computed statements (relations), from their counts."""
+    r = v.get("relations", {})
+    if not r.get("statements"):
+        return ""
+    return (f" The {r['statements']} statements that relate papers (the same problem with different methods, "
+            f"similar methods, one paper building on another, results on the same benchmark) are computed from "
+            f"facet similarity, citation links, years and the benchmarks the abstracts name, not taken from the "
+            f"papers.")
 
 
 def coverage_report(chosen: TopicPool, sections: list[Section], section_pools: dict[str, list[Candidate]],
@@ -432,7 +557,7 @@ def coverage_report(chosen: TopicPool, sections: list[Section], section_pools: d
                         "why": f"off-topic: cosine with the topic {cos:.2f} < {chosen.floor:.2f}{tied}"})
     thin = []
     for sec in sections:
-        parts = {p.part for p in sec.paragraphs if any(not s.dropped for s in p.sentences)}
+        parts = {"method" if s.part == "contribution" else s.part for s in sec.sentences() if not s.dropped}
         n = len({p for s in sec.sentences() if not s.dropped for p in s.cited()})
         missing = [p for p in ("problem", "method", "result") if p not in parts]
         if n < 3 or missing:
@@ -441,5 +566,15 @@ def coverage_report(chosen: TopicPool, sections: list[Section], section_pools: d
     for p in central:
         where[p] = next((sec.title for sec in sections if p in {x for s in sec.sentences() if not s.dropped
                                                                for x in s.cited()}), None)
-    return {"left_out": left, "off_topic": off[:k], "thin_sections": thin,
+    facets: dict[str, set[str]] = {}
+    for sec in sections:
+        for s in sec.sentences():
+            if s.dropped:
+                continue
+            for c in s.kept_clauses():
+                kind = "method" if c.facet == "contribution" else c.facet
+                facets.setdefault(c.citation.paper_id, set()).add(kind)
+    statements = {"papers": len(facets), "all_three": sum({"problem", "method", "result"} <= f for f in facets.values()),
+                  **{k: sum(k in f for f in facets.values()) for k in ("problem", "method", "result")}}
+    return {"left_out": left, "off_topic": off[:k], "thin_sections": thin, "statements": statements,
             "central": [{"paper_id": p, "title": titles[index.row(p)], "section": where[p]} for p in central]}

@@ -74,6 +74,9 @@ _LEAD = re.compile(
     r"instead|meanwhile|in practice|in summary|overall|as a result|to do so|for this purpose|"
     r"to address (?:this|these|the above) (?:issue|issues|problem|problems|challenge|challenges|"
     r"limitation|limitations|gap|question)|in (?:this|the present|our) (?:paper|work|study|article|note)|"
+    r"to (?:address|tackle|solve|overcome|alleviate|mitigate|fill|bridge|remedy) (?:this|these|it|them|that)|"
+    r"based on (?:this|these|that)(?: (?:observation|observations|insight|insights|analysis|finding|findings))?|"
+    r"motivated by (?:this|these)(?: \w+)?|inspired by (?:this|these)(?: \w+)?|"
     r"here|concretely|technically|empirically|theoretically|experimentally|besides|also|"
     r"more specifically|more precisely|in other words|as such|to this aim|but|yet|still|again|"
     r"in (?:our|their|this|the proposed) (?:approach|method|framework|setting|model|analysis|case))\s*,?\s+)+",
@@ -124,16 +127,71 @@ class PaperName:
     plural: bool = False
 
 
-_ACRONYM = re.compile(r"\b(?:call(?:ed)?|name(?:d)?|dub(?:bed)?|term(?:ed)?|coin(?:ed)?)\s+(?:it\s+)?"
-                      r"[\"'`]*([A-Z][A-Za-z0-9]*[A-Z0-9][A-Za-z0-9+-]*)")
+_CALLED = re.compile(r"\b(?:call(?:ed)?|name(?:d)?|dub(?:bed)?|term(?:ed)?|coin(?:ed)?)\s+(?:it\s+)?"
+                     r"[\"'`]*([A-Z][A-Za-z0-9]*[A-Z0-9][A-Za-z0-9+-]*)")
 _PAREN_ACRONYM = re.compile(r"\(([A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9+-]*)\)")
-_PROPOSE = re.compile(r"\b(?:propose|introduce|present|develop|design|devise|call|name|dub|term)", re.I)
+_PROPOSE = re.compile(r"\b(?:propose|introduce|present|develop|design|devise|call|name|dub|term)\w*", re.I)
+#: Words after the proposing verb within which a defined acronym names what the paper proposes
+#: ("we propose a hierarchically structured meta-learning (HSML) algorithm"); an acronym further on
+#: abbreviates a term the sentence uses ("... weights of a convolutional neural network (CNN)").
+_NAME_WINDOW = 8
+
+
+def _initials(words_: list[str]) -> str:
+    """The initial letters of words and of their hyphen parts and inner capitals, upper case:
+    "hierarchically structured meta-learning" -> "HSML"."""
+    out = []
+    for w in words_:
+        for part in re.split(r"[-/]", w):
+            caps = re.findall(r"[A-Z]", part[1:])
+            if part:
+                out.append(part[0].upper() + "".join(caps))
+    return "".join(out)
+
+
+def _expands(acronym: str, before: list[str]) -> bool:
+    """Whether the words before "(ACRONYM)" spell it: its capitals are a subsequence of their
+    initials and its first capital is the initial of one of the last few words."""
+    letters = re.sub(r"[^A-Z]", "", acronym)
+    if len(letters) < 2:
+        return False
+    for start in range(max(0, len(before) - len(letters) - 3), len(before)):
+        initials = _initials(before[start:])
+        if not initials or initials[0] != letters[0]:
+            continue
+        it = iter(initials)
+        if all(ch in it for ch in letters):
+            return True
+    return False
+
+
+def defined_name(title: str, abstract: str = "") -> str | None:
+    """A short name the paper defines for itself: the part of its title before a colon when that is a
+    short name ("BERT: Pre-training ..."), else the name its abstract gives what it proposes ("...
+    which we call ProtoNet", "we propose a hierarchically structured meta-learning (HSML)
+    algorithm"). An acronym the abstract only uses for a general term ("a convolutional neural
+    network (CNN)" far from the proposing verb) is not the paper's name. None when there is none."""
+    head = plain_text(title).split(":", 1)
+    if len(head) == 2 and 1 <= len(head[0].split()) <= 3 and re.search(r"[A-Z]", head[0]):
+        return head[0].strip()
+    for s in split_sentences(plain_text(abstract))[:6]:
+        m = _CALLED.search(s)
+        if m:
+            return m.group(1)
+        for verb in _PROPOSE.finditer(s):
+            after = s[verb.end():]
+            for m in _PAREN_ACRONYM.finditer(after):
+                before = after[: m.start()].split()
+                if len(before) > _NAME_WINDOW or len(m.group(1)) > 15:
+                    break
+                if _expands(m.group(1), before):
+                    return m.group(1)
+    return None
 
 
 def paper_name(title: str, authors: list[str] | None = None, abstract: str = "") -> PaperName | None:
-    """A short name for a paper: its authors ("Snell et al.", "Smith and Jones"), else the system
-    the abstract names ("... which we call ProtoNet", "a new model (BERT)"), else the part of the
-    title before a colon when it is a short name ("BERT: Pre-training ..."); None when there is none."""
+    """A short name for a paper: its authors ("Snell et al.", "Smith and Jones"), else the name it
+    defines for itself (`defined_name`); None when there is none."""
     names = [" ".join(str(a).split()) for a in (authors or []) if str(a).strip()]
     if names:
         last = [n.split()[-1] for n in names]
@@ -142,18 +200,8 @@ def paper_name(title: str, authors: list[str] | None = None, abstract: str = "")
         if len(last) == 2:
             return PaperName(f"{last[0]} and {last[1]}", True)
         return PaperName(f"{last[0]} et al.", True)
-    head = plain_text(title).split(":", 1)
-    if len(head) == 2 and 1 <= len(head[0].split()) <= 3 and re.search(r"[A-Z]", head[0]):
-        return PaperName(head[0].strip(), False)
-    for s in split_sentences(plain_text(abstract))[:6]:
-        m = _ACRONYM.search(s)
-        if m:
-            return PaperName(m.group(1), False)
-        if _PROPOSE.search(s):
-            m = _PAREN_ACRONYM.search(s)
-            if m and len(m.group(1)) <= 15:
-                return PaperName(m.group(1), False)
-    return None
+    name = defined_name(title, abstract)
+    return PaperName(name, False) if name else None
 
 
 _IRREGULAR = {"have": "has", "are": "is", "were": "was", "do": "does", "go": "goes"}
@@ -179,17 +227,43 @@ def singular(verb: str) -> str:
     return verb + "s"
 
 
+#: Verbs a paper's authors coordinate with their first one ("we propose and empirically test",
+#: "we extend X to Y and achieve"): after "and" they take the subject's agreement too.
+_RESEARCH_VERBS = frozenset("""
+propose introduce present develop design devise test evaluate show demonstrate achieve obtain find provide
+prove establish derive apply use study analyze analyse compare outperform discuss observe conduct release
+report train improve investigate identify conclude argue explore validate verify suggest extend describe
+formulate leverage perform learn reach attain highlight offer construct build define characterize examine
+""".split())
+_AND_VERB = re.compile(r"(\band\s+(?:(?:also|then|further|empirically|theoretically|experimentally|finally)\s+)?)"
+                       r"([a-z]+)\b")
+
+
+def _agree_coordinated(rest: str) -> str:
+    """The verbs coordinated with a sentence's first one by "and" agree with a singular subject."""
+    def one(m: re.Match[str]) -> str:
+        verb = m.group(2)
+        return m.group(1) + (singular(verb) if verb in _RESEARCH_VERBS and verb not in _ADVERBS else verb)
+
+    return _AND_VERB.sub(one, rest)
+
+
 def _conjugate_after(subject: str, rest: str, plural: bool) -> str:
-    """`subject` + `rest` where rest opened with "we": the first verb agrees with the subject."""
+    """`subject` + `rest` where rest opened with "we": the first verb, and the verbs coordinated with it
+    ("propose and test"), agree with the subject."""
     if plural:
         return f"{subject} {rest}"
     parts = rest.split(" ", 2)
     if len(parts) >= 2 and parts[0].lower() in _ADVERBS:  # "we also propose": the verb after it agrees
-        return f"{subject} {parts[0]} {singular(parts[1])}" + (f" {parts[2]}" if len(parts) > 2 else "")
-    return f"{subject} {singular(parts[0])}" + (f" {' '.join(parts[1:])}" if len(parts) > 1 else "")
+        return f"{subject} {parts[0]} {singular(parts[1])}" + (f" {_agree_coordinated(parts[2])}"
+                                                                 if len(parts) > 2 else "")
+    return f"{subject} {singular(parts[0])}" + (f" {_agree_coordinated(' '.join(parts[1:]))}"
+                                                if len(parts) > 1 else "")
 
 
 _WE = re.compile(r"^(?:in this (?:paper|work|study|article|note)\s*,?\s*)?we\s+", re.I)
+#: A short opening phrase before "we" ("Based on X, we propose"): it can stand after the paper's name.
+_LEAD_THEN_WE = re.compile(r"^([^,;:()$]{3,80}?),\s+we\s+(?=[a-z])")
 _THIS = re.compile(r"^(?:this|the present|our) (?:paper|work|study|article|note)\s+", re.I)
 _LATER_WE = ((re.compile(r"\bwe\b"), "they"), (re.compile(r"\bWe\b"), "They"), (re.compile(r"\bour\b"), "their"),
              (re.compile(r"\bOur\b"), "Their"), (re.compile(r"\bus\b"), "them"),
@@ -205,7 +279,7 @@ def _third(text: str) -> str:
 def _lower_first(text: str) -> str:
     """Lower-case the first word unless it is a name or an acronym ("Transformers" stays)."""
     first = text.split(" ", 1)[0]
-    if re.fullmatch(r"[A-Z][a-z]+(?:-[a-z]+)*[,]?", first) and first.rstrip(",") not in ("I",):
+    if re.fullmatch(r"[A-Z][a-z]*(?:-[a-z]+)*[,]?", first) and first.rstrip(",") not in ("I",):
         return text[:1].lower() + text[1:]
     return text
 
@@ -233,6 +307,10 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
     m = _WE.match(clause)
     if m:
         return _third(_conjugate_after(name.text, clause[m.end():], name.plural))
+    m = _LEAD_THEN_WE.match(clause)
+    if m:  # "Based on X, we propose Y" -> "HSML, based on X, proposes Y"
+        lead = _lower_first(m.group(1))
+        return _third(_conjugate_after(f"{name.text}, {lead},", clause[m.end():], name.plural))
     m = _THIS.match(clause)
     if m:
         rest = clause[m.end():]
@@ -258,3 +336,91 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
 
 def sentence_case(text: str) -> str:
     return text[:1].upper() + text[1:] if text else text
+
+
+_TOKEN = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*")
+_PLAIN_WORD = re.compile(r"[a-z]+")
+
+
+class Vocabulary:
+    """Word and word-pair counts of a corpus's own text, to repair the words PDF extraction glued
+    together ("state-ofthe-art", "onesentence", "humanengineered"): a rare word that splits into two
+    words the corpus uses, as a pair ("of the") or a hyphenated compound ("human-engineered"), is
+    written split.
+
+    Args:
+        texts: the corpus's titles and abstracts.
+    """
+
+    def __init__(self, texts: list[str]) -> None:
+        from collections import Counter
+
+        words_: Counter[str] = Counter()
+        pairs: Counter[tuple[str, str]] = Counter()
+        joined: Counter[tuple[str, str]] = Counter()  # adjacent parts of hyphenated words ("the", "art")
+        for text in texts:
+            toks = _TOKEN.findall(str(text).lower())
+            words_.update(toks)
+            for tok in toks:
+                if "-" in tok:
+                    parts = tok.split("-")
+                    words_.update(parts)
+                    joined.update(zip(parts, parts[1:]))
+            pairs.update(zip(toks, toks[1:]))
+        self.words, self.pairs, self.joined = words_, pairs, joined
+
+    def split(self, word: str) -> tuple[str, str, str] | None:
+        """(left, joiner, right) when `word` (lower case) is two glued words, else None."""
+        n = self.words.get(word, 0)
+        if len(word) < 5:
+            return None
+        best: tuple[int, tuple[str, str, str]] | None = None
+        for i in range(2, len(word) - 1):
+            a, b = word[:i], word[i:]
+            ca, cb = self.words.get(a, 0), self.words.get(b, 0)
+            if not ca or not cb:
+                continue
+            hyphen = max(self.words.get(f"{a}-{b}", 0), self.joined.get((a, b), 0))
+            spaced = self.pairs.get((a, b), 0)
+            evidence = max(hyphen, spaced)
+            # the split is attested as a pair or compound: more often than the glued word when that is
+            # rare, five times as often when it recurs (an artefact repeated by one source); or both halves
+            # are common words and the glued word a one-off
+            if (evidence >= max(2, 2 * n) and (n <= 3 or evidence >= 5 * n)) or (
+                    n <= 1 and min(len(a), len(b)) >= 3 and min(ca, cb) >= 30):
+                score = evidence * 1000 + min(ca, cb)
+                if best is None or score > best[0]:
+                    best = (score, (a, "-" if hyphen and hyphen >= spaced else " ", b))
+        return best[1] if best else None
+
+    def repair(self, text: str) -> str:
+        """`text` with glued words split (`split`); a part of a hyphenated word is re-joined by a
+        hyphen ("state-ofthe-art" -> "state-of-the-art"); case kept."""
+        def fix_part(part: str, hyphenated: bool) -> str:
+            low = part.lower()
+            if not _PLAIN_WORD.fullmatch(low) or (part != low and part[1:] != low[1:]):
+                return part  # an acronym or a mixed-case name is never split
+            got = self.split(low)
+            if got is None:
+                return part
+            a, joiner, b = got
+            out = a + ("-" if hyphenated else joiner) + b
+            return out[:1].upper() + out[1:] if part[:1].isupper() else out
+
+        def one(m: re.Match[str]) -> str:
+            parts = m.group(0).split("-")
+            return "-".join(fix_part(p, len(parts) > 1) for p in parts)
+
+        return _TOKEN.sub(one, text)
+
+
+#: A sentence that reports earlier work rather than the paper's own contribution ("Previous work
+#: claims that ...", "Recent work has shown ...").
+PRIOR_WORK = re.compile(
+    r"(?:^|[,;]\s*)(?:(?:while|although|though|whereas|since|as|but)\s+)?(?:the\s+|these\s+)?"
+    r"(?:previous|prior|earlier|existing|recent|past|current|conventional|traditional|many|most|some)\s+"
+    r"(?:[\w-]+\s+){0,3}?(?:work|works|methods?|approaches|studies|research|literature|papers|models|techniques|"
+    r"algorithms|solutions|systems|efforts|attempts|analyses|defenses)\b"
+    r"|\bhave been (?:proposed|developed|studied|shown|introduced)\b|\bhas been (?:shown|proposed|studied)\b"
+    r"|\bit (?:has been|is) (?:shown|known|well known|widely believed)\b"
+    r"|\b(?:previous|prior|recent|existing) (?:work|works|studies|research) (?:has|have|claims?|shows?|showed)\b", re.I)

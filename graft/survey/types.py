@@ -67,13 +67,42 @@ class Clause:
         return self.citation.status != "removed"
 
 
+#: How prose refers to a paper inside a computed statement (an opener, a section's summary, a table
+#: cell): the paper's id between these marks, printed as its reference number ("[3]").
+REF_OPEN, REF_CLOSE = "\u27e6", "\u27e7"
+
+
+def ref(paper_id: str) -> str:
+    """The mark of a reference to `paper_id` inside a computed statement."""
+    return f"{REF_OPEN}{paper_id}{REF_CLOSE}"
+
+
+def unref(text: str) -> str:
+    """Paper text (a name, a title) made safe inside a computed statement: the reference marks removed."""
+    return text.replace(REF_OPEN, "").replace(REF_CLOSE, "")
+
+
+@dataclass
+class Relation:
+    """A relation between papers of one section, computed from the index (not a claim of a paper):
+    `same_problem` (similar problem items, different method items), `similar_method`, `builds_on`
+    (papers[0] cites papers[1] and is not older) or `same_benchmark` (both abstracts name `detail`)."""
+
+    kind: str
+    papers: list[str]
+    detail: str = ""
+    score: float = 0.0
+
+
 @dataclass
 class Sentence:
     """A sentence of the survey: one or more clauses, each citing its own paper."""
 
     clauses: list[Clause]
-    part: str  # the paragraph it belongs to: problem, method, result or gap
-    opener: str = ""  # a transition printed before the first clause ("Similarly,")
+    part: str  # the facet its clauses state: problem, method, result or gap
+    opener: str = ""  # a transition printed before the first clause, from a relation ("Building on X [1],")
+    paragraph: int = 0  # the paragraph of its section it belongs to
+    relation: str = ""  # the kind of the relation its opener states ("" for none)
     dropped: bool = False  # left out of survey.md: no clause kept, or a duplicate
     note: str = ""  # why it was dropped
 
@@ -106,19 +135,25 @@ def join_clauses(parts: list[tuple[str, str, str]], opener: str = "") -> str:
 
 @dataclass
 class Paragraph:
-    """The sentences of one part of a section: problem, method, result or gap."""
+    """The sentences of one paragraph of a section: a group of related papers ("group")."""
 
     part: str
     sentences: list[Sentence] = field(default_factory=list)
 
 
+#: The columns of a section's table, (key, heading): what the prose does not say about each paper.
+TABLE_COLUMNS = (("year", "Year"), ("benchmarks", "Benchmarks named"), ("metrics", "Metrics named"),
+                 ("builds_on", "Builds on (cites, not newer)"))
+
+
 @dataclass
 class TableRow:
-    """A row of a section's comparison table: one paper's facet items, shortened."""
+    """A row of a section's comparison table: one paper's year, the benchmarks and metrics its abstract
+    names, and the surveyed papers it builds on (`TABLE_COLUMNS`)."""
 
     paper_id: str
     name: str
-    cells: dict[str, str]  # facet -> text ("" when the paper has none or it failed the check)
+    cells: dict[str, str]  # column key -> text ("" when there is none or it failed the check)
 
 
 @dataclass
@@ -128,6 +163,8 @@ class Section:
     papers: list[str]  # the papers the section writes about, most central first
     paragraphs: list[Paragraph] = field(default_factory=list)
     table: list[TableRow] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+    summary: str = ""  # what its papers share and where they differ, computed (with `ref` marks)
 
     def sentences(self) -> list[Sentence]:
         return [s for p in self.paragraphs for s in p.sentences]
@@ -151,3 +188,5 @@ class SentenceDraft:
     clauses: list[ClauseDraft]
     part: str
     opener: str = ""
+    paragraph: int = 0
+    relation: str = ""

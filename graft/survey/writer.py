@@ -1,11 +1,15 @@
-"""The offline writer: a section's papers as facet-ordered prose and a comparison table, with no LLM.
+"""The offline writer: a section's papers as prose organised by how they relate, and a table of what
+the prose does not say, with no LLM.
 
-A section moves from the problems its papers address, to their methods (grouped by the similarity
-of their method items and set side by side), to the results they report, to the open questions
-they state, and ends with a table of paper x problem / method / result. Every clause is one
-paper's own sentence (the facet item restored to the whole abstract sentence it was cut from, see
-`prose.full_sentence`), rendered in the third person with that paper's name as subject, and cites
-that paper only; a sentence about two papers joins their clauses ("A ... [1], while B ... [2]").
+A section is written as paragraphs of related papers (`graft.survey.relate`: the same problem with
+different methods, similar methods, one building on another). Within a paragraph each paper is
+written in one place: its problem, its method and its result, in that order, the paper named once
+and then referred to as "it" / "they". A sentence opens with a connective only when a relation
+stands behind it ("Building on MAML [1],", "Addressing the same problem as X [2] with a different
+method,", "On Omniglot, also used by X [2],"). Every clause is one paper's own sentence (the facet item
+restored to the whole abstract sentence it was cut from, see `prose.full_sentence`), rendered in the
+third person, and cites that paper only. The table gives each paper's year, the benchmarks and
+metrics its abstract names, and the surveyed papers it builds on.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import numpy as np
 
 from graft.survey.latex import plain_text
 from graft.survey.prose import (
+    PRIOR_WORK,
     PaperName,
+    Vocabulary,
     as_clause,
     clean_clause,
     full_sentence,
@@ -29,29 +35,12 @@ from graft.survey.prose import (
     split_sentences,
     words,
 )
+from graft.survey.relate import benchmarks, builds_on_links, metrics
 from graft.survey.support import citation_like
-from graft.survey.types import Candidate, ClauseDraft, SentenceDraft, TableRow
+from graft.survey.types import Candidate, ClauseDraft, Relation, SentenceDraft, TableRow, ref, unref
 
 #: Clause length, in words, a survey sentence takes from a paper (longer items are cut sentences or lists).
 MIN_WORDS, MAX_WORDS = 6, 45
-#: Two clauses share a sentence when both are at most this long.
-PAIR_WORDS = 24
-#: Words a table cell keeps of a facet item.
-CELL_WORDS = 14
-#: A sentence that states a limitation or an open question (the "open gaps" paragraph).
-GAP_CUES = re.compile(
-    r"\b(?:remain(?:s|ed)?\b|open (?:problem|question|challenge)|lack(?:s|ing)?\b|limit(?:ed|ation|ations)\b|"
-    r"challeng\w*|unclear|unknown|not yet|little (?:is|work|attention)|few (?:works|studies|methods)|"
-    r"fail(?:s|ed)? to|insufficient|bottleneck|struggle|hard to|difficult|poorly understood|under-?explored)",
-    re.I)
-_OPENERS = {"problem": ["", "Relatedly,", "From another angle,", "In a related setting,"],
-            "method": ["", "Similarly,", "Along the same lines,", "In a similar spirit,", "Likewise,"],
-            "result": ["", "Likewise,", "On the empirical side,", "In turn,"],
-            "gap": ["", "Further,"]}
-#: Transitions between methods that share no group (no similarity is claimed between them).
-_APART_OPENERS = ("", "In other work,", "Elsewhere,", "Independently,")
-#: Transitions between groups of methods, in turn.
-_GROUP_OPENERS = ("In contrast,", "Taking a different route,", "Separately,", "Beyond these,")
 
 
 @dataclass
@@ -62,10 +51,19 @@ class Profile:
     name: PaperName | None
     title: str
     clauses: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # facet -> (sentence, item row)
+    year: int | None = None
+    abstract: str = ""
+
+
+#: A sentence in the authors' voice: what the paper itself does.
+OWN_VOICE = re.compile(r"^(?:we|our (?:method|approach|model|framework|system|algorithm)|(?:this|the present) "
+                       r"(?:paper|work|study|article))\b", re.I)
+#: Facets whose sentences must be the paper's own: a report of earlier work is not used for them.
+OWN_FACETS = ("method", "result", "contribution")
 
 
 class Composer:
-    """Facet-ordered sections from the papers' own sentences (see the module docstring).
+    """Sections of related papers from the papers' own sentences (see the module docstring).
 
     Args:
         index: the opened index; vectors: its `PaperVectors` (item texts and embeddings).
@@ -75,12 +73,25 @@ class Composer:
     def __init__(self, index: Any, vectors: Any, encode: Any) -> None:
         self.index, self.vectors, self.encode = index, vectors, encode
         self._profiles: dict[str, Profile] = {}
+        self._names: dict[str, PaperName] = {}
         self._lock = threading.Lock()
+        self._vocab: Vocabulary | None = None
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The corpus's own words (titles and abstracts), to repair glued words."""
+        with self._lock:
+            if self._vocab is None:
+                papers = self.index.papers
+                self._vocab = Vocabulary([str(t or "") for t in papers["title"].to_list()]
+                                         + [str(a or "") for a in papers["abstract"].to_list()])
+            return self._vocab
 
     def profile(self, paper_id: str) -> Profile:
         with self._lock:
             if paper_id in self._profiles:
                 return self._profiles[paper_id]
+        vocab = self.vocabulary
         node = self.index.row(paper_id)
         papers = self.index.papers
         title = str(papers["title"][node] or "")
@@ -88,18 +99,22 @@ class Composer:
         got = papers["authors"][node] if "authors" in papers.columns else None
         authors = [str(a) for a in got] if got is not None else []
         sentences = split_sentences(abstract)
-        prof = Profile(paper_id, paper_name(title, authors, abstract), title)
+        year = papers["year"][node]
+        prof = Profile(paper_id, paper_name(title, authors, abstract), title, year=int(year) if year else None,
+                       abstract=abstract)
         vectors = self.vectors
         for facet in ("problem", "method", "result", "contribution"):
             seen: set[str] = set()
             out = []
             for row in vectors.facet_items(paper_id, facet):
-                text = full_sentence(vectors.item_text[row], sentences)
+                text = vocab.repair(full_sentence(vectors.item_text[row], sentences))
                 key = " ".join(plain_text(text).lower().split())
                 if key in seen or not MIN_WORDS <= words(text) <= MAX_WORDS or not self_contained(text):
                     continue
                 if citation_like(text) or text.rstrip().endswith((":", "?")):
                     continue
+                if facet in OWN_FACETS and PRIOR_WORK.search(plain_text(text)):
+                    continue  # what earlier work did, not what this paper does
                 seen.add(key)
                 out.append((text, row))
             prof.clauses[facet] = out
@@ -107,118 +122,197 @@ class Composer:
             self._profiles.setdefault(paper_id, prof)
         return prof
 
-    def name_of(self, prof: Profile, nth: int) -> PaperName:
-        """The paper's name; a short title in italics; else "one study" / "another study"."""
-        if prof.name is not None:
-            return prof.name
-        title = short_title(prof.title)
-        if title:
-            return PaperName("\\textit{" + title + "}")
-        return PaperName("one study" if nth == 0 else "another study")
+    def settle_names(self, paper_ids: Sequence[str]) -> None:
+        """Fix the names of the papers one survey discusses: each its short name (`prose.paper_name`)
+        unless another paper of the survey has the same one, in which case both are named by their
+        titles; two papers never share a name."""
+        profs = [self.profile(p) for p in dict.fromkeys(paper_ids)]
+        count: dict[str, int] = {}
+        for prof in profs:
+            if prof.name is not None:
+                count[prof.name.text.lower()] = count.get(prof.name.text.lower(), 0) + 1
+        with self._lock:
+            for prof in profs:
+                if prof.name is not None and count[prof.name.text.lower()] == 1:
+                    self._names[prof.paper_id] = prof.name
+                else:
+                    self._names[prof.paper_id] = title_name(prof.title)
+
+    def name_of(self, prof: Profile, nth: int = 0) -> PaperName:
+        """The paper's name: as settled for the survey (`settle_names`), else its short name, else
+        its title in italics (never "one study")."""
+        with self._lock:
+            got = self._names.get(prof.paper_id)
+        if got is not None:
+            return got
+        return prof.name if prof.name is not None else title_name(prof.title)
 
     def pick(self, prof: Profile, facet: str, focus: np.ndarray, used: set[str],
              cue: re.Pattern[str] | None = None) -> tuple[str, int] | None:
-        """The paper's facet sentence closest to `focus` not used yet (only sentences matching `cue`)."""
-        best, best_sim = None, -2.0
+        """The paper's facet sentence closest to `focus` not used yet (only sentences matching `cue`);
+        for a method, a sentence in the authors' voice ("We propose ...", "This paper introduces ...")
+        before any other (a background sentence the facet holds says less of what the paper does)."""
+        best, best_key = None, (-1, -2.0)
         for text, row in prof.clauses.get(facet, []):
             if text in used or (cue is not None and not cue.search(plain_text(text))):
                 continue
-            sim = float(self.vectors.items[row] @ focus)
-            if sim > best_sim:
-                best, best_sim = (text, row), sim
+            own = int(facet in ("method", "contribution") and bool(OWN_VOICE.match(clean_clause(text))))
+            key = (own, float(self.vectors.items[row] @ focus))
+            if key > best_key:
+                best, best_key = (text, row), key
         return best
 
-    def write_section(self, description: str, papers: Sequence[Candidate]) -> list[SentenceDraft]:
-        """The section's sentences, paragraph by paragraph (problem, method, result, gap)."""
+    def order(self, papers: Sequence[Candidate], relations: Sequence[Relation]) -> list[list[str]]:
+        """The section's papers as paragraphs: groups of papers joined by a relation (same problem,
+        similar method, builds on), the group of the section's first paper first; inside a group the
+        older paper first (ties: the section's order); papers related to none are a paragraph together."""
+        ids = [c.paper_id for c in papers]
+        rank = {p: i for i, p in enumerate(ids)}
+        parent = {p: p for p in ids}
+
+        def find(x: str) -> str:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for r in relations:
+            if r.kind in ("same_problem", "similar_method", "builds_on") and all(p in parent for p in r.papers):
+                parent[find(r.papers[0])] = find(r.papers[1])
+        groups: dict[str, list[str]] = {}
+        for p in ids:
+            groups.setdefault(find(p), []).append(p)
+        together = [g for g in groups.values() if len(g) > 1]
+        alone = [g[0] for g in groups.values() if len(g) == 1]
+        years = {p: self.profile(p).year or 9999 for p in ids}
+        out = [sorted(g, key=lambda p: (years[p], rank[p])) for g in sorted(together, key=lambda g: rank[g[0]])]
+        return out + ([alone] if alone else [])
+
+    def write_section(self, description: str, papers: Sequence[Candidate],
+                      relations: Sequence[Relation] = ()) -> list[SentenceDraft]:
+        """The section's sentences: paragraphs of related papers (`order`), each paper's problem,
+        method and result together, openers only where a relation stands behind them."""
         focus = np.asarray(self.encode([description])[0], dtype=np.float32)
-        profiles = [self.profile(c.paper_id) for c in papers]
-        used: dict[str, set[str]] = {p.paper_id: set() for p in profiles}
         drafts: list[SentenceDraft] = []
-
-        def take(prof: Profile, facet: str, cue: re.Pattern[str] | None = None,
-                 facets: Sequence[str] = ()) -> tuple[Profile, str, str, int] | None:
-            for f in (facet, *facets):
-                got = self.pick(prof, f, focus, used[prof.paper_id], cue)
-                if got is not None:
-                    used[prof.paper_id].add(got[0])
-                    return prof, f, got[0], got[1]
-            return None
-
-        problems = [x for x in (take(p, "problem") for p in profiles[:3]) if x]
-        methods = [x for x in (take(p, "method", facets=("contribution",)) for p in profiles) if x]
-        results = [x for x in (take(p, "result") for p in profiles) if x][:4]
-        gaps = [x for x in (take(p, "problem", GAP_CUES, ("result", "contribution")) for p in profiles) if x][:2]
-        drafts += self._sentences("problem", problems, lead="while")
-        drafts += self._method_sentences(methods)
-        drafts += self._sentences("result", results, lead="while")
-        drafts += self._sentences("gap", gaps, lead="and")
+        written: list[str] = []  # papers already written about in this section
+        for k, group in enumerate(self.order(papers, relations)):
+            for pid in group:
+                drafts += self._paper_sentences(self.profile(pid), focus, relations, written, k)
+                written.append(pid)
         return drafts
 
-    def _clause(self, item: tuple[Profile, str, str, int], nth: int, lead: str = "") -> ClauseDraft:
-        prof, facet, text, _ = item
-        return ClauseDraft(text=as_clause(text, self.name_of(prof, nth), facet), paper_id=prof.paper_id,
-                           facet=facet, lead=lead, source="item")
+    def _paper_sentences(self, prof: Profile, focus: np.ndarray, relations: Sequence[Relation],
+                         before: list[str], paragraph: int) -> list[SentenceDraft]:
+        """One paper's sentences: problem, method, result; a relation to a paper written about before
+        it in the section opens the sentence it concerns."""
+        pid = prof.paper_id
+        used: set[str] = set()
 
-    def _sentences(self, part: str, items: Sequence[tuple[Profile, str, str, int]], lead: str,
-                   first_opener: str = "", openers: Sequence[str] | None = None) -> list[SentenceDraft]:
-        """Clauses two to a sentence when both are short, else one a sentence, with transitions
-        (the part's, in turn, none twice in a row)."""
+        def take(facet: str, *more: str, prefer: str = "") -> tuple[str, str, int] | None:
+            for f in (facet, *more):
+                options = prof.clauses.get(f, [])
+                if prefer:  # the sentence that names a shared benchmark, when there is one
+                    named = [(t, r) for t, r in options if prefer in plain_text(t) and t not in used]
+                    if named:
+                        used.add(named[0][0])
+                        return f, named[0][0], named[0][1]
+                got = self.pick(prof, f, focus, used)
+                if got is not None:
+                    used.add(got[0])
+                    return f, got[0], got[1]
+            return None
+
+        def related(kind: str) -> list[str]:
+            return [r.papers[1] if r.papers[0] == pid else r.papers[0] for r in relations
+                    if r.kind == kind and pid in r.papers and (r.papers[1] if r.papers[0] == pid else r.papers[0])
+                    in before]
+
+        earlier = [r.papers[1] for r in relations if r.kind == "builds_on" and r.papers[0] == pid
+                   and r.papers[1] in before]
+        same_problem, similar = related("same_problem"), related("similar_method")
+        shared = [(r.detail, r.papers[0] if r.papers[1] == pid else r.papers[1]) for r in relations
+                  if r.kind == "same_benchmark" and pid in r.papers
+                  and (r.papers[0] if r.papers[1] == pid else r.papers[1]) in before]
         out: list[SentenceDraft] = []
-        openers = list(openers or _OPENERS[part])
-        i = 0
-        while i < len(items):
-            nth = len(out)
-            opener = first_opener if nth == 0 else openers[1 + (nth - 1) % (len(openers) - 1)]
-            a = items[i]
-            if i + 1 < len(items) and words(a[2]) <= PAIR_WORDS and words(items[i + 1][2]) <= PAIR_WORDS:
-                out.append(SentenceDraft([self._clause(a, 0), self._clause(items[i + 1], 1, lead)], part, opener))
-                i += 2
+        name = self.name_of(prof)
+        pronoun = PaperName("they" if name.plural else "it", name.plural)
+
+        def sentence(item: tuple[str, str, int], opener: str = "", relation: str = "") -> None:
+            facet, text, _ = item
+            clause = as_clause(text, pronoun if out else name, facet)
+            if out and not clause.lower().startswith(pronoun.text + " "):  # "in it, ...", "it, based on": name it
+                clause = as_clause(text, name, facet)
+            out.append(SentenceDraft([ClauseDraft(text=clause, paper_id=pid, facet=facet, source="item")],
+                                     "problem" if facet == "problem" else "result" if facet == "result" else "method",
+                                     opener, paragraph, relation))
+
+        problem = None if same_problem else take("problem")
+        method = take("method", "contribution")
+        result = take("result", prefer=shared[0][0] if shared else "")
+        if problem:
+            sentence(problem)
+        if method:
+            # the same problem is said once in the section's summary; as a connective only for a pair of
+            # papers that share it with no other (else each paper of a chain would open with it)
+            pair = len(same_problem) == 1 and all(
+                sum(r.kind == "same_problem" and p in r.papers for r in relations) == 1 for p in (pid, same_problem[0]))
+            kind, to = (("builds_on", earlier) if earlier else ("same_problem", same_problem) if pair
+                        else ("similar_method", similar) if similar else ("", []))
+            sentence(method, self.opener(kind, to) if kind else "", kind)
+        if result:
+            bench = [(b, q) for b, q in shared if b in plain_text(result[1])]
+            if bench:
+                sentence(result, self.opener("same_benchmark", [bench[0][1]], bench[0][0]), "same_benchmark")
             else:
-                out.append(SentenceDraft([self._clause(a, 0)], part, opener))
-                i += 1
+                sentence(result)
         return out
 
-    def _method_sentences(self, items: list[tuple[Profile, str, str, int]]) -> list[SentenceDraft]:
-        """Method clauses grouped by similarity (greedy: cosine >= 0.45 with a group's first item),
-        groups of two or more first, each written side by side, the papers that fit no group last;
-        groups are set apart by a transition."""
-        groups: list[list[tuple[Profile, str, str, int]]] = []
-        for it in items:
-            v = self.vectors.items[it[3]]
-            for g in groups:
-                if float(self.vectors.items[g[0][3]] @ v) >= 0.45:
-                    g.append(it)
-                    break
-            else:
-                groups.append([it])
-        together = [g for g in groups if len(g) > 1]
-        alone = [it for g in groups if len(g) == 1 for it in g]
-        ordered = together + ([alone] if alone else [])
-        out: list[SentenceDraft] = []
-        for k, g in enumerate(ordered):
-            opener = "" if k == 0 else _GROUP_OPENERS[(k - 1) % len(_GROUP_OPENERS)]
-            lead = "whereas" if g is alone and len(ordered) > 1 or not together else "and"
-            out += self._sentences("method", g, lead=lead, first_opener=opener,
-                                   openers=_APART_OPENERS if g is alone else None)
-        return out
+    def opener(self, kind: str, others: Sequence[str], detail: str = "") -> str:
+        """The connective a relation to papers written about before stands behind (`relate`):
+        "Building on MAML [1],", "Addressing the same problem as X [2] with a different method,",
+        "Like X [2],", "On Omniglot, also used by X [2],"."""
+        names = self._names_of(others)
+        if kind == "builds_on":
+            return f"Building on {names},"
+        if kind == "same_problem":
+            return f"Addressing the same problem as {names} with a different method,"
+        if kind == "similar_method":
+            return f"Like {names},"
+        if kind == "same_benchmark" and detail:
+            return f"On {unref(detail)}, also used by {names},"
+        return ""
 
-    def table(self, papers: Sequence[Candidate]) -> list[TableRow]:
-        """One row per paper: its problem, method and result items, each cut to CELL_WORDS words."""
+    def _names_of(self, paper_ids: Sequence[str]) -> str:
+        names = [f"{unref(self.name_of(self.profile(p)).text)} {ref(p)}" for p in paper_ids[:3]]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+    def table(self, papers: Sequence[Candidate], cited: Sequence[str] = ()) -> list[TableRow]:
+        """One row per paper: its year, the benchmarks and metrics its abstract names, and the papers
+        of `cited` (the survey's) it builds on (cites and is not newer than)."""
+        ids = [c.paper_id for c in papers]
+        pool = list(dict.fromkeys([*ids, *cited]))
+        builds: dict[str, list[str]] = {}
+        for later, earlier in builds_on_links(self.index, pool):
+            if later in ids:
+                builds.setdefault(later, []).append(earlier)
+        own = [self.name_of(self.profile(p)).text for p in pool]
         rows = []
-        for c in papers:
-            prof = self.profile(c.paper_id)
-            cells = {}
-            for facet in ("problem", "method", "result"):
-                items = prof.clauses.get(facet) or [(self.vectors.item_text[r], r)
-                                                    for r in self.vectors.facet_items(c.paper_id, facet)]
-                cells[facet] = shorten(clean_clause(items[0][0])) if items else ""
-            name = self.name_of(prof, 0)
-            if not name.text.startswith("\\textit") and prof.name is None:  # no name: the title's first words
-                words_ = plain_text(prof.title).split()
-                name = PaperName("\\textit{" + " ".join(words_[:6]).replace("{", "").replace("}", "")
-                                 + (" …" if len(words_) > 6 else "") + "}")
-            rows.append(TableRow(paper_id=c.paper_id, name=name.text, cells=cells))
+        for pid in ids:
+            prof = self.profile(pid)
+            cells = {"year": str(prof.year) if prof.year else "",
+                     "benchmarks": unref(", ".join(benchmarks(prof.abstract, own)[:4])),
+                     "metrics": unref(", ".join(metrics(prof.abstract)[:3])),
+                     "builds_on": ", ".join(ref(p) for p in builds.get(pid, [])[:4])}
+            rows.append(TableRow(paper_id=pid, name=self.name_of(prof).text, cells=cells))
         return rows
+
+
+def title_name(title: str) -> PaperName:
+    """A paper named by its title, in italics: the title's part before a colon when that is short
+    (`short_title`), else the whole title."""
+    text = short_title(title) or " ".join(plain_text(title).split())
+    text = re.sub(r"[\s*†‡.]+$", "", text)  # a footnote mark or a stop at the end of a title
+    return PaperName("\\textit{" + text.replace("{", "").replace("}", "") + "}")
 
 
 def short_title(title: str, max_words: int = 8) -> str | None:
@@ -231,18 +325,3 @@ def short_title(title: str, max_words: int = 8) -> str | None:
         if 1 <= len(cand.split()) <= max_words:
             return cand
     return None
-
-
-def shorten(text: str, n: int = CELL_WORDS) -> str:
-    """The first `n` words of a text (cut at a clause boundary when one comes late enough), with an
-    ellipsis when cut; a math span is never cut."""
-    tokens = text.split()
-    if len(tokens) <= n:
-        return text
-    cut = " ".join(tokens[:n])
-    if cut.count("$") % 2:
-        cut = cut[: cut.rfind("$")].rstrip()
-    m = list(re.finditer(r"[,;:]", cut))
-    if m and m[-1].start() > len(cut) // 2:
-        cut = cut[: m[-1].start()]
-    return cut.rstrip(" ,;:(") + " …"

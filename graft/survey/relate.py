@@ -1,0 +1,238 @@
+"""What a section's papers share and where they differ, computed from the index (no LLM): papers
+that address the same problem with different methods (the similarity of their problem and method
+facet items), papers that build on one another (citation links and years inside the section), and
+results reported on the same benchmark (a benchmark both abstracts name). The writers state these
+relations; they are facts of the index, not claims of the papers, and are printed with the papers'
+reference numbers (`types.ref`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graft.survey.latex import plain_text
+from graft.survey.types import Relation, ref, unref
+
+#: Cosine of two papers' mean problem items above which they address the same problem.
+SAME_PROBLEM = 0.6
+#: Cosine of two papers' mean method items above which their methods are alike.
+SIMILAR_METHOD = 0.7
+
+#: Words after which a capitalised name is what a paper builds on, not where it reports results.
+_NOT_BENCH_BEFORE = re.compile(r"\b(?:based|built|relies|rely|relying|focus|focuses|focusing|depends|depend|"
+                               r"conditioned|trained|pretrained|pre-trained|fine-tuned|finetuned|applied|"
+                               r"build|builds|draw|draws|improve|improves|extend|extends)\s+(?:up)?on\s*$", re.I)
+_BENCH_KEY = re.compile(r"\b(?:on|across|over|datasets?|benchmarks?|corpora|corpus)\b", re.I)
+#: Words that may stand between "on" / "datasets" and the names it lists ("on the two large ...").
+_LIST_WORDS = frozenset("""
+the both two three four five six several many challenging standard popular benchmark benchmarks dataset datasets
+and real-world large-scale including such as like e.g. i.e. public widely used common classic well-known
+""".split())
+#: Model families and architectures a paper trains or evaluates, which are no benchmark ("on ResNet-18").
+_MODEL_FAMILY = re.compile(r"^(?:ResNet|WideResNet|WRN|VGG|ViT|DeiT|Swin|BERT|RoBERTa|GPT|LLaMA|Llama|PaLM|T5|"
+                           r"MobileNet|EfficientNet|DenseNet|Inception|AlexNet|LeNet|Transformer|LSTM|GCN|GAT|LLMs?|"
+                           r"CLIP|UNet|U-Net|Mistral|Vicuna|OPT)(?![a-z])")
+_BENCH_AFTER = re.compile(r"^\s*(?:dataset|datasets|benchmark|benchmarks|corpus|test set|challenge|shared task)\b",
+                          re.I)
+_NAME_TOKEN = re.compile(r"\b(?:[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)\b")
+#: Capitalised words that are no benchmark ("On Omniglot" yes, "on ImageNet" yes, "on BERT" no).
+_NOT_BENCH = frozenset("""
+we our the a an in on this that these it its they their for and or of to with by from as at is are be both
+cnn cnns dnn dnns rnn rnns lstm gan gans vae vaes gpu gpus cpu sota nlp ml ai rl sgd adam bert gpt transformer
+transformers english chinese german french japanese our however recent real-world synthetic long short pass
+beyond optimized kullback-leibler tensorflow pytorch github python large small new standard public several
+""".split())
+#: Metrics a result can be measured in, as abstracts name them.
+METRIC = re.compile(r"\b(?:top-[15] accuracy|accuracy|F1(?:-score)?|F-score|F-measure|BLEU|ROUGE(?:-[12LSU]+)?|METEOR|"
+                    r"CIDEr|AUC|AUROC|mAP|perplexity|log-likelihood|error rate|word error rate|WER|exact match|"
+                    r"precision|recall|Spearman|Pearson|FID|Inception Score|PSNR|SSIM|regret|sample complexity|"
+                    r"certified radius|robust accuracy|success rate)\b")
+
+
+def benchmarks(abstract: str, own_names: Sequence[str] = ()) -> list[str]:
+    """The benchmarks and datasets an abstract names where it reports on them ("on Omniglot",
+    "the Meta-Dataset benchmark", "on ImageNet-LOC and PASCAL VOC"), in order; never a name the
+    papers give their own methods (`own_names`) or a model family ("on BERT")."""
+    text = plain_text(abstract)
+    own = {n.lower() for n in own_names}
+    out: list[str] = []
+    for m in _NAME_TOKEN.finditer(text):
+        word = m.group(0)
+        low = word.lower()
+        if low in _NOT_BENCH or low in own or len(word) < 3 or word.isdigit():
+            continue
+        if not (re.search(r"[A-Z].*[A-Z0-9]|[0-9]", word[1:]) or word[0].isupper()):
+            continue
+        before = text[max(0, m.start() - 80): m.start()]
+        after = text[m.end(): m.end() + 30]
+        # a second capitalised word glued to it is one name ("PASCAL VOC")
+        nxt = re.match(r"\s+([A-Z][A-Za-z0-9-]*\d*|[A-Z]{2,}[A-Za-z0-9-]*)\b", after)
+        name = word + (" " + nxt.group(1) if nxt and nxt.group(1).lower() not in _NOT_BENCH
+                       and (nxt.group(1).isupper() or any(ch.isdigit() for ch in nxt.group(1))) else "")
+        if _NOT_BENCH_BEFORE.search(before):
+            continue
+        tail = text[m.start() + len(name): m.start() + len(name) + 30]
+        sentence_start = re.search(r"(?:^|[.!?]\s+)$", before) is not None
+        multi_cap = sum(ch.isupper() for ch in word) >= 2 or any(ch.isdigit() for ch in word)
+        listed = False
+        keys = list(_BENCH_KEY.finditer(before))
+        if keys and not re.search(r"[.!?;:]\s", before[keys[-1].end():]):
+            between = before[keys[-1].end():].replace(",", " ").split()
+            listed = len(between) <= 6 and all(w.lower() in _LIST_WORDS or w[:1].isupper() or w[:1].isdigit()
+                                               for w in between)
+        if f"({word})" in text or _MODEL_FAMILY.match(word):
+            continue  # an abbreviation the abstract defines ("named entity recognition (NER)"), a model: no benchmark
+        if not multi_cap and " " not in name and re.match(r"\s+(?!(?:and|or|with|for|in|on|to|as|by|from|using|"
+                                                          r"dataset|datasets|benchmark|benchmarks|corpus)\b)[a-z]", tail):
+            continue  # a capitalised word before a lower-case noun names a kind ("Markov decision processes")
+        right_after = re.search(r"\b(?:on|datasets?|benchmarks?)\s+(?:the\s+)?$", before, re.I) is not None
+        if _BENCH_AFTER.match(tail):  # "the Natural Questions dataset": the capitalised words before it too
+            lead = re.search(r"((?:\b[A-Z][A-Za-z0-9-]*\s+){1,2})$", before)
+            if lead and not any(w.lower() in _NOT_BENCH for w in lead.group(1).split()) \
+                    and not re.search(r"(?:^|[.!?]\s+)$", before[: lead.start()]):
+                name = lead.group(1) + name
+        if _BENCH_AFTER.match(tail) or (listed and (multi_cap or (right_after and not sentence_start))):
+            if name not in out and not any(word in x.split() for x in out):
+                out.append(name)
+    return out
+
+
+def metrics(abstract: str) -> list[str]:
+    """The metrics an abstract names ("accuracy", "ROUGE", "BLEU"), in order, each once."""
+    out: list[str] = []
+    for m in METRIC.finditer(plain_text(abstract)):
+        key = m.group(0)
+        if key.lower() not in {x.lower() for x in out}:
+            out.append(key)
+    return out
+
+
+def _mean_unit(vectors: Any, rows: list[int]) -> np.ndarray | None:
+    if not rows:
+        return None
+    v = vectors.items[rows].mean(axis=0)
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 0 else None
+
+
+def builds_on_links(index: Any, paper_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """(later, earlier) pairs of `paper_ids` where the first cites the second and is not older
+    (a paper of the same year may cite its contemporary; a citation of a newer paper is a version
+    artefact, not building on it)."""
+    rows = [index.row(p) for p in paper_ids]
+    years = index.papers["year"].to_list()
+    sub = index.citation_matrix[rows][:, rows].tocoo()
+    out = []
+    for i, j in zip(sub.row.tolist(), sub.col.tolist()):
+        if i == j:
+            continue
+        yi, yj = years[rows[i]], years[rows[j]]
+        if yi is not None and yj is not None and yi < yj:
+            continue
+        out.append((paper_ids[i], paper_ids[j]))
+    return sorted(out, key=lambda x: (paper_ids.index(x[0]), paper_ids.index(x[1])))
+
+
+def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_names: Sequence[str] = ()) -> list[Relation]:
+    """Every relation between the papers of one section (see the module docstring), in the order of
+    `paper_ids`: `same_problem` and `similar_method` pairs by the cosine of their mean problem and
+    method items, `builds_on` pairs by citation links and years, `same_benchmark` pairs by the
+    benchmarks both abstracts name."""
+    ids = list(paper_ids)
+    prob = {p: _mean_unit(vectors, vectors.facet_items(p, "problem")) for p in ids}
+    meth = {p: _mean_unit(vectors, vectors.facet_items(p, "method") or vectors.facet_items(p, "contribution"))
+            for p in ids}
+    abstracts = index.papers["abstract"].to_list()
+    bench = {p: benchmarks(str(abstracts[index.row(p)] or ""), own_names) for p in ids}
+    out: list[Relation] = []
+    for a, b in builds_on_links(index, ids):
+        out.append(Relation("builds_on", [a, b]))
+    for i, a in enumerate(ids):
+        for b in ids[i + 1:]:
+            ms = float(meth[a] @ meth[b]) if meth[a] is not None and meth[b] is not None else 0.0
+            ps = float(prob[a] @ prob[b]) if prob[a] is not None and prob[b] is not None else 0.0
+            if ms >= SIMILAR_METHOD:
+                out.append(Relation("similar_method", [a, b], score=round(ms, 4)))
+            elif ps >= SAME_PROBLEM:
+                out.append(Relation("same_problem", [a, b], score=round(ps, 4)))
+            for name in bench[a]:
+                if name in bench[b]:
+                    out.append(Relation("same_benchmark", [a, b], detail=name))
+    return out
+
+
+def _plural(name: str) -> bool:
+    """Whether a paper's name takes a plural verb: authors ("Snell et al.", "Smith and Jones"), not a
+    title in italics or a system's name."""
+    return not name.startswith("\\textit") and (name.endswith("et al.") or " and " in name)
+
+
+def _join(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _stars(pairs: list[tuple[str, str]], order: list[str]) -> list[list[str]]:
+    """Groups of papers over `pairs` in which every paper is paired with the group's first (so a
+    statement about the group holds of each member and the first, not only along a chain), in `order`;
+    each pair in one group."""
+    linked = {(a, b) for a, b in pairs} | {(b, a) for a, b in pairs}
+    said: set[frozenset[str]] = set()
+    out = []
+    for anchor in order:  # every pair is stated once, with the first of its papers as the anchor
+        group = [anchor] + [p for p in order if p != anchor and (anchor, p) in linked
+                            and frozenset((anchor, p)) not in said]
+        if len(group) > 1:
+            out.append(group)
+            said.update(frozenset((anchor, p)) for p in group[1:])
+    return out
+
+
+def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str, str], theme: str,
+            theme_papers: int) -> str:
+    """The section's opening paragraph: what its papers share (`theme`, named by `theme_papers` of
+    them), which address the same problem with different methods or similar methods, which build on
+    which, and which report on the same benchmark. Only papers of `shown` (the papers printed) are
+    named; `names` gives each its name (LaTeX allowed); papers are marked with `ref`."""
+    order = list(shown)
+    keep = set(order)
+    rel = [r for r in relations if all(p in keep for p in r.papers)]
+
+    def who(p: str) -> str:
+        return f"{names[p]} {ref(p)}"
+
+    out: list[str] = []
+    if theme and order:
+        phrase = theme[0].lower() + theme[1:] if theme[1:2].islower() else theme
+        if len(order) == 1:
+            out.append(f"The paper discussed here names {phrase} in its title or abstract.")
+        else:
+            many = (f"{theme_papers} of the {len(order)} papers" if theme_papers < len(order)
+                    else "Both papers" if len(order) == 2 else f"All {len(order)} papers")
+            out.append(f"{many} discussed here name {phrase} in their title or abstract.")
+    for kind, text in (("same_problem", "address the same problem with different methods"),
+                       ("similar_method", "take similar approaches")):
+        for g in _stars([(r.papers[0], r.papers[1]) for r in rel if r.kind == kind], order):
+            out.append(f"{_join([who(p) for p in g])} {text}.")
+    chains: dict[str, list[str]] = {}
+    for r in rel:
+        if r.kind == "builds_on":
+            chains.setdefault(r.papers[0], []).append(r.papers[1])
+    for later in order:
+        if later in chains:
+            many = _plural(names[later])
+            out.append(f"{who(later)} {'cite' if many else 'cites'} and {'build' if many else 'builds'} on "
+                       f"{_join([who(p) for p in chains[later]])}.")
+    bench: dict[str, list[str]] = {}
+    for r in rel:
+        if r.kind == "same_benchmark":
+            got = bench.setdefault(r.detail, [])
+            got += [p for p in r.papers if p not in got]
+    for name, ps in bench.items():
+        ps = [p for p in order if p in ps]
+        out.append(f"{_join([who(p) for p in ps])} {'both ' if len(ps) == 2 else 'all '}report results on "
+                   f"{unref(name)}.")
+    return " ".join(out)
