@@ -81,9 +81,9 @@ class HeuristicConfig:
     # "rules": the weighted sum below (indexes built before the classifier; `BuildConfig.facet_scorer`)
     scorer: str = "learned"
     # learned: a sentence is a facet's item when that facet is its most probable one and the probability
-    # reaches this. ACLSum val, abstracts (docs/results/facet_quality_aclsum.md): sentence F1 0.693 at
-    # 0.3, 0.685 at 0.4, 0.679 at 0.5; 0.3 makes 1.67 Problem/Method/Result items per facet, over 1.2x
-    # the rules' 1.37 (graph cost grows with items), so 0.4, the best F1 within that bound
+    # reaches this. ACLSum val, abstracts (docs/results/facet_quality_aclsum.md): sentence F1 0.698 at
+    # 0.3 (1.60 items per facet), 0.689 at 0.4 (1.51), 0.676 at 0.5 (1.41); 0.3 and 0.4 are within
+    # 0.01 on 50 papers, and 0.4 keeps fewer items at a higher precision (the labels a user reads)
     min_probability: float = 0.4
     # learned: introduction/conclusion sentences' probabilities are lowered by this (abstract first)
     body_penalty: float = 0.0
