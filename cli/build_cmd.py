@@ -72,6 +72,9 @@ def build(
     corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, JSON file or folder (S2ORC documents, records or arrays of them), or 'aclsum'."),
     out: Path = typer.Option(..., "--out", "-o", help="Index directory to write."),
     extractor: str = typer.Option("heuristic", help="Facet extractor: heuristic (offline) or llm."),
+    facet_scorer: str = typer.Option("learned", help="How the offline extractor scores sentences: learned (the "
+                                     "ACLSum-trained facet classifier) or rules (the hand-set weights of "
+                                     "indexes built before it)."),
     limit: int | None = typer.Option(None, min=1, help="Use only the first N valid records."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip invalid records (counted and listed)."),
     embedding_model: str | None = typer.Option(None, help="Local sentence-transformers model folder."),
@@ -144,7 +147,7 @@ def build(
                    "max_concurrency": llm_concurrency,
                    **({} if llm_timeout is None else {"timeout_s": llm_timeout}),
                    **({} if llm_max_retries is None else {"max_retries": llm_max_retries})}
-        config = BuildConfig(extractor=extractor, limit=limit, skip_bad=skip_bad,
+        config = BuildConfig(extractor=extractor, facet_scorer=facet_scorer, limit=limit, skip_bad=skip_bad,
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
                              title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,

@@ -88,6 +88,8 @@ def build_split(
                                                 "embeddings are copied first, e.g. one of the whole corpus."),
     direct_links: bool = typer.Option(False, "--direct-links/--no-direct-links",
                                       help="Build the graphs with direct citation links as candidates."),
+    facet_scorer: str = typer.Option("learned", "--facet-scorer",
+                                     help="Offline extractor's sentence scorer: learned or rules (the old one)."),
     force: bool = typer.Option(False, "--force", help="Rebuild indexes that are up to date."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -104,7 +106,8 @@ def build_split(
         console.print(f"{name}: {index} {'built' if built else 'is up to date'}", highlight=False, markup=False)
 
     try:
-        build_split_indexes(split_dir, BuildConfig(direct_links=direct_links), cache_from=cache_from, force=force,
+        build_split_indexes(split_dir, BuildConfig(direct_links=direct_links, facet_scorer=facet_scorer),
+                            cache_from=cache_from, force=force,
                             reporter=Reporter(quiet=quiet), on_index=say)
     except GraftError as exc:
         fail(exc)

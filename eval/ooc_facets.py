@@ -100,13 +100,14 @@ def default_key(manifest: dict[str, Any], encoder_name: str | None = None) -> di
     coupling where the build wrote paper embeddings (none where it predates them) and the default
     feedback pass. Computed from
     the manifest, without loading the encoder or the index's files."""
+    from graft.build_config import BuildConfig
     from graft.encoder import model_name
     from graft.external import FEEDBACK, TEXT_NEIGHBOURS
-    from graft.extract import HeuristicConfig, HeuristicFacetExtractor
+    from graft.extract import HeuristicFacetExtractor
 
     build = manifest.get("stages", {}).get("build", {})
     papers = bool((build.get("counts") or {}).get("paper_embeddings"))
-    return cache_key(manifest, extractor=HeuristicFacetExtractor.name, extractor_config=asdict(HeuristicConfig()),
+    return cache_key(manifest, extractor=HeuristicFacetExtractor.name, extractor_config=asdict(BuildConfig.from_manifest(manifest).heuristic_config()),
                      encoder=encoder_name or model_name((build.get("config") or {}).get("embedding_model")),
                      text_neighbours=TEXT_NEIGHBOURS if papers else 0, feedback=FEEDBACK)
 

@@ -176,7 +176,7 @@ def build_settings(index: Index) -> dict[str, Any]:
     from graphbuild.build import BuildConfig
 
     config = BuildConfig.from_manifest(index.manifest)
-    return {**{k: getattr(config, k) for k in ("extractor", "top_k", "alpha", "beta", "title_weight",
+    return {**{k: getattr(config, k) for k in ("extractor", "facet_scorer", "top_k", "alpha", "beta", "title_weight",
                                                "citation_rescale", "embedding_model")},
             # what ran the encoder (indexes built before the choice existed ran torch)
             "encoder_backend": index.manifest.get("embedding", {}).get("backend", "torch")}
@@ -656,7 +656,8 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
     ]
     if m.get("build"):
         b = m["build"]
-        lines.append(f"Index build: {b['extractor']} facets · top-K {b['top_k']} · alpha {b['alpha']} · "
+        scorer = f" ({b['facet_scorer']} scorer)" if b["extractor"] == "heuristic" and b.get("facet_scorer") else ""
+        lines.append(f"Index build: {b['extractor']} facets{scorer} · top-K {b['top_k']} · alpha {b['alpha']} · "
                      f"beta {b['beta']} · title weight {b['title_weight']}"
                      + (f" · encoder on {b['encoder_backend']}" if b.get("encoder_backend") else "")
                      + (f" · out-of-corpus rows: text coupling with {m['text_neighbours']} nearest papers"

@@ -1,4 +1,4 @@
-"""Text-overlap metrics for extracted facets: ROUGE-L F1 over `graft.text.tokens`.
+"""Text-overlap metrics for extracted facets: ROUGE-L and ROUGE-N F1 over `graft.text.tokens`.
 
 ROUGE-L (Lin, 2004) scores the longest common subsequence (LCS) of candidate and reference tokens:
 P = LCS / |candidate|, R = LCS / |reference|, F1 = 2PR / (P + R). Tokens are lower-cased words with
@@ -53,3 +53,23 @@ def best_item_rouge_l(items: Sequence[str], reference: str) -> float:
     """Highest ROUGE-L F1 of any single item against `reference` (0.0 for no items)."""
     ref = tokens(reference)
     return max((rouge_l_tokens(tokens(it), ref) for it in items), default=0.0)
+
+
+def _ngrams(toks: Sequence[str], n: int) -> dict[tuple[str, ...], int]:
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(toks) - n + 1):
+        gram = tuple(toks[i : i + n])
+        counts[gram] = counts.get(gram, 0) + 1
+    return counts
+
+
+def rouge_n(candidate: str, reference: str, n: int = 1) -> float:
+    """ROUGE-N F1 (clipped n-gram overlap) between two strings; 0.0 when either has no n-gram."""
+    cand, ref = _ngrams(tokens(candidate), n), _ngrams(tokens(reference), n)
+    if not cand or not ref:
+        return 0.0
+    overlap = sum(min(c, ref.get(g, 0)) for g, c in cand.items())
+    if overlap == 0:
+        return 0.0
+    p, r = overlap / sum(cand.values()), overlap / sum(ref.values())
+    return 2 * p * r / (p + r)

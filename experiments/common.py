@@ -163,3 +163,30 @@ def write_tables(results_dir: str | Path, stem: str, meta: dict[str, Any], rows:
     (results / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     (results / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def load_embedding_cache(encoder: Any, path: str | Path | None) -> int:
+    """Hand the sentence vectors stored at `path` (an .npz of `texts` and `vectors` written by
+    `save_embedding_cache` with the same encoder) to `encoder`, so reruns embed only new texts.
+    Returns the number of vectors loaded (0 when there is no file)."""
+    import numpy as np
+
+    if path is None or not Path(path).exists():
+        return 0
+    data = np.load(path, allow_pickle=False)
+    if str(data["encoder"]) != str(getattr(encoder, "name", "")):
+        return 0
+    texts = [str(t) for t in data["texts"]]
+    encoder.remember(texts, data["vectors"])
+    return len(texts)
+
+
+def save_embedding_cache(encoder: Any, path: str | Path | None, texts: list[str]) -> None:
+    """Store `texts` and their vectors (served from the encoder's memo) at `path` for the next run."""
+    import numpy as np
+
+    if path is None:
+        return
+    texts = list(dict.fromkeys(texts))
+    np.savez(path, texts=np.asarray(texts, dtype=str), vectors=encoder.encode(texts),
+             encoder=np.asarray(str(getattr(encoder, "name", ""))))

@@ -11,7 +11,7 @@ from graft.config import config_from_dict, type_problems
 from graft.edges import GraphParams
 from graft.encoder import BACKENDS, DEFAULT_TITLE_WEIGHT
 from graft.errors import ConfigError
-from graft.extract import EXTRACTORS
+from graft.extract import EXTRACTORS, SCORERS, HeuristicConfig
 
 #: Largest title weight a build takes: past it an item's vector is its title's (and float32 overflows far beyond).
 MAX_TITLE_WEIGHT = 100.0
@@ -21,6 +21,9 @@ class BuildConfig:
     """Settings of `graft build`, recorded in manifest.json."""
 
     extractor: str = "heuristic"  # facet extractor: "heuristic" (offline default) or "llm"
+    # how the offline extractor scores sentences: "learned" (the ACLSum-trained facet classifier, one
+    # facet per sentence) or "rules" (hand-set weights; indexes built before the classifier)
+    facet_scorer: str = "learned"
     embedding_model: str | None = None  # local sentence-transformers folder; None = all-MiniLM-L6-v2
     embedding_batch_size: int | None = None  # texts per encoder batch; None: 16 on the CPU, 128 on a GPU
     embedding_device: str = "cpu"  # torch device of the build's encoder: cpu, cuda, cuda:N, mps or auto
@@ -60,6 +63,8 @@ class BuildConfig:
                              "set text_coupling to 0 to build without them")
         if self.extractor not in EXTRACTORS:
             raise ConfigError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
+        if self.facet_scorer not in SCORERS:
+            raise ConfigError(f"facet_scorer '{self.facet_scorer}' is unknown; allowed: {', '.join(SCORERS)}")
         if self.embedding_dtype not in ("float16", "float32"):
             raise ConfigError(f"embedding_dtype '{self.embedding_dtype}'; allowed: float16, float32")
         if not 0 <= self.title_weight <= MAX_TITLE_WEIGHT:  # NaN and infinity too: they empty every graph
@@ -82,7 +87,13 @@ class BuildConfig:
         # indexes built before items took their title as context embedded them alone, and those
         # built before direct links became optional took them as candidates
         # and those built before link-less papers were text-coupled left their citation half empty
-        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0, **data})
+        # and those built before the facet classifier scored sentences with the hand-set rules
+        return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0,
+                                      "facet_scorer": "rules", **data})
+
+    def heuristic_config(self) -> HeuristicConfig:
+        """The offline extractor's settings this build uses (also for records outside the corpus)."""
+        return HeuristicConfig(scorer=self.facet_scorer)
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:

@@ -66,7 +66,7 @@ class RecordFacets:
         if extractor is None:
             from graft.extract import HeuristicFacetExtractor
 
-            extractor = HeuristicFacetExtractor(encoder)
+            extractor = HeuristicFacetExtractor(encoder, self.config.heuristic_config())
         self.index = index
         self.encoder = encoder
         self.extractor = extractor

@@ -57,8 +57,10 @@ CHECKPOINT_TEXTS = 4096
 #: The source files whose code decides each extractor's items: stored facets are kept per digest of
 #: the chosen extractor's files, so editing one extractor does not throw away the other's work.
 EXTRACTOR_SOURCES = {
-    "heuristic": ("graft/extract.py", "graft/facets.py", "graft/text.py"),
-    "llm": ("graphbuild/facets_llm.py", "graft/extract.py", "graft/facets.py", "graft/text.py"),
+    "heuristic": ("graft/extract.py", "graft/facets.py", "graft/text.py", "graft/facet_classifier.py",
+                  "graft/facet_classifier.json"),
+    "llm": ("graphbuild/facets_llm.py", "graft/extract.py", "graft/facets.py", "graft/text.py",
+            "graft/facet_classifier.py", "graft/facet_classifier.json"),
 }
 
 
@@ -84,7 +86,7 @@ def make_extractor(config: BuildConfig, encoder: Any, index_dir: Path) -> FacetE
     """The facet extractor named by the config (the LLM one falls back to the heuristic one)."""
     from graft.extract import HeuristicFacetExtractor
 
-    heuristic = HeuristicFacetExtractor(encoder)
+    heuristic = HeuristicFacetExtractor(encoder, config.heuristic_config())
     if config.extractor == "heuristic":
         return heuristic
     from graft.llm import ChatClient, LLMCache, LLMConfig
@@ -324,7 +326,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
     same_model = {"model": encoder.name, "batch_size": getattr(encoder, "batch_size", None),
                   "device": getattr(encoder, "device", "cpu")}
     facets_key = make_key(stage="facets", **same_model, extractor=config.extractor, llm=config.llm,
-                          code=source_digest(*EXTRACTOR_SOURCES[config.extractor]))
+                          scorer=config.facet_scorer, code=source_digest(*EXTRACTOR_SOURCES[config.extractor]))
     facets_store = RowStore(cache / "facets", facets_key, reuse=not fresh)
     seeded: dict[str, int] = {}
     # each store's rows of papers gone from the corpus are dropped only once the index is written: a

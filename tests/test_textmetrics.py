@@ -1,10 +1,10 @@
-"""ROUGE-L against hand-computed values."""
+"""ROUGE-L and ROUGE-N against hand-computed values."""
 
 from __future__ import annotations
 
 import pytest
 
-from eval.textmetrics import best_item_rouge_l, joined_rouge_l, lcs_length, rouge_l
+from eval.textmetrics import best_item_rouge_l, joined_rouge_l, lcs_length, rouge_l, rouge_n
 
 
 def test_lcs_length_hand_computed() -> None:
@@ -36,3 +36,14 @@ def test_item_level_scores() -> None:
     assert best_item_rouge_l([], "the cat sat") == 0.0
     # Joined: 6 candidate tokens, LCS 3 of 3 reference tokens: P = 1/2, R = 1, F = 2/3.
     assert joined_rouge_l(items, "the cat sat") == pytest.approx(2 / 3)
+
+
+def test_rouge_n_hand_computed() -> None:
+    # Unigrams: "the" twice in both, cat/mat/on shared: 5 of 6 on both sides.
+    assert rouge_n("the cat sat on the mat", "the cat lay on the mat", 1) == pytest.approx(5 / 6)
+    # Bigrams: the-cat, on-the, the-mat shared of 5 each: F = 3/5.
+    assert rouge_n("the cat sat on the mat", "the cat lay on the mat", 2) == pytest.approx(3 / 5)
+    # Clipped counts: "the the the" has one "the" in the reference: P = 1/3, R = 1/2, F = 2/5.
+    assert rouge_n("the the the", "the cat", 1) == pytest.approx(2 / 5)
+    assert rouge_n("cat", "the cat", 2) == 0.0  # no bigram in the candidate
+    assert rouge_n("", "the cat", 1) == 0.0

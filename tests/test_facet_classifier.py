@@ -1,0 +1,165 @@
+"""The learned facet scorer: the packaged classifier on real ACLSum sentences, one facet per sentence,
+and the setting that keeps the hand-set rules for indexes built before it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import polars as pl
+import pytest
+
+from eval.facet_gold import GOLD_ASPECT, align, candidate_labels, load_gold_papers
+from graft.build_config import BuildConfig
+from graft.encoder import Encoder
+from graft.errors import ConfigError, GraftError
+from graft.extract import (
+    HeuristicConfig,
+    HeuristicFacetExtractor,
+    PaperCandidates,
+    _prepare,
+    candidate_sentences,
+    cue_scores,
+    select_items_learned,
+)
+from graft.facet_classifier import EXTRA_FEATURES, FacetClassifier, features, packaged
+from graft.facets import FACETS
+from graft.text import split_sentences
+from graphbuild.corpus import load_aclsum
+
+pytest.importorskip("aclsum", reason="ACLSum papers come from the `aclsum` package")
+
+
+@pytest.fixture(scope="module")
+def encoder() -> Encoder:
+    return Encoder()
+
+
+@pytest.fixture(scope="module")
+def test_papers() -> tuple[list, pl.DataFrame]:
+    """The first 20 papers of ACLSum's test split (never used to train or tune the classifier)."""
+    gold = load_gold_papers("test")[:20]
+    corpus = load_aclsum().papers
+    rows = corpus.filter(pl.col("paper_id").is_in([g.paper_id for g in gold]))
+    order = {pid: k for k, pid in enumerate(rows["paper_id"])}
+    return gold, rows[[order[g.paper_id] for g in gold]]
+
+
+def _shared(items: dict[str, list[str]]) -> set[str]:
+    """Item texts (and sentences of which an item is a prefix) that two facets hold."""
+    seen: dict[str, str] = {}
+    clash = set()
+    for facet, values in items.items():
+        for item in values:
+            key = " ".join(item.lower().split())
+            for other, owner in seen.items():
+                if owner != facet and (key.startswith(other) or other.startswith(key)):
+                    clash.add(item)
+            seen.setdefault(key, facet)
+    return clash
+
+
+def test_no_sentence_is_an_item_of_two_facets(encoder: Encoder, test_papers) -> None:
+    """Real ACLSum abstracts, whole and cut to their first three sentences (short abstracts are common
+    on arXiv): no paper with 3 or more candidate sentences has one sentence as its item in two facets
+    (the rules gave a facet's sentence to every facet left empty)."""
+    _, rows = test_papers
+    cut = rows.with_columns(
+        pl.col("abstract").map_elements(lambda a: " ".join(split_sentences(a)[:3]), return_dtype=pl.Utf8),
+        pl.lit(None, dtype=pl.Utf8).alias("full_text"))
+    extractor = HeuristicFacetExtractor(encoder)
+    short = checked = 0
+    for frame in (rows.with_columns(pl.lit(None, dtype=pl.Utf8).alias("full_text")), cut, rows):
+        for row, items in zip(frame.iter_rows(named=True), extractor.extract(frame)):
+            if len(candidate_sentences(row)) < 3:  # 2 sentences and the title cannot fill 4 facets apart
+                short += 1
+                continue
+            assert not _shared(items), (row["paper_id"], items)
+            checked += 1
+    assert checked >= 50 and extractor.stats()["shared_items"] <= short
+
+
+def test_classifier_ranks_gold_highlights_on_the_test_split(encoder: Encoder, test_papers) -> None:
+    """Probabilities of the packaged classifier against ACLSum test highlights of the abstracts: the
+    gold sentences of each aspect get a far higher mean probability than the other sentences, and the
+    most probable aspect of a highlighted sentence is its own aspect well above chance (1/3)."""
+    gold, rows = test_papers
+    clf = packaged()
+    probs, labels = [], []
+    for paper, row in zip(gold, rows.iter_rows(named=True)):
+        cand = _prepare({**row, "full_text": None}, HeuristicConfig())
+        probs.append(clf.probabilities(features(encoder.encode(cand.texts), cand.sources, cand.cue)))
+        labels.append(candidate_labels(cand.texts, cand.sources, paper))
+    p, y = np.vstack(probs), np.vstack(labels)
+    assert y.sum(axis=0).min() >= 10  # each aspect has gold sentences here
+    for j, aspect in enumerate(GOLD_ASPECT.values()):
+        pos, neg = p[y[:, j] == 1, j].mean(), p[y[:, j] == 0, j].mean()
+        assert pos > neg + 0.25, (aspect, pos, neg)
+    single = y.sum(axis=1) == 1
+    right = (p[single].argmax(axis=1) == y[single].argmax(axis=1)).mean()
+    assert right > 0.6, right
+
+
+def test_classifier_on_named_sentences(encoder: Encoder) -> None:
+    """Sentences of an ACLSum test paper (E09-1056, its abstract) that annotators highlighted for one aspect."""
+    gold = next(g for g in load_gold_papers("test") if g.paper_id == "E09-1056")
+    row = load_aclsum().papers.filter(pl.col("paper_id") == "E09-1056").row(0, named=True)
+    cand = _prepare({**row, "full_text": None}, HeuristicConfig())
+    probs = packaged().probabilities(features(encoder.encode(cand.texts), cand.sources, cand.cue))
+    for facet, aspect in GOLD_ASPECT.items():
+        j = list(GOLD_ASPECT).index(facet)
+        top = cand.texts[int(np.argmax(probs[:, j]))]
+        assert align(top, gold, ("abstract",)) in gold.highlights[aspect], (facet, top)
+
+
+def _candidates(probability: list[list[float]], texts: list[str] | None = None) -> PaperCandidates:
+    texts = texts or [f"Sentence number {i} says something here." for i in range(len(probability))]
+    return PaperCandidates("The Title", texts, ["abstract"] * len(texts), cue_scores(texts),
+                           np.zeros((len(texts), 4)), probability=np.asarray(probability, dtype=float))
+
+
+def test_learned_selection_gives_each_sentence_one_facet() -> None:
+    cfg = HeuristicConfig()
+    # sentence 0 is most probably Method, but Problem has nothing else: it stays Method only
+    counts: dict[str, int] = {}
+    items = select_items_learned(_candidates([[0.6, 0.9, 0.1], [0.1, 0.2, 0.8]]), cfg, counts)
+    assert items["method"] == ["Sentence number 0 says something here."]
+    assert items["result"] == ["Sentence number 1 says something here."]
+    assert items["problem"] == ["The Title"]  # the title, not another facet's sentence
+    # Contribution: no sentence and no title left, so one sentence is shared (counted)
+    assert counts == {"fallback_items": 2, "shared_items": 1}
+    # a contribution cue in an unused sentence makes it the contribution
+    texts = ["Parsing tweets is hard for current parsers.", "We propose a transition parser.",
+             "It outperforms baselines.", "We release a new dataset of annotated tweets."]
+    items = select_items_learned(_candidates([[.9, .1, .1], [.1, .9, .1], [.1, .1, .9], [.1, .3, .2]], texts), cfg)
+    assert items == {"problem": [texts[0]], "method": [texts[1]], "result": [texts[2]], "contribution": [texts[3]]}
+    # below min_probability a sentence is only a fallback: each facet's best unused sentence
+    low, counts = dataclasses.replace(cfg, min_probability=0.95), {}
+    again = select_items_learned(_candidates([[.9, .1, .1], [.1, .9, .1], [.1, .1, .9], [.1, .3, .2]], texts),
+                                 low, counts)
+    assert again == items and counts == {"fallback_items": 3, "shared_items": 0}
+
+
+def test_weights_file_and_settings(tmp_path) -> None:
+    clf = packaged()
+    assert clf.coef.shape == (3, clf.dim + len(EXTRA_FEATURES)) and np.isfinite(clf.coef).all()
+    assert clf.meta["trained_on"].startswith("ACLSum train")
+    path = tmp_path / "w.json"
+    clf.save(path)
+    again = FacetClassifier.load(path)
+    assert np.allclose(again.coef, clf.coef, atol=1e-6) and again.encoder == clf.encoder
+    with pytest.raises(ConfigError, match="facet_scorer='rules'"):
+        clf.check_encoder("some/other-model", clf.dim)
+    with pytest.raises(GraftError, match="features"):
+        clf.probabilities(np.zeros((1, 5)))
+    path.write_text("{}")
+    with pytest.raises(GraftError, match="graft-facet-classifier/1"):
+        FacetClassifier.load(path)
+    with pytest.raises(ConfigError, match="scorer 'nope'"):
+        HeuristicConfig(scorer="nope")
+    with pytest.raises(ConfigError, match="facet_scorer 'nope'"):
+        BuildConfig(facet_scorer="nope")
+    # new builds score with the classifier; an index built before it keeps the rules
+    assert BuildConfig().heuristic_config().scorer == "learned"
+    assert BuildConfig.from_dict({}).heuristic_config().scorer == "rules"
+    assert set(FACETS[:3]) == set(GOLD_ASPECT)
