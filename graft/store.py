@@ -241,6 +241,3 @@ def write_npz(path: str | os.PathLike[str], matrix: sp.spmatrix | sp.sparray) ->
     with atomic_path(path, suffix=".npz") as tmp:
         sp.save_npz(tmp, sp.csr_matrix(matrix), compressed=True)
 
-
-def read_npz(path: str | os.PathLike[str]) -> sp.csr_matrix:
-    return sp.csr_matrix(sp.load_npz(path))
