@@ -31,6 +31,7 @@ from graft.encoder import title_vectors, with_title
 from graft.errors import GraftError
 from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems
+from graft.jsonio import loads
 from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
 from graft.similarity import group_items
@@ -493,7 +494,7 @@ def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store
     stats: dict[str, int] = {}
     counts_col = every.table["counts"]
     for p in positions:
-        for k, v in json.loads(counts_col[p[0]]).items():
+        for k, v in loads(counts_col[p[0]], "a stored paper's counts").items():
             stats[k] = stats.get(k, 0) + v
     stats.update({k: v - before.get(k, 0) for k, v in extractor.stats().items() if k not in stats})
     n_stored = stored.table.height
