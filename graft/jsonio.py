@@ -6,8 +6,8 @@ Python's `json` parser recurses once per nesting level, so a 6 KB line nested 3,
 command with a `RecursionError` traceback; a file without newlines is one "line" that would be read
 whole into memory. Both are refused here with `JSONLimitError`, which is an `InputValidationError`
 (the corpus loader's `--skip-bad` skips and counts the record) and a `ValueError` (code that treats
-invalid JSON as a damaged file does the same with these). The depth check is a linear scan of
-brackets outside strings, without recursion, and runs only on texts with more brackets than
+invalid JSON as a damaged file does the same with these). The checks are linear scans without
+recursion, vectorised with numpy, and run only on texts with more brackets than
 `MAX_DEPTH` or longer than `MAX_STRING_CHARS`: an ordinary record costs two `count` calls.
 """
 
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+import numpy as np
 
 from graft.errors import InputValidationError
 
@@ -31,7 +32,7 @@ MAX_DEPTH = 64
 #: being read whole, so a file without newlines cannot fill the memory.
 MAX_LINE_BYTES = 64 * 2**20
 
-#: Characters of one string value as written (escapes count as written): a paper's full text, the
+#: Bytes of one string value as written (UTF-8; escapes count as written): a paper's full text, the
 #: longest field of any input, is at most a few million.
 MAX_STRING_CHARS = 32 * 2**20
 
@@ -45,39 +46,60 @@ class JSONLimitError(InputValidationError, ValueError):
     `MAX_STRING_CHARS`, `MAX_FILE_BYTES`)."""
 
 
-# a string (its escapes skipped, possessive: no backtracking) or one bracket; whatever else lies
-# between them (numbers, literals, commas, white space) is skipped by finditer in C
-_TOKENS = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[\[\]{}]', re.DOTALL)
-_TOKENS_BYTES = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[\[\]{}]', re.DOTALL)
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+
+
+def _structure(raw: np.ndarray) -> tuple[int, int]:
+    """(the longest string's length in bytes, the deepest nesting) of the JSON text `raw` (its
+    bytes), by vectorised passes over the positions of its quotes, backslashes and brackets.
+
+    A quote is escaped when an odd run of backslashes ends just before it; the unescaped quotes
+    alternate between opening and closing strings, so a bracket lies outside every string when an
+    even number of them precede it."""
+    backslashes = np.flatnonzero(raw == _BACKSLASH)
+    quotes = np.flatnonzero(raw == _QUOTE)
+    if len(backslashes) and len(quotes):
+        # the start of the run of consecutive backslashes each backslash belongs to
+        breaks = np.diff(backslashes, prepend=-2) != 1
+        run_start = backslashes[breaks][np.cumsum(breaks) - 1]
+        at = np.searchsorted(backslashes, quotes - 1)
+        found = at < len(backslashes)
+        ends_before = np.zeros(len(quotes), dtype=bool)
+        ends_before[found] = backslashes[at[found]] == quotes[found] - 1
+        run = np.zeros(len(quotes), dtype=np.int64)
+        run[ends_before] = quotes[ends_before] - run_start[at[ends_before]]
+        quotes = quotes[run % 2 == 0]
+    pairs = len(quotes) // 2 * 2
+    longest = int((quotes[1:pairs:2] - quotes[0:pairs:2] - 1).max()) if pairs else 0
+    if len(quotes) % 2:  # an unterminated string runs to the end
+        longest = max(longest, len(raw) - int(quotes[-1]) - 1)
+    brackets = np.flatnonzero((raw == 91) | (raw == 93) | (raw == 123) | (raw == 125))  # [ ] { }
+    outside = brackets[np.searchsorted(quotes, brackets) % 2 == 0]
+    step = np.where((raw[outside] == 91) | (raw[outside] == 123), 1, -1)
+    deepest = int(np.cumsum(step, dtype=np.int64).max()) if len(step) else 0
+    return longest, deepest
 
 
 def check_bounds(text: str | bytes, where: str = "JSON text", *, max_depth: int = MAX_DEPTH,
                  max_string: int = MAX_STRING_CHARS) -> None:
     """Refuse a JSON text nested deeper than `max_depth` or holding a string longer than
-    `max_string` characters, in one linear scan of its strings and brackets (no recursion).
+    `max_string` bytes (UTF-8, as written: escapes count as written), by linear scans without
+    recursion (`_structure`: numpy over the positions of quotes, backslashes and brackets).
 
     Raises:
         JSONLimitError: naming `where` and the limit.
     """
     is_bytes = isinstance(text, bytes | bytearray)
-    opens = text.count(b"[") + text.count(b"{") if is_bytes else text.count("[") + text.count("{")
+    opens = text.count(b"[") + text.count(b"{") if is_bytes else text.count("[") + text.count("{")  # type: ignore[arg-type]
     if opens <= max_depth and len(text) <= max_string + 2:
         return
-    quote, opening = (ord('"'), b"[{") if is_bytes else ('"', "[{")
-    depth = 0
-    for match in (_TOKENS_BYTES if is_bytes else _TOKENS).finditer(text):  # type: ignore[arg-type]
-        first = match.group()[0]
-        if first == quote:
-            if match.end() - match.start() - 2 > max_string:
-                raise JSONLimitError(f"{where}: a string of {match.end() - match.start() - 2:,} characters, "
-                                     f"longer than the {max_string:,} GRAFT reads")
-        elif first in opening:
-            depth += 1
-            if depth > max_depth:
-                raise JSONLimitError(f"{where}: nested more than {max_depth} levels deep (arrays and objects); "
-                                     "no input GRAFT reads is")
-        else:
-            depth -= 1
+    raw = np.frombuffer(text if is_bytes else text.encode("utf-8", "surrogatepass"), np.uint8)  # type: ignore[union-attr]
+    longest, deepest = _structure(raw)
+    if longest > max_string:
+        raise JSONLimitError(f"{where}: a string of {longest:,} bytes, longer than the {max_string:,} GRAFT reads")
+    if deepest > max_depth:
+        raise JSONLimitError(f"{where}: nested more than {max_depth} levels deep (arrays and objects); "
+                             "no input GRAFT reads is")
 
 
 def loads(text: str | bytes, where: str = "JSON text", *, max_depth: int = MAX_DEPTH,

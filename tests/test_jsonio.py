@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graft import jsonio
 from graft.errors import GraftError, InputValidationError
@@ -42,7 +45,7 @@ def test_depth_is_counted_outside_strings_without_recursion() -> None:
 
 def test_a_string_longer_than_the_limit_is_refused() -> None:
     check_bounds('{"a": "' + "x" * 100 + '"}', max_string=100)
-    with pytest.raises(JSONLimitError, match="a string of 101 characters, longer than the 100"):
+    with pytest.raises(JSONLimitError, match="a string of 101 bytes, longer than the 100"):
         check_bounds('{"a": "' + "x" * 101 + '"}', "f.json", max_string=100)
     # the limit holds even when the text has few brackets
     with pytest.raises(JSONLimitError):
@@ -131,3 +134,47 @@ def test_a_file_larger_than_the_limit_is_not_read(tmp_path: Path) -> None:
     with pytest.raises(JSONLimitError, match=r"big.json: 1\d\d bytes, more than the 50"):
         jsonio.read_json_file(path, max_bytes=50)
     assert jsonio.read_json_file(path)["a"] == "x" * 100
+
+
+def reference_structure(raw: bytes) -> tuple[int, int]:
+    """(longest string, deepest nesting) by a plain character loop: the oracle of `_structure`."""
+    longest = deepest = depth = 0
+    in_string = escaped = False
+    start = 0
+    for i, byte in enumerate(raw):
+        ch = chr(byte)
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+                longest = max(longest, i - start - 1)
+        elif ch == '"':
+            in_string, start = True, i
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    if in_string:
+        longest = max(longest, len(raw) - start - 1)
+    return longest, deepest
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=st.sampled_from('ab"\\[]{}é\n '), max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.text(alphabet=st.sampled_from('k"\\[{'), max_size=4), inner, max_size=4),
+    max_leaves=30)
+
+
+@given(value=json_values, cut=st.integers(0, 200))
+@settings(max_examples=300, deadline=None)
+def test_the_vectorised_scan_agrees_with_a_character_loop(value, cut) -> None:
+    """On valid JSON (any escapes, brackets and quotes inside strings) and on the same text cut short."""
+    from graft.jsonio import _structure
+
+    for raw in (json.dumps(value, ensure_ascii=False).encode(), json.dumps(value).encode()[:cut]):
+        assert _structure(np.frombuffer(raw, np.uint8)) == reference_structure(raw), raw
