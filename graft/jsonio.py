@@ -8,7 +8,7 @@ whole into memory. Both are refused here with `JSONLimitError`, which is an `Inp
 (the corpus loader's `--skip-bad` skips and counts the record) and a `ValueError` (code that treats
 invalid JSON as a damaged file does the same with these). The checks are linear scans without
 recursion, vectorised with numpy, and run only on texts with more brackets than
-`MAX_DEPTH` or longer than `MAX_STRING_CHARS`: an ordinary record costs two `count` calls.
+`MAX_DEPTH` or longer than `MAX_STRING_BYTES`: an ordinary record costs two `count` calls.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ MAX_LINE_BYTES = 64 * 2**20
 
 #: Bytes of one string value as written (UTF-8; escapes count as written): a paper's full text, the
 #: longest field of any input, is at most a few million.
-MAX_STRING_CHARS = 32 * 2**20
+MAX_STRING_BYTES = 32 * 2**20
 
 #: Bytes of a JSON file read whole (a corpus as one JSON array, a `--record`, a manifest): the
 #: largest such corpus file GRAFT is given is a few hundred MB.
@@ -43,7 +43,7 @@ MAX_FILE_BYTES = 2 * 2**30
 
 class JSONLimitError(InputValidationError, ValueError):
     """A JSON text deeper, longer or larger than GRAFT reads (`MAX_DEPTH`, `MAX_LINE_BYTES`,
-    `MAX_STRING_CHARS`, `MAX_FILE_BYTES`)."""
+    `MAX_STRING_BYTES`, `MAX_FILE_BYTES`)."""
 
 
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
@@ -81,7 +81,7 @@ def _structure(raw: np.ndarray) -> tuple[int, int]:
 
 
 def check_bounds(text: str | bytes, where: str = "JSON text", *, max_depth: int = MAX_DEPTH,
-                 max_string: int = MAX_STRING_CHARS) -> None:
+                 max_string: int = MAX_STRING_BYTES) -> None:
     """Refuse a JSON text nested deeper than `max_depth` or holding a string longer than
     `max_string` bytes (UTF-8, as written: escapes count as written), by linear scans without
     recursion (`_structure`: numpy over the positions of quotes, backslashes and brackets).
@@ -103,7 +103,7 @@ def check_bounds(text: str | bytes, where: str = "JSON text", *, max_depth: int 
 
 
 def loads(text: str | bytes, where: str = "JSON text", *, max_depth: int = MAX_DEPTH,
-          max_string: int = MAX_STRING_CHARS) -> Any:
+          max_string: int = MAX_STRING_BYTES) -> Any:
     """`json.loads` of a text that `check_bounds` accepts.
 
     Raises:
