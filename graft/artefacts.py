@@ -172,8 +172,50 @@ def check_citations(citations: pl.DataFrame, paper_ids: pl.Series, index: Path, 
     return citations
 
 
+def check_docids(docids: pl.DataFrame, items: pl.DataFrame, paper_ids: pl.Series, index: Path,
+                 folder: str = "docids") -> None:
+    """A trained model's DocID tables (`graft.docids.DocidTable`): `docids.parquet` numbers each
+    facet's DocIDs 0..m-1 (a DocID's row is found by its number) and maps them to papers of the
+    index; `items.parquet` names papers of the index and DocIDs that exist.
+
+    Raises:
+        ArtefactError: naming the file and the fault.
+    """
+    rel, items_rel = f"{folder}/docids.parquet", f"{folder}/items.parquet"
+    _columns(docids, index, rel, {"facet": _STRING, "docid_id": _INTEGER, "paper_ids": _STRING_LIST})
+    _columns(items, index, items_rel, {"paper_id": _STRING, "facet": _STRING, "docid_id": _INTEGER})
+    odd = docids["facet"].filter(~docids["facet"].is_in(list(FACETS)) | docids["facet"].is_null())
+    if len(odd):
+        raise _fault(index, rel, f"a DocID's facet is {odd.first()!r:.40} (allowed: {', '.join(FACETS)})")
+    numbering = docids.group_by("facet").agg(pl.len().alias("m"), pl.col("docid_id").min().alias("low"),
+                                             pl.col("docid_id").max().alias("high"),
+                                             pl.col("docid_id").n_unique().alias("distinct"),
+                                             pl.col("docid_id").null_count().alias("empty"))
+    broken = numbering.filter((pl.col("low") != 0) | (pl.col("high") != pl.col("m") - 1)
+                              | (pl.col("distinct") != pl.col("m")) | (pl.col("empty") > 0))
+    if broken.height:
+        row = broken.row(0, named=True)
+        raise _fault(index, rel, f"the {row['facet']} DocIDs are numbered {row['low']}..{row['high']} "
+                                 f"({row['distinct']} distinct), not 0..{row['m'] - 1}")
+    named = docids["paper_ids"].explode()
+    unknown = named.filter(~named.is_in(paper_ids.implode()) | named.is_null())
+    if len(unknown):
+        raise _fault(index, rel, f"a DocID names paper {unknown.first()!r:.60}, which papers.parquet lacks")
+    unknown = items["paper_id"].filter(~items["paper_id"].is_in(paper_ids.implode()) | items["paper_id"].is_null())
+    if len(unknown):
+        raise _fault(index, items_rel, f"an item names paper {unknown.first()!r:.60}, which papers.parquet lacks")
+    sizes = dict(zip(numbering["facet"].to_list(), numbering["m"].to_list()))
+    bound = items["facet"].replace_strict(sizes, default=0, return_dtype=pl.Int64)
+    past = items.filter(pl.col("docid_id").is_not_null() & ((pl.col("docid_id") < 0) | (pl.col("docid_id") >= bound)))
+    if past.height:
+        row = past.row(0, named=True)
+        raise _fault(index, items_rel, f"an item of paper {row['paper_id']!r:.60} names {row['facet']} DocID "
+                                       f"{row['docid_id']}, which docids.parquet lacks")
+
+
 _STRING = ("text", lambda dtype: dtype == pl.String)
 _INTEGER = ("integers", lambda dtype: dtype.is_integer() or dtype == pl.Null)
+_STRING_LIST = ("lists of text", lambda dtype: dtype == pl.List(pl.String))
 
 
 def _columns(frame: pl.DataFrame, index: Path, rel: str, wanted: dict[str, tuple[str, Callable[[Any], bool]]]) -> None:

@@ -267,3 +267,40 @@ def test_the_probe_reads_each_artefact(tiny, probe, answer, tmp_path) -> None:
         rc, out = probe(index)
         assert rc == 2 and rel in out, (rel, out[-2000:])
 
+
+
+def test_a_models_docid_tables_are_checked_against_the_index(tiny, tmp_path, torch_one_thread) -> None:
+    """DocIDs numbered out of order, naming papers the index lacks, or items naming DocIDs that do not
+    exist: an error naming the file when the model loads, not a wrong paper or an exception deep in
+    decoding."""
+    from training.pipeline import train_index
+    from training.trainer import TrainConfig
+
+    trained = copy_of(tiny, tmp_path)
+    train_index(trained, TrainConfig(max_steps=1, save_every_steps=0, logging_steps=1), base_model="tiny",
+                check_pairs=0)
+    assert Index.open(trained).generative().docids.docids.height
+    docids = pl.read_parquet(trained / "docids" / "docids.parquet")
+    items = pl.read_parquet(trained / "docids" / "items.parquet")
+    damages = {
+        "docids.parquet": [
+            (docids.with_columns(pl.col("docid_id") + 1), r"the \w+ DocIDs are numbered 1\.\.\d+ .*not 0\.\."),
+            (docids.with_columns(pl.col("paper_ids").list.concat(pl.lit(["nope"]))),
+             "a DocID names paper 'nope', which papers.parquet lacks"),
+            (docids.drop("paper_ids"), "lacks the column 'paper_ids'"),
+        ],
+        "items.parquet": [
+            (items.with_columns(pl.col("docid_id") + 10**6), r"names \w+ DocID \d+, which docids.parquet lacks"),
+            (items.with_columns(pl.lit("nope").alias("paper_id")), "an item names paper 'nope'"),
+        ],
+    }
+    for name, cases in damages.items():
+        for frame, message in cases:
+            index = copy_of(trained, tmp_path)
+            frame.write_parquet(index / "docids" / name)
+            with pytest.raises(IndexFormatError, match=f"docids/{name} is damaged: .*{message}"):
+                Index.open(index).generative()
+    index = copy_of(trained, tmp_path)
+    (index / "docids" / "docids.parquet").write_bytes(b"PAR1")
+    with pytest.raises(IndexFormatError, match="docids.parquet cannot be read"):
+        Index.open(index).generative()
