@@ -134,13 +134,13 @@ def check_vectors(array: np.ndarray, index: Path, rel: str, dim: int | None) -> 
 
 
 def check_papers(papers: pl.DataFrame, index: Path, rel: str) -> pl.DataFrame:
-    """papers.parquet: a unique, non-empty string `paper_id` per row, a string `title` and an integer
-    (or empty) `year`, the columns every reader takes.
+    """papers.parquet: a unique, non-empty string `paper_id` per row, a string `title` and `abstract`
+    and an integer (or empty) `year`, the columns every reader takes.
 
     Raises:
         ArtefactError: naming the file and the fault.
     """
-    _columns(papers, index, rel, {"paper_id": _STRING, "title": _STRING, "year": _INTEGER})
+    _columns(papers, index, rel, {"paper_id": _STRING, "title": _STRING, "abstract": _STRING, "year": _INTEGER})
     ids = papers["paper_id"]
     if ids.null_count() or (ids.str.len_chars() == 0).any():
         raise _fault(index, rel, "a paper has no id")
