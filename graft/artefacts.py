@@ -81,8 +81,8 @@ def load_csr(index: Path, rel: str, n: int | None = None) -> sp.csr_matrix:
         raise _fault(index, rel, f"its shape is ({rows}, {cols}), not {want}")
     _integers(index, rel, "row pointers", indptr)
     _integers(index, rel, "column indices", indices)
-    if data.ndim != 1 or data.dtype.kind not in "fiub":
-        raise _fault(index, rel, f"its weights are {data.dtype} of shape {data.shape}, not a row of numbers")
+    if data.ndim != 1 or data.dtype.kind != "f":  # the build writes float32 weights in [0, 1]
+        raise _fault(index, rel, f"its weights are {data.dtype} of shape {data.shape}, not a row of floats")
     nnz = len(indices)
     if len(indptr) != rows + 1:
         raise _fault(index, rel, f"it has {len(indptr)} row pointers for {rows} rows (needs {rows + 1})")
@@ -97,10 +97,9 @@ def load_csr(index: Path, rel: str, n: int | None = None) -> sp.csr_matrix:
         if low < 0 or high >= cols:
             bad = low if low < 0 else high
             raise _fault(index, rel, f"it holds column index {bad}, outside [0, {cols}) (the index's papers)")
-        if data.dtype.kind == "f":
-            finite = np.isfinite(data)
-            if not finite.all():
-                raise _fault(index, rel, f"{int((~finite).sum())} of its {nnz} weights are not finite (NaN or inf)")
+        finite = np.isfinite(data)
+        if not finite.all():
+            raise _fault(index, rel, f"{int((~finite).sum())} of its {nnz} weights are not finite (NaN or inf)")
         if data.min() < 0:
             raise _fault(index, rel, f"it holds weight {float(data.min())}, below 0 (weights lie in [0, 1])")
     index_dtype = np.int32 if max(nnz, cols) < np.iinfo(np.int32).max else np.int64

@@ -179,9 +179,13 @@ def mutate_graph(path: Path, kind: str, draw: st.DrawFn) -> None:
     if kind == "range" and nnz:
         arrays["indices"] = arrays["indices"].astype(np.int64)
         arrays["indices"][at] = draw(st.integers(-(2**40), -1) | st.integers(n, 2**40))
-    elif kind == "indptr":
-        arrays["indptr"] = arrays["indptr"].astype(np.int64)
-        arrays["indptr"][draw(st.integers(0, n))] = draw(st.integers(-(2**33), 2**33))
+    elif kind == "indptr":  # a pointer out of order, or a start other than 0 or an end other than nnz
+        ptr = arrays["indptr"] = arrays["indptr"].astype(np.int64)
+        j, step = draw(st.integers(0, n)), draw(st.integers(1, 2**33))
+        if 0 < j < n:
+            ptr[j] = draw(st.sampled_from([ptr[j - 1] - step, ptr[j + 1] + step]))
+        else:
+            ptr[j] += draw(st.sampled_from([-step, step]))
     elif kind == "nan" and nnz:
         arrays["data"][at] = draw(st.sampled_from([np.nan, np.inf, -np.inf, -1.0, -1e-3]))
     elif kind == "dtype":
@@ -219,13 +223,13 @@ def mutate_table(path: Path, kind: str, draw: st.DrawFn) -> None:
     if kind == "drop":
         df = df.drop(column)
     elif kind == "dtype":
-        df = df.with_columns(pl.col(column).cast(pl.String) if df[column].dtype != pl.String
+        df = df.with_columns(pl.lit("1").alias(column) if df[column].dtype != pl.String
                              else pl.col(column).str.len_bytes())
     elif kind == "nan":  # an empty value
         df = df.with_columns(pl.when(pl.int_range(pl.len()) == row).then(None).otherwise(pl.col(column))
                              .alias(column))
-    elif kind in ("range", "shape"):  # a value naming no paper, facet or row (or a row of another)
-        value = draw(st.sampled_from(["nope", "", df[column][0]])) if df[column].dtype == pl.String else None
+    elif kind in ("range", "shape"):  # a value naming no paper or facet
+        value = draw(st.sampled_from(["nope", ""])) if df[column].dtype == pl.String else None
         df = df.with_columns(pl.when(pl.int_range(pl.len()) == row).then(pl.lit(value, dtype=df[column].dtype))
                              .otherwise(pl.col(column)).alias(column))
     df.write_parquet(path)
