@@ -78,3 +78,29 @@ def test_a_rebuild_moves_the_trained_model_aside_and_says_so_before_any_work(tmp
     notes.clear()
     again = build_index(write_corpus(tmp_path, 16), out, BuildConfig(top_k=5), encoder=encoder, on_note=notes.append)
     assert notes == [] and again.kept is None and digest(aside / "model") == trained["model"]
+
+
+def test_graft_build_says_first_where_the_model_goes(tmp_path, encoder, monkeypatch) -> None:
+    """Through the command line, with --quiet: the note is the first thing printed (on stderr)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    import graft.encoder
+    from cli.app import app
+    from graphbuild.build import BuildConfig, build_index
+
+    monkeypatch.setattr(graft.encoder, "Encoder", lambda *args, **kwargs: encoder)
+    out = tmp_path / "idx"
+    build_index(write_corpus(tmp_path, 10), out, BuildConfig(), encoder=encoder)
+    (out / "model").mkdir()  # what `graft train` wrote (its contents are not read by a rebuild)
+    (out / "model" / "model.safetensors").write_bytes(b"27 minutes of training")
+    shutil.copytree(out / "model", tmp_path / "before")
+    build_id = json.loads((out / "manifest.json").read_text())["build_id"]
+    res = CliRunner().invoke(app, ["build", str(write_corpus(tmp_path, 12)), "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    aside = out / f"model.previous-{build_id[:12]}"
+    assert res.output.startswith(f"note: {out / 'model'} holds a generative retriever trained on the graph this "
+                                 "build replaces"), res.output
+    assert str(aside) in " ".join(res.output.split())
+    assert digest(aside / "model") == digest(tmp_path / "before") and not (out / "model").exists()
