@@ -11,6 +11,10 @@ abstract embeddings (N x 384 float16, memory-mapped). Per artefact, alternating 
   `graft.external` makes, then `papers @ q`), against the same with `check_vectors` at load (finite
   everywhere, read in blocks); and the load alone (a memory map: no read at all) against the check
   alone; the file is in the page cache (warm);
+- tables: papers.parquet (N ids) and facets.parquet (ITEMS items a paper) read, and each item's
+  paper row found, as `Index` did (a dict of ids and a Python loop over the items) against read and
+  checked (`check_papers`: unique ids, column types; `check_facets`: every item's paper and facet
+  known, which finds the item rows in polars);
 - JSON: `json.loads` against `graft.jsonio.loads` on corpus-like lines (the common case: no scan)
   and on a JSON array of such records as one file (the scan runs).
 
@@ -32,14 +36,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import scipy.sparse as sp
 
 from experiments.common import add_results_argument, parser, write_tables
-from graft.artefacts import check_vectors, load_csr
+from graft.artefacts import check_facets, check_papers, check_vectors, load_csr
+from graft.facets import FACETS
 from graft.jsonio import loads
 
 K = 20  # out-edges per paper and facet (BuildConfig.top_k)
 DIM = 384  # MiniLM's dimension
+ITEMS = 9  # facet items per paper (cs768 averages 9)
 
 
 def timed(fn) -> float:
@@ -103,6 +110,26 @@ def main(argv: list[str] | None = None) -> None:
     t = rounds({"plain": lambda: np.load(work / "embeddings" / "papers.npy", mmap_mode="r"),
                 "checked": check_only}, args.rounds)
     rows.append({"artefact": "embeddings/papers.npy (load alone)", "size": f"{n:,} x {DIM} float16", **t})
+
+    ids = pl.Series("paper_id", [f"paper-{i:07d}" for i in range(n)])
+    pl.DataFrame({"paper_id": ids, "title": ids, "abstract": ids,
+                  "year": pl.Series(rng.integers(1990, 2026, n), dtype=pl.Int32)}).write_parquet(work / "papers.parquet")
+    owner = np.repeat(np.arange(n), ITEMS)
+    pl.DataFrame({"paper_id": ids.gather(owner), "facet": np.tile(np.array(FACETS), len(owner) // 4 + 1)[:len(owner)],
+                  "item_idx": pl.Series(np.zeros(len(owner)), dtype=pl.Int32),
+                  "text": ids.gather(owner)}).write_parquet(work / "facets.parquet")
+    def plain_tables() -> None:  # as `Index` read them and found each item's paper row before the checks
+        papers, facets = pl.read_parquet(work / "papers.parquet"), pl.read_parquet(work / "facets.parquet")
+        row_of = {pid: i for i, pid in enumerate(papers["paper_id"].to_list())}
+        np.array([row_of[p] for p in facets["paper_id"].to_list()], dtype=np.int64)
+
+    def checked_tables() -> None:  # read and checked; the check finds the item rows
+        papers = check_papers(pl.read_parquet(work / "papers.parquet"), work, "papers.parquet")
+        check_facets(pl.read_parquet(work / "facets.parquet"), papers["paper_id"], work, "facets.parquet")
+
+    t = rounds({"plain": plain_tables, "checked": checked_tables}, args.rounds)
+    rows.append({"artefact": "papers.parquet + facets.parquet (load + item rows)",
+                 "size": f"{n:,} papers, {len(owner):,} items", **t})
 
     record = json.dumps({"id": "2020.acl-main.1", "title": "A study of [bracketed] things " * 3,
                          "abstract": "We study parsing. " * 80, "year": 2020, "authors": ["A. B", "C. D"],

@@ -173,7 +173,9 @@ class Index:
             self._expect(rel, value.height, n if rel == "papers.parquet" else items)
             if rel == "papers.parquet":
                 return check_papers(value, self.path, rel)
-            return check_facets(value, self.papers["paper_id"], self.path, rel)
+            # the check finds each item's paper row: `item_rows`, cached here (a cached_property's slot)
+            self.__dict__["item_rows"] = check_facets(value, self.papers["paper_id"], self.path, rel)
+            return value
         if rel == "citations.parquet":
             return check_citations(value, self.papers["paper_id"], self.path, rel)
         if rel.endswith(".npz"):
@@ -240,8 +242,10 @@ class Index:
 
     @cached_property
     def item_rows(self) -> np.ndarray:
-        """Node index of the paper owning each `facets` row (aligned with `item_embeddings`)."""
-        return np.array([self.row_of[p] for p in self.facets["paper_id"].to_list()], dtype=np.int64)
+        """Node index of the paper owning each `facets` row (aligned with `item_embeddings`), found
+        when `facets` loads (`graft.artefacts.check_facets`)."""
+        self.facets  # noqa: B018 - loading it sets item_rows
+        return self.__dict__["item_rows"]
 
     @cached_property
     def _item_rows(self) -> dict[tuple[str, str], np.ndarray]:
