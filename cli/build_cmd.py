@@ -43,6 +43,10 @@ def print_build_summary(summary, out: Console = console) -> None:
         out.print(f"reused ({', '.join(summary.reused)}) from {summary.index_dir / 'cache' / 'build'}: papers "
                   "and texts taken apart and embedded by an earlier build with this model and extractor; "
                   "--fresh makes them again", highlight=False)
+    if summary.kept is not None:
+        out.print(f"moved the generative retriever trained on the graph this build replaced to {summary.kept} "
+                  f"(with its DocIDs, training pairs and manifest); `graft train {summary.index_dir}` trains one on "
+                  "the new graph", highlight=False)
     if summary.removed:
         redo = []
         if any(not r.startswith("graph.") for r in summary.removed):
@@ -156,13 +160,16 @@ def build(
                                             else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,
                               reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from,
-                              allow_degraded=allow_degraded)
+                              allow_degraded=allow_degraded,
+                              # before any work, even with --quiet: what happens to a trained model
+                              on_note=lambda note: err.print(f"note: {note}", highlight=False, soft_wrap=True))
     except GraftError as exc:
         fail(exc)
     if as_json:
         typer.echo(json.dumps({"index": str(summary.index_dir), "counts": summary.counts,
                                "timings_s": summary.timings, "peak_rss_bytes": summary.peaks,
                                "reused_checkpoints": summary.reused, "removed": summary.removed,
+                               "kept": None if summary.kept is None else str(summary.kept),
                                "cache_from": None if summary.seeded_from is None else
                                {"index": str(summary.seeded_from), "copied": summary.seeded},
                                "encoder_export": None if summary.encoder_export is None else str(summary.encoder_export)},

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from cli.build_cmd import print_build_summary
-from cli.common import console, fail
+from cli.common import console, err, fail
 from cli.query_cmd import print_hits
 from cli.survey_cmd import demo_survey
 from graft.errors import GraftError
@@ -35,7 +35,8 @@ def demo(
                 close = [p for p in ids if p.startswith(paper[:8])][:5] if paper.strip() else []
                 raise GraftError(f"--paper {paper!r} is not among the {len(ids)} ACLSum papers of the demo"
                                  + (f"; similar ids: {', '.join(close)}" if close else f", such as {ids[0]}"))
-        summary = build_index(None, out, BuildConfig(limit=limit), reporter=Reporter(quiet=quiet))
+        summary = build_index(None, out, BuildConfig(limit=limit), reporter=Reporter(quiet=quiet),
+                              on_note=lambda note: err.print(f"note: {note}", highlight=False, soft_wrap=True))
         print_build_summary(summary)
         idx = Index.open(out)
         if paper is None:

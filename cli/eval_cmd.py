@@ -11,6 +11,7 @@ import typer
 
 from cli.common import console, err, fail
 from cli.options import finite
+from graft.jsonio import read_json_file
 
 eval_app = typer.Typer(add_completion=False, no_args_is_help=True,
                        help="Evaluation: prepare splits, run suites (TREC runs + tables), re-score runs.")
@@ -118,7 +119,7 @@ def build_split(
 def _split_hash(folder: Path) -> str | None:
     """The corpus hash of the split already in `folder`, if any."""
     try:
-        return json.loads((folder / "split.json").read_text(encoding="utf-8")).get("corpus_hash")
+        return read_json_file(folder / "split.json").get("corpus_hash")
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -49,9 +49,13 @@ def _read_queries(path: Path, known: Container[str]) -> list[dict]:
     """`--queries` lines: a paper id, or a JSON record (an in-corpus `id`, or title + abstract). A
     record without an id is named `query-N` after its line, so that each has its own run-file qid;
     a corpus id outside `known` or an id on two lines is refused with its line."""
+    from graft.jsonio import MAX_FILE_BYTES, MAX_LINE_BYTES, loads
     from graft.records import is_outside, record_problem
 
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise GraftError(f"--queries {path}: {path.stat().st_size:,} bytes, more than the {MAX_FILE_BYTES:,} "
+                             "GRAFT reads; split it into smaller files")
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise GraftError(f"--queries {path}: cannot read it ({exc})") from None
@@ -61,9 +65,12 @@ def _read_queries(path: Path, known: Container[str]) -> list[dict]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        if len(line) > MAX_LINE_BYTES:
+            raise GraftError(f"{path} line {n}: {len(line):,} characters, longer than the {MAX_LINE_BYTES:,} GRAFT "
+                             "reads as one query")
         if line.startswith("{"):
             try:
-                rec = json.loads(line)
+                rec = loads(line, f"{path} line {n}")  # a line nested too deep: JSONLimitError, a GraftError
             except json.JSONDecodeError as exc:
                 raise GraftError(f"{path} line {n}: not valid JSON ({exc}); give a paper id or a JSON record") from None
         else:

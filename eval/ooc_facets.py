@@ -36,6 +36,7 @@ import scipy.sparse as sp
 
 from graft.errors import ConfigError, GraftError
 from graft.facets import FACETS
+from graft.jsonio import loads
 from graft.manifest import now_iso
 from graft.store import write_lines
 
@@ -139,7 +140,7 @@ def read_cache(path: str | Path, key: dict[str, Any], n: int) -> dict[str, OocEn
         return None
     lines = path.read_text(encoding="utf-8").splitlines()
     try:
-        header = json.loads(lines[0]) if lines else {}
+        header = loads(lines[0], f"{path} line 1") if lines else {}
         if header.get("format") != CACHE_FORMAT:
             raise ConfigError(f"format {header.get('format')!r} is not {CACHE_FORMAT!r}")
         if header.get("version") != CACHE_VERSION or header.get("key") != key:
@@ -147,7 +148,7 @@ def read_cache(path: str | Path, key: dict[str, Any], n: int) -> dict[str, OocEn
         out = {}
         for line in lines[1:]:
             if line.strip():
-                row = json.loads(line)
+                row = loads(line, str(path))
                 out[row["qid"]] = OocEntry({f: list(row["facets"].get(f, [])) for f in FACETS},
                                            {f: _row_from_json(row["rows"][f], n) for f in FACETS}, row["text_sha"],
                                            {f: _row_from_json(row["facet_only_rows"][f], n) for f in FACETS},

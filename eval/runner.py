@@ -57,6 +57,7 @@ from graft.config import type_problems
 from graft.errors import GraftError
 from graft.facets import FACETS
 from graft.index import Index
+from graft.jsonio import loads
 from graft.manifest import library_versions, now_iso
 from graft.progress import Reporter
 from graft.store import atomic_path, folder_problem, read_json, write_json
@@ -244,7 +245,7 @@ def read_credits(path: str | Path) -> dict[str, list[tuple[str, dict[str, int]]]
     out = {}
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.strip():
-            row = json.loads(line)
+            row = loads(line, str(path))
             out[row["qid"]] = [(d, {f: int(h) for f, h in fac.items()}) for d, fac in row["hits"]]
     return out
 

@@ -52,6 +52,7 @@ import numpy as np
 
 from graft.config import type_problems
 from graft.errors import GraftError, InputValidationError
+from graft.jsonio import loads
 from graft.manifest import library_versions, now_iso
 from graft.store import folder_problem, read_json, write_json, write_lines
 from graphbuild.corpus import Corpus, load_corpus
@@ -453,7 +454,7 @@ def read_queries(split_dir: str | Path, suite: str, *, part: str | None = None) 
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads(line, f"{path} line {n}")
         except ValueError as exc:
             row = exc
         if not (isinstance(row, dict) and all(isinstance(row.get(k), str) and row[k].strip()

@@ -15,7 +15,6 @@ The split directory is `graft eval prepare`'s (`eval.splits.prepare_split`): `sp
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from eval.splits import read_queries
 from eval.systems import SURVEY_SYSTEMS
 from eval.trec import read_qrels, write_run
 from graft.errors import ConfigError, InputValidationError
+from graft.jsonio import read_json_file
 from graft.progress import Reporter
 
 SYSTEMS = SURVEY_SYSTEMS
@@ -178,7 +178,7 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
     idx = Index.open(index_dir)
     split_file = split_dir / "split.json"
     if split_file.is_file():
-        expected = json.loads(split_file.read_text()).get("corpus_hash")
+        expected = read_json_file(split_file).get("corpus_hash")
         if expected and idx.manifest.get("corpus_hash") != expected:
             raise InputValidationError(
                 f"index {index_dir} was not built from {split_dir / 'corpus.jsonl'} (corpus hash differs); "
@@ -216,7 +216,7 @@ def survey_suite(split_dir: Path, index_dir: Path, *, systems: list[str], limit:
                 qcfg = replace(cfg, until_year=int(q["year"])) if as_of_year and q.get("year") else cfg
                 try:
                     res = write_survey(idx, q["title"], target, qcfg, tools=tools, dense=dense)
-                    survey = json.loads(res.paths["json"].read_text(encoding="utf-8"))
+                    survey = read_json_file(res.paths["json"])
                     error = None
                 except SurveyError as exc:
                     survey, error = None, str(exc)

@@ -9,7 +9,6 @@ and the generative retriever learns.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from graft.facets import FACETS
 from graft.index import Index
+from graft.jsonio import read_json_file
 from graft.manifest import has_model
 
 #: Build settings shown by `index_summary`, in order (the rest is in manifest.json).
@@ -80,7 +80,7 @@ def unfinished_training(index_dir: str | Path) -> dict[str, Any] | None:
         return None
     step, path = states[-1]
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = read_json_file(path)
     except (ValueError, OSError):
         return {"step": step, "total_steps": None, "base_model": None, "sampling": None, "max_edges": None,
                 "config": {}}

@@ -32,6 +32,7 @@ import marisa_trie
 import numpy as np
 import polars as pl
 
+from graft.artefacts import check_docids
 from graft.errors import ConfigError, IndexFormatError
 from graft.facets import FACETS
 from graft.manifest import read_manifest, record_stage
@@ -416,8 +417,14 @@ class DocidTable:
         if meta.get("docids_version") != DOCIDS_VERSION:
             raise IndexFormatError(f"{directory}: DocIDs version {meta.get('docids_version')} is not "
                                    f"{DOCIDS_VERSION}; rebuild them with `graft train INDEX`")
-        return cls(pl.read_parquet(directory / "docids.parquet"), pl.read_parquet(directory / "items.parquet"),
-                   meta)
+        tables = []
+        for name in ("docids.parquet", "items.parquet"):
+            try:
+                tables.append(pl.read_parquet(directory / name))
+            except Exception as exc:  # polars raises several unrelated types for a damaged file
+                raise IndexFormatError(f"{directory / name} cannot be read ({type(exc).__name__}: {exc}); rebuild "
+                                       "the DocIDs with `graft train INDEX`") from exc
+        return cls(tables[0], tables[1], meta)
 
 
 def _decode_all(tokenizer: Any, seqs: list[list[int]]) -> list[str]:
@@ -474,6 +481,12 @@ def load_docids(index_dir: str | Path, tokenizer: Any = None) -> DocidTable:
     if table.meta.get("corpus_hash") != manifest.get("corpus_hash"):
         raise IndexFormatError(f"DocIDs in '{index_dir}' belong to another build of the corpus; "
                                f"rebuild them with `graft train {index_dir}`")
+    try:
+        papers = pl.read_parquet(index_dir / "papers.parquet", columns=["paper_id"])["paper_id"]
+    except Exception as exc:  # polars raises several unrelated types for a damaged file
+        raise IndexFormatError(f"index '{index_dir}': papers.parquet cannot be read ({type(exc).__name__}: {exc}); "
+                               f"rebuild the index with `graft build CORPUS --out {index_dir}`") from exc
+    check_docids(table.docids, table.items, papers, index_dir, docids_dir(index_dir).relative_to(index_dir).as_posix())
     if tokenizer is not None:
         check_tokenizer(index_dir, table.meta, tokenizer)
     return table

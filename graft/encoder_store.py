@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from graft.errors import ConfigError
+from graft.jsonio import read_json_file
 from graft.store import atomic_path, user_cache_dir
 
 #: The store's folder inside the user cache.
@@ -83,7 +84,7 @@ class Spec:
 
 
 def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json_file(path)
 
 
 def _short_type(entry: dict[str, Any]) -> str:

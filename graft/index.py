@@ -11,12 +11,19 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from graft.artefacts import (
+    ArtefactError,
+    check_citations,
+    check_facets,
+    check_papers,
+    check_vectors,
+    load_csr,
+)
 from graft.errors import GraftError, IndexFormatError, QueryError
 from graft.facets import FACETS
 from graft.fusion import CITATION
 from graft.manifest import read_manifest
 from graft.results import CitationEvidence, Evidence, Hit, QueryResult
-from graft.store import read_npz
 from graft.teacher import GraphTeacher, TeacherConfig
 
 
@@ -154,6 +161,8 @@ class Index:
         self.check_version()
         try:
             value = load(path)
+        except ArtefactError:
+            raise
         except Exception as exc:
             raise IndexFormatError(f"index '{self.path}': {rel} cannot be read ({type(exc).__name__}: {exc}); "
                                    f"the file is damaged: rebuild the index with `graft build CORPUS --out "
@@ -162,11 +171,25 @@ class Index:
         n, items = self._expected_papers, self._expected_items
         if rel in ("papers.parquet", "facets.parquet"):
             self._expect(rel, value.height, n if rel == "papers.parquet" else items)
-        elif rel.endswith(".npz"):
+            if rel == "papers.parquet":
+                return check_papers(value, self.path, rel)
+            # the check finds each item's paper row: `item_rows`, cached here (a cached_property's slot)
+            self.__dict__["item_rows"] = check_facets(value, self.papers["paper_id"], self.path, rel)
+            return value
+        if rel == "citations.parquet":
+            return check_citations(value, self.papers["paper_id"], self.path, rel)
+        if rel.endswith(".npz"):
             self._expect(rel, tuple(value.shape), None if n is None else (n, n))
         elif rel.startswith("embeddings/"):
-            self._expect(rel, value.shape[0], n if rel == "embeddings/papers.npy" else items)
+            if value.ndim:
+                self._expect(rel, value.shape[0], n if rel == "embeddings/papers.npy" else items)
+            dim = (self.manifest.get("embedding") or {}).get("dim")
+            return check_vectors(value, self.path, rel, dim if isinstance(dim, int) else None)
         return value
+
+    def _csr(self, path: Path) -> sp.csr_matrix:
+        """A graph of this index, its arrays checked for range (`graft.artefacts.load_csr`)."""
+        return load_csr(self.path, path.relative_to(self.path).as_posix())
 
     @cached_property
     def papers(self) -> pl.DataFrame:
@@ -219,8 +242,10 @@ class Index:
 
     @cached_property
     def item_rows(self) -> np.ndarray:
-        """Node index of the paper owning each `facets` row (aligned with `item_embeddings`)."""
-        return np.array([self.row_of[p] for p in self.facets["paper_id"].to_list()], dtype=np.int64)
+        """Node index of the paper owning each `facets` row (aligned with `item_embeddings`), found
+        when `facets` loads (`graft.artefacts.check_facets`)."""
+        self.facets  # noqa: B018 - loading it sets item_rows
+        return self.__dict__["item_rows"]
 
     @cached_property
     def _item_rows(self) -> dict[tuple[str, str], np.ndarray]:
@@ -247,11 +272,11 @@ class Index:
 
     @cached_property
     def graphs(self) -> dict[str, sp.csr_matrix]:
-        return {f: self._read(f"graph/{f}.npz", read_npz) for f in FACETS}
+        return {f: self._read(f"graph/{f}.npz", self._csr) for f in FACETS}
 
     @cached_property
     def citation_score(self) -> sp.csr_matrix:
-        return self._read("graph/citation.npz", read_npz)
+        return self._read("graph/citation.npz", self._csr)
 
     @cached_property
     def text_coupling(self) -> sp.csr_matrix:
@@ -260,7 +285,7 @@ class Index:
         an index built without it."""
         if not (self.path / "graph" / "text.npz").is_file():
             return sp.csr_matrix((self.n, self.n), dtype=np.float32)
-        return self._read("graph/text.npz", read_npz)
+        return self._read("graph/text.npz", self._csr)
 
     def citation_half(self, node: int) -> sp.csr_matrix:
         """1 x n: the score the citation half of a corpus paper's edge weights was built from (its

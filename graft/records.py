@@ -6,7 +6,6 @@ A query is a JSON object with the `id` of a corpus paper, or a paper outside the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +61,13 @@ def read_record(path: str | Path) -> dict[str, Any]:
     """A query as one JSON object, as a `graft query --queries` line takes it: a paper with `title`
     and/or `abstract` (optional id, references, full_text), or a corpus paper by its `id` alone; a
     leading byte-order mark is allowed."""
+    from graft.jsonio import JSONLimitError, read_json_file
+
     path = Path(path)
     try:
-        rec = json.loads(path.read_text(encoding="utf-8-sig"))
+        rec = read_json_file(path)
+    except JSONLimitError:
+        raise
     except (OSError, ValueError) as exc:
         raise InputValidationError(f"{path}: cannot read a JSON record ({exc})") from exc
     problem = record_problem(rec)

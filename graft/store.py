@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
+from graft.jsonio import loads, read_json_file
+
 if TYPE_CHECKING:  # the trainer writes through this module on machines without polars
     import polars as pl
 
@@ -140,7 +142,7 @@ def lock_holder(folder: str | os.PathLike[str]) -> str | None:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             try:
-                holder = json.loads(os.read(fd, 4096) or b"{}")
+                holder = loads(os.read(fd, 4096) or b"{}", str(LOCK_NAME))
             except ValueError:
                 holder = None
             if isinstance(holder, dict) and holder.get("pid") == os.getpid():
@@ -181,7 +183,7 @@ def index_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             try:
-                who = _holder_text(json.loads(os.read(fd, 4096) or b"{}"))
+                who = _holder_text(loads(os.read(fd, 4096) or b"{}", str(LOCK_NAME)))
             except ValueError:
                 who = _holder_text(None)
             raise GraftError(f"index '{folder}' is being written by {who}; run {command} again when that "
@@ -224,7 +226,13 @@ def write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A JSON file of an index or a cache (a manifest, a store's record), bounded as every JSON GRAFT
+    reads is (`graft.jsonio.read_json_file`).
+
+    Raises:
+        ValueError: not valid JSON, or beyond the limits (`graft.jsonio.JSONLimitError`); OSError.
+    """
+    return read_json_file(path)
 
 
 def write_parquet(path: str | os.PathLike[str], df: pl.DataFrame) -> None:
@@ -241,6 +249,3 @@ def write_npz(path: str | os.PathLike[str], matrix: sp.spmatrix | sp.sparray) ->
     with atomic_path(path, suffix=".npz") as tmp:
         sp.save_npz(tmp, sp.csr_matrix(matrix), compressed=True)
 
-
-def read_npz(path: str | os.PathLike[str]) -> sp.csr_matrix:
-    return sp.csr_matrix(sp.load_npz(path))

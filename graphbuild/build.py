@@ -31,6 +31,7 @@ from graft.encoder import title_vectors, with_title
 from graft.errors import GraftError
 from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems
+from graft.jsonio import loads
 from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
 from graft.similarity import group_items
@@ -75,8 +76,12 @@ class BuildSummary:
     reused: list[str] = field(default_factory=list)
     #: the encoder's ONNX export this build stored for queries (`graft.encoder_store`), or None
     encoder_export: Path | None = None
-    #: later stages' folders of the index this build replaced ("docids", "train", "model")
+    #: what of the index this build replaced it removed: DocIDs and pairs without a model ("docids",
+    #: "train") and `graft export`'s files at their default paths ("graph.graphml")
     removed: list[str] = field(default_factory=list)
+    #: where the trained model of the graph this build replaced went, with its DocIDs and pairs
+    #: (`INDEX/model.previous-<build id>`), or None when the index held none
+    kept: Path | None = None
     #: `cache_from`: the other index, and per stage how many papers / texts were copied from its stores
     seeded_from: Path | None = None
     seeded: dict[str, int] = field(default_factory=dict)
@@ -209,12 +214,75 @@ def _check_no_links(out: Path) -> None:
                          "the links, and build again (the index was not touched)")
 
 
-def _invalidate(out: Path, source: str) -> list[str]:
+#: What `graft train` adds to an index, made for the graph it was trained on
+TRAINED = ("docids", "train", "model")
+
+
+@dataclass
+class RebuildPlan:
+    """What a rebuild does with the later stages of the index it replaces, decided (and said)
+    before any work: a trained model is never deleted; it moves aside with its DocIDs and pairs."""
+
+    #: the later stages' folders found in the index ("docids", "train", "model")
+    trained: list[str]
+    #: where they move when the model is among them (`INDEX/model.previous-<old build id>`), else None:
+    #: DocIDs and pairs alone are removed (`graft train` makes them again in seconds)
+    aside: Path | None
+    #: `graft export`'s files at their default paths, removed with the graph they show
+    exports: list[str]
+
+    def message(self, out: Path) -> str | None:
+        """What the rebuild will do with them, in one sentence for the user, or None for nothing."""
+        parts = []
+        if self.aside is not None:
+            with_it = [name for name in self.trained if name != "model"]
+            parts.append(f"{out / 'model'} holds a generative retriever trained on the graph this build replaces; "
+                         f"when the new index is written it moves{' with its ' + ' and '.join(with_it) if with_it else ''}"
+                         f" to {self.aside} (nothing is deleted; remove that folder when it is no longer wanted). "
+                         f"Until `graft train {out}` trains one on the new graph, queries use the graph teacher")
+        elif self.trained:
+            parts.append(f"{', '.join(self.trained)} of the graph this build replaces will be removed when the new "
+                         f"index is written (`graft train {out}` makes them again)")
+        if self.exports:
+            parts.append(f"{', '.join(self.exports)} (`graft export`'s, of the old graph) will be removed")
+        return "; ".join(parts) or None
+
+
+def plan_rebuild(out: Path) -> RebuildPlan:
+    """What a build into `out` will do with the later stages of the index already there."""
+    from graft.export import EXPORT_FORMATS
+
+    trained = [name for name in TRAINED if (out / name).exists()]
+    exports = [f"graph.{fmt}" for fmt in EXPORT_FORMATS if (out / f"graph.{fmt}").is_file()]
+    aside = None
+    if "model" in trained:
+        try:
+            old = read_json(manifest_path(out))
+        except (OSError, ValueError):
+            old = None
+        build_id = old.get("build_id") if isinstance(old, dict) else None
+        label = str(build_id)[:12] if isinstance(build_id, str) and build_id.isalnum() else \
+            f"{int((out / 'model').stat().st_mtime)}"
+        aside = out / f"model.previous-{label}"
+        n = 2
+        while aside.exists():
+            aside = out / f"model.previous-{label}-{n}"
+            n += 1
+    return RebuildPlan(trained, aside, exports)
+
+
+def _invalidate(out: Path, source: str, plan: RebuildPlan) -> list[str]:
     """Mark an existing index as being rebuilt, so that a build killed while it writes is never
-    mistaken for a finished one (a damaged manifest is replaced), and remove what belongs to the
-    graph being replaced: the later stages' artefacts (DocIDs, pairs, model) and `graft export`'s
-    files at their default paths (INDEX/graph.FORMAT). Returns the names of those removed."""
+    mistaken for a finished one (a damaged manifest is replaced), and carry out `plan` for what
+    belongs to the graph being replaced: a trained model moves aside with its DocIDs and pairs (and
+    the old manifest, which records how it was trained); DocIDs and pairs without a model, and
+    `graft export`'s files at their default paths (INDEX/graph.FORMAT), are removed. Returns the
+    names of those removed."""
     path = manifest_path(out)
+    if plan.aside is not None:
+        plan.aside.mkdir()
+        if path.is_file():
+            shutil.copy2(path, plan.aside / "manifest.json")
     if path.is_file():
         try:
             old = read_json(path)
@@ -226,8 +294,12 @@ def _invalidate(out: Path, source: str) -> list[str]:
         old["corpus"] = {"source": source}  # the corpus being built, for the command that resumes it
         write_json(path, old)
     removed = []
-    for stale in ("docids", "train", "model"):
-        if (out / stale).exists():
+    for stale in plan.trained:
+        if not (out / stale).exists():
+            continue
+        if plan.aside is not None:
+            os.replace(out / stale, plan.aside / stale)
+        else:
             shutil.rmtree(out / stale)
             removed.append(stale)
     from graft.export import EXPORT_FORMATS
@@ -249,6 +321,7 @@ def build_index(
     fresh: bool = False,
     cache_from: str | Path | None = None,
     allow_degraded: bool = False,
+    on_note: Callable[[str], None] | None = None,
 ) -> BuildSummary:
     """Build a GRAFT index directory from a corpus.
 
@@ -267,6 +340,8 @@ def build_index(
             already built costs only its papers the other index lacks, plus the graph. Only read.
         allow_degraded: with the LLM extractor, write the index even when most papers' facets are the
             heuristic fallback's (failed requests or discarded answers); otherwise that stops the build.
+        on_note: called, before any work, with what the rebuild will do with the later stages of the
+            index in `out` (`RebuildPlan.message`): a trained model moves aside, never deleted.
     Returns:
         counts, per-stage timings and peak memory, the corpus load report and the stages reused.
     Raises:
@@ -283,6 +358,10 @@ def build_index(
     if encoder is None:  # the build makes its encoder: an unknown device or an absent GPU before any work
         resolve_device(config.embedding_device)
     seed_root = _seed_root(cache_from, out, fresh)
+    plan = plan_rebuild(out)
+    message = plan.message(out)
+    if message and on_note is not None:
+        on_note(message)
     # The old index stays whole (graph, trained model) until the write stage: a bad corpus, a bad
     # setting or a build stopped before then leaves it as it was (the stores under cache/build keep
     # what the stopped build computed).
@@ -293,13 +372,18 @@ def build_index(
     out.mkdir(parents=True, exist_ok=True)  # after the corpus loads: a bad one leaves no empty folder
     # one writer per index: a build into an index that `graft train` (or another build) is writing is refused
     with index_lock(out, "graft build"):
+        if plan_rebuild(out).trained != plan.trained:  # `graft train` wrote into it meanwhile: said again
+            plan = plan_rebuild(out)
+            message = plan.message(out)
+            if message and on_note is not None:
+                on_note(message)
         return _build_into(out, corpus, corpus_path, config, reporter, encoder, fresh, cache_from, seed_root,
-                           allow_degraded)
+                           plan, allow_degraded)
 
 
 def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, config: BuildConfig,
                 reporter: Reporter, encoder: Any, fresh: bool, cache_from: str | Path | None,
-                seed_root: Path | None, allow_degraded: bool = False) -> BuildSummary:
+                seed_root: Path | None, plan: RebuildPlan, allow_degraded: bool = False) -> BuildSummary:
     """`build_index` past loading the corpus, under the index's writer lock: facets, vectors,
     citations, graphs, the written index."""
     n = corpus.papers.height
@@ -389,7 +473,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
 
     with reporter.stage("write", unit="files") as adv:
         _check_no_links(out)
-        removed = _invalidate(out, str(corpus_path) if corpus_path is not None else "aclsum")
+        removed = _invalidate(out, str(corpus_path) if corpus_path is not None else "aclsum", plan)
         write_parquet(out / "papers.parquet", papers_table(corpus, a))
         write_parquet(out / "citations.parquet", cites)
         write_parquet(out / "facets.parquet", table)
@@ -446,7 +530,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
     for compact in compactions:
         compact()
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
-                        reused, getattr(encoder, "stored", None), removed,
+                        reused, getattr(encoder, "stored", None), removed, plan.aside,
                         Path(cache_from) if seed_root is not None else None, seeded)
 
 
@@ -498,7 +582,7 @@ def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store
     stats: dict[str, int] = {}
     counts_col = every.table["counts"]
     for p in positions:
-        for k, v in json.loads(counts_col[p[0]]).items():
+        for k, v in loads(counts_col[p[0]], "a stored paper's counts").items():
             stats[k] = stats.get(k, 0) + v
     stats.update({k: v - before.get(k, 0) for k, v in extractor.stats().items() if k not in stats})
     n_stored = stored.table.height

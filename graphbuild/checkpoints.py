@@ -157,6 +157,8 @@ class RowStore:
                 continue
             if [list(vecs.shape), str(vecs.dtype)] != saved.get("vectors") or table.height != vecs.shape[0]:
                 continue  # replaced by other data since
+            if not np.isfinite(vecs).all():
+                continue  # damaged (NaN or inf): made again, never carried into the index
             tables.append(table.with_columns(pl.lit(len(metas), dtype=pl.Int32).alias("shard")))
             vectors.append(vecs)
             metas.append(saved.get("meta", {}))

@@ -24,7 +24,9 @@ from typing import Any
 
 import polars as pl
 
+from graft import jsonio
 from graft.errors import ConfigError, GraftError, InputValidationError
+from graft.jsonio import JSONLimitError, iter_lines, loads, read_json_file
 from graft.results import is_one_word
 from graft.text import normalize_title
 
@@ -220,12 +222,18 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rb") as fh:
-            for lineno, line in enumerate(fh, start=1):
+            for lineno, line in iter_lines(fh, jsonio.MAX_LINE_BYTES):
+                where = f"{path.name} line {lineno}"
+                if line is None:
+                    yield where, _Bad(f"the line is longer than {jsonio.MAX_LINE_BYTES:,} bytes (the most GRAFT "
+                                      "reads as one record)")
+                    continue
                 if not line.strip():
                     continue  # blank lines (e.g. a trailing newline) are not records
-                where = f"{path.name} line {lineno}"
                 try:
-                    yield where, json.loads(line)
+                    yield where, loads(line, where)
+                except JSONLimitError as exc:
+                    yield where, _Bad(str(exc).removeprefix(f"{where}: "))
                 except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
                     yield where, _Bad(f"invalid JSON ({exc})")
     except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged .gz
@@ -254,7 +262,9 @@ def _load_json(path: Path, *, source: str, skip_bad: bool, limit: int | None) ->
     def items() -> Iterator[tuple[str, Any]]:
         for file in files:
             try:
-                obj = json.loads(file.read_bytes())
+                obj = read_json_file(file)
+            except JSONLimitError as exc:
+                obj = _Bad(str(exc).removeprefix(f"{file}: "))
             except ValueError as exc:
                 obj = _Bad(f"invalid JSON ({exc})")
             except OSError as exc:

@@ -9,7 +9,6 @@ discarded ones, stay in the LLM cache, so a rerun does not ask again.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +18,7 @@ import polars as pl
 from graft.errors import InputValidationError
 from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems, check_facet_items
+from graft.jsonio import JSONLimitError, loads
 from graft.llm.client import ChatClient, ChatRequest
 from graft.llm.prompt import DATA_RULE, data_block
 
@@ -91,7 +91,9 @@ def parse_facet_response(text: str, *, where: str = "response") -> FacetItems:
             that is not a list of 1..MAX_ITEMS non-empty strings of at most MAX_ITEM_WORDS words.
     """
     try:
-        obj: Any = json.loads(text)
+        obj: Any = loads(text, where)
+    except JSONLimitError:
+        raise
     except ValueError as exc:
         raise InputValidationError(f"{where}: not valid JSON ({exc}): {text[:120]!r}") from exc
     if not isinstance(obj, dict):

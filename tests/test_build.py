@@ -593,6 +593,8 @@ def test_stored_facets_follow_the_code_of_the_extractor_that_made_them(tmp_path,
 
 
 def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path, encoder) -> None:
+    """DocIDs and pairs without a model, and exports, are removed (and said so before and after);
+    a model moves aside with its DocIDs (tests/test_rebuild.py has a trained one)."""
     from rich.console import Console
 
     from cli.app import print_build_summary
@@ -600,18 +602,28 @@ def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path,
     corpus = write_slice(cs768_path(), 20, tmp_path)
     out = tmp_path / "idx"
     assert build_index(corpus, out, BuildConfig(), encoder=encoder).removed == []
-    for stage in ("docids", "model"):  # what `graft train` left for the old graph
-        (out / stage).mkdir()
-        (out / stage / "file").write_text("x")
+    (out / "docids").mkdir()  # what `graft train` left for the old graph before it trained
+    (out / "docids" / "file").write_text("x")
     (out / "graph.graphml").write_text("<graphml/>")  # `graft export`'s default file, of the old graph
     (out / "graph.txt").write_text("the user's")
-    summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
-    assert summary.removed == ["docids", "model", "graph.graphml"] and not (out / "model").exists()
+    notes: list[str] = []
+    summary = build_index(corpus, out, BuildConfig(), encoder=encoder, on_note=notes.append)
+    assert notes == [f"docids of the graph this build replaces will be removed when the new index is written "
+                     f"(`graft train {out}` makes them again); graph.graphml (`graft export`'s, of the old graph) "
+                     "will be removed"]
+    assert summary.removed == ["docids", "graph.graphml"] and summary.kept is None and not (out / "docids").exists()
     assert not (out / "graph.graphml").exists() and (out / "graph.txt").read_text() == "the user's"
     console = Console(record=True, width=1000)  # the message names the index twice: no wrap for a long tmp path
     print_build_summary(summary, console)
-    assert f"removed docids, model, graph.graphml of the graph this build replaced: `graft train {out}` trains the " \
+    assert f"removed docids, graph.graphml of the graph this build replaced: `graft train {out}` trains the " \
         f"generative retriever on the new one; `graft export {out}` exports it" in console.export_text()
+    for stage in ("docids", "model"):  # a model (as far as a rebuild looks) is kept with its DocIDs
+        (out / stage).mkdir()
+        (out / stage / "file").write_text(stage)
+    summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
+    assert summary.removed == [] and summary.kept is not None and summary.kept.name.startswith("model.previous-")
+    assert (summary.kept / "model" / "file").read_text() == "model" and not (out / "model").exists()
+    assert (summary.kept / "docids" / "file").read_text() == "docids"
 
 
 def test_build_writes_only_into_a_new_empty_or_index_folder(tmp_path, encoder) -> None:

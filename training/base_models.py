@@ -24,6 +24,7 @@ from typing import Any
 
 from graft import models
 from graft.errors import GraftError
+from graft.jsonio import read_json_file
 from graft.progress import hf_progress_bars
 
 SMOLLM2 = "smollm2-135m"
@@ -93,7 +94,7 @@ def _conversion_ok(folder: Path, gguf: Path | None) -> bool:
     marker = folder / _CONVERSION_MARKER
     if not (marker.is_file() and (folder / "config.json").is_file()):
         return False
-    info = json.loads(marker.read_text())
+    info = read_json_file(marker)
     if info.get("version") != _CONVERSION_VERSION:
         return False
     # Without the GGUF at hand (e.g. only the converted folder was copied) trust the folder.
@@ -274,7 +275,7 @@ def describe_base_model(name_or_path: str) -> dict[str, Any]:
     if name_or_path == SMOLLM2:
         folder = smollm2_dir()
         marker = folder / _CONVERSION_MARKER
-        source = json.loads(marker.read_text()).get("source") if marker.is_file() else None
+        source = read_json_file(marker).get("source") if marker.is_file() else None
         return {"name": SMOLLM2, "path": str(folder), "source": source}
     # a local folder is named by its files too: other weights at the same path are another base model
     folder = Path(name_or_path).expanduser().resolve()

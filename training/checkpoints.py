@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from graft.jsonio import read_json_file
 from graft.manifest import MODEL_DONE
 from graft.store import FILE_MODE
 
@@ -100,7 +101,7 @@ def save_checkpoint(folder: Path, step: int, model: Any, optimizer: Any, schedul
 
 
 def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    return json.loads((checkpoint / TRAINER_STATE).read_text())
+    return read_json_file(checkpoint / TRAINER_STATE)
 
 
 def load_model_weights(model: Any, checkpoint: Path) -> None:
@@ -116,7 +117,7 @@ def load_training_state(checkpoint: Path, optimizer: Any, scheduler: Any) -> Non
     from safetensors.torch import load_file
 
     optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True))
-    scheduler.load_state_dict(json.loads((checkpoint / "scheduler.json").read_text()))
+    scheduler.load_state_dict(read_json_file(checkpoint / "scheduler.json"))
     set_rng_state(load_file(str(checkpoint / "rng.safetensors")))
 
 
@@ -158,4 +159,4 @@ def save_final_model(model_dir: Path, model: Any, tokenizer: Any, record: dict[s
 def read_training_record(model_dir: str | Path) -> dict[str, Any] | None:
     """The finished model's training record, or None when `model_dir` holds no finished model."""
     path = Path(model_dir) / TRAINING_CONFIG
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json_file(path) if path.is_file() else None
