@@ -230,6 +230,13 @@ def test_not_a_chat_completion_is_an_error(server: FakeLLMServer) -> None:
         make_client(server).complete(MSGS)
 
 
+def test_a_deeply_nested_answer_is_an_error_not_a_crash(server: FakeLLMServer) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    server.behave = lambda hit, body: Reply(body='{"choices": ' + deep + "}")
+    with pytest.raises(LLMError, match="not with a chat completion.*nested more than"):
+        make_client(server).complete(MSGS)
+
+
 def test_timeout_then_recovery(server: FakeLLMServer) -> None:
     server.behave = lambda hit, body: Reply(delay_s=0.8) if hit == 0 else Reply()
     client = make_client(server, timeout_s=0.3)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graft import jsonio
+
 #: Version of the key scheme; bumping it makes old entries unreachable instead of wrong.
 CACHE_KEY_VERSION = 1
 
@@ -118,7 +120,7 @@ class LLMCache:
             ).fetchone()
         if row is None:
             return None
-        return CachedResponse(text=row[0], meta=json.loads(row[1]))
+        return CachedResponse(text=row[0], meta=jsonio.loads(row[1], "a cached answer's record"))
 
     def put(self, key: str, *, model: str, request: str, text: str, meta: Mapping[str, Any]) -> None:
         """Store (or replace) one response and commit it at once.

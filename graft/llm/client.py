@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, cast
 
+from graft import jsonio
 from graft.config import type_problems
 from graft.errors import GraftError, InputValidationError
 from graft.llm.cache import LLMCache, canonical_request, request_key
@@ -575,7 +576,7 @@ class ChatClient:
 
     def _parse(self, status: int, raw: bytes, latency_s: float) -> tuple[str, dict[str, Any]]:
         try:
-            payload = json.loads(raw)
+            payload = jsonio.loads(raw, f"{self.url}'s answer")
             choice = payload["choices"][0]
             content = choice["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
