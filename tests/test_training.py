@@ -555,6 +555,18 @@ def test_cli_train_command(index80, tmp_path) -> None:
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "3", "--no-resume",
                               "--check-pairs", "0"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "prompt check" not in res.stdout and "final loss" in res.stdout, res.output
+    # output not a terminal: progress lines (here only the last, the interval being 120 s); prompts shared
+    assert re.search(r"^train: step 3/3 \(100\.0%\) loss [\d.]+ pairs/s .* eta 0:00:00$", res.stdout, re.M), res.stdout
+    from graft.manifest import read_manifest
+
+    assert read_manifest(index80)["stages"]["train"]["config"]["train"]["pack_prompts"] is True
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "2", "--no-resume",
+                              "--check-pairs", "0", "--no-pack", "--progress-every", "0"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert len(re.findall(r"^train: step [12]/2 ", res.stdout, re.M)) == 2, res.stdout  # a line every step
+    assert read_manifest(index80)["stages"]["train"]["config"]["train"]["pack_prompts"] is False
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--progress-every", "-1"])
+    assert res.exit_code == 2 and "Invalid value for '--progress-every'" in res.output
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--check-pairs", "-1"])
     assert res.exit_code == 2 and "Invalid value for '--check-pairs'" in res.output
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "3", "--no-resume",
@@ -790,3 +802,17 @@ def test_the_gpu_training_run_imports_without_polars_or_marisa_trie() -> None:
               "import experiments.gpu.gpu_train\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_fused_adamw_takes_the_foreach_steps(tokenizer) -> None:
+    """The fused AdamW kernel (the default, also on the CPU) makes the foreach implementation's
+    updates: the same weights after 3 steps, to float32 rounding."""
+    data = _hand_pairs(tokenizer, 8)
+    models = {}
+    for fused in (True, False):
+        config = TrainConfig(max_steps=3, batch_size=4, lr=1e-3, warmup_ratio=0.0, weight_decay=0.1, fused_adamw=fused)
+        models[fused] = fit(_tiny(), tokenizer, data, None, config, quiet=True).model
+    before = _tiny().state_dict()
+    for (name, a), b in zip(models[True].state_dict().items(), models[False].state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}")
+    assert any(not torch.equal(a, before[n]) for n, a in models[True].state_dict().items())

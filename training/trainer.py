@@ -2,8 +2,11 @@
 
 A custom accelerate loop in the style of Hugging Face's `no_trainer` examples: `accelerator.prepare`,
 `accelerator.accumulate(model)`, AdamW with linear warm-up and decay, bf16 autocast on GPUs that
-support it (never on the CPU), length-grouped batches (`training.data.BatchPlan`). It runs on one
-CPU, one GPU or several: `accelerate launch -m cli.app train INDEX [options]` (`graft train`, the only training command).
+support it (never on the CPU). By default the pairs of a prompt are batched together and each
+prompt is computed once for all its targets (`training.packing`: the same loss per batch, a third
+of the tokens on real pairs); `pack_prompts=False` gives one padded row per pair in length-grouped
+batches (`training.data.BatchPlan`). It runs on one CPU, one GPU or several:
+`accelerate launch -m cli.app train INDEX [options]` (`graft train`, the only training command).
 
 The data order is a pure function of (data_seed, epoch), so a run killed mid-way and restarted
 with the same command resumes from its newest checkpoint (`training.checkpoints`), skips exactly
@@ -54,6 +57,7 @@ class TrainConfig:
     adam_beta1: float = 0.9  # TrainingArguments default
     adam_beta2: float = 0.999  # TrainingArguments default
     adam_epsilon: float = 1e-8  # TrainingArguments default
+    fused_adamw: bool = True  # AdamW as one fused kernel (adamw_torch_fused); False = torch's foreach AdamW
     max_length: int = 512  # tokens per example; longer prompts are cut, targets never (reference: 512)
     bf16: bool | None = None  # bf16 autocast; None = when the GPU supports it; never on the CPU
     seed: int = 42  # torch RNG: random init of `tiny`, dropout if a model has any
@@ -283,7 +287,7 @@ def _mixed_precision(config: TrainConfig) -> str:
     return "bf16" if supported and config.bf16 is not False else "no"
 
 
-def _optimizer(model: Any, config: TrainConfig, fused: bool) -> Any:
+def _optimizer(model: Any, config: TrainConfig) -> Any:
     import torch
 
     decay, no_decay = [], []
@@ -291,15 +295,19 @@ def _optimizer(model: Any, config: TrainConfig, fused: bool) -> Any:
         if p.requires_grad:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # fused: one kernel for the whole update on CUDA (TrainingArguments' adamw_torch_fused)
+    # fused: one kernel per parameter group for the whole update (TrainingArguments' adamw_torch_fused),
+    # the same arithmetic as the foreach implementation; on a 2-core CPU the foreach one's temporaries
+    # made SmolLM2-135M's update take ~10x longer (docs/results/trainer_speed.md)
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
-                             eps=config.adam_epsilon, fused=fused)
+                             eps=config.adam_epsilon, fused=config.fused_adamw,
+                             foreach=None if config.fused_adamw else True)
 
 
 def _fingerprint(config: TrainConfig, data: EncodedPairs, record: dict[str, Any], layout: dict[str, int]) -> str:
     """What a resumed run must share with the interrupted one: data, settings, base model, layout."""
     relevant = {k: v for k, v in config.to_dict().items()
-                if k not in ("save_every_steps", "save_total_limit", "logging_steps", "progress_every_s")}
+                if k not in ("save_every_steps", "save_total_limit", "logging_steps", "progress_every_s",
+                             "fused_adamw")}  # fused_adamw: the same update by another kernel
     if not config.pack_prompts:  # the plain layout: the fingerprint of runs made before packing existed
         for k in ("pack_prompts", "pack_row_tokens"):
             relevant.pop(k)
@@ -400,7 +408,7 @@ def fit(
     elif ckpt_dir is not None and not resume and accelerator.is_main_process:
         shutil.rmtree(ckpt_dir, ignore_errors=True)  # --no-resume: never resume these later either
 
-    optimizer = _optimizer(model, config, fused=accelerator.device.type == "cuda")
+    optimizer = _optimizer(model, config)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total), total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if ckpt is not None:
