@@ -34,12 +34,12 @@ from typing import Any
 
 from experiments.common import add_results_argument, parser, write_tables
 
-#: The variants timed: name -> TrainConfig fields.
-VARIANTS: dict[str, dict[str, Any]] = {
-    "plain: one row per pair, foreach AdamW (the old trainer)": {"pack_prompts": False, "fused_adamw": False},
-    "packed prompts, foreach AdamW": {"pack_prompts": True, "fused_adamw": False},
-    "one row per pair, fused AdamW": {"pack_prompts": False, "fused_adamw": True},
-    "packed prompts, fused AdamW (the new default)": {"pack_prompts": True, "fused_adamw": True},
+#: The variants timed: name -> (label, TrainConfig fields).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "old": ("one row per pair, foreach AdamW (the old trainer)", {"pack_prompts": False, "fused_adamw": False}),
+    "new": ("packed prompts, fused AdamW (the new default)", {"pack_prompts": True, "fused_adamw": True}),
+    "pack": ("packed prompts, foreach AdamW", {"pack_prompts": True, "fused_adamw": False}),
+    "fused": ("one row per pair, fused AdamW", {"pack_prompts": False, "fused_adamw": True}),
 }
 
 
@@ -136,6 +136,39 @@ def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
         f"{e['packed_share']:.3f} |" for e in epochs]
 
 
+def write_speed_table(args: Any, command: str, data: Any, threads: int, worst: float,
+                      epochs: list[dict[str, Any]], chosen: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
+    """trainer_speed.{md,json}: medians of the runs so far and their ratio to the first variant's."""
+    import torch
+
+    done = [v for v in chosen if runs[v]]
+    baseline = statistics.median(x["pairs_per_s"] for x in runs[chosen[0]])
+    rows = []
+    for v in done:
+        label, fields = VARIANTS[v]
+        med = {k: statistics.median(x[k] for x in runs[v]) for k in ("pairs_per_s", "tokens_per_s", "seconds_per_step")}
+        rows.append({"variant": v, "trainer": label, **fields, **{k: round(x, 3) for k, x in med.items()},
+                     "speedup": round(med["pairs_per_s"] / baseline, 2),
+                     "runs_pairs_per_s": [round(x["pairs_per_s"], 3) for x in runs[v]]})
+    rounds = max(len(runs[v]) for v in done)
+    meta = {"command": command, "date": str(dt.date.today()), "index": str(args.index), "pairs": len(data),
+            "base_model": args.base_model, "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps,
+            "rounds": rounds, "torch_threads": threads, "torch": torch.__version__, "loss_max_rel_diff": worst,
+            "epoch_tokens": epochs}
+    lines = [f"# Trainer speed on the CPU: {args.base_model}", "",
+             f"Command: `{command}`  ", f"Date: {meta['date']} · {len(data):,} pairs of `{args.index}` · batch "
+             f"{args.batch_size} · {threads} torch threads · {rounds} interleaved round(s) of {args.steps} timed "
+             f"steps (after {args.warmup}) per trainer · medians", "",
+             "| trainer | pairs/s | tokens/s | s/step | × old | pairs/s per round |",
+             "|---|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['trainer']} | {r['pairs_per_s']:.3f} | {r['tokens_per_s']:,.1f} | {r['seconds_per_step']:.1f} | "
+              f"{r['speedup']:.2f} | {', '.join(f'{v:.3f}' for v in r['runs_pairs_per_s'])} |" for r in rows]
+    lines += ["", "tokens/s counts each pair's prompt and target tokens (the work one row per pair does), so every "
+              "row measures the same pairs. Packed loss vs plain loss of the base model on 2 real micro-batches: "
+              f"largest relative difference {worst:.1e}.", "", "## Tokens per epoch", "", *epoch_lines(epochs)]
+    write_tables(args.results, "trainer_speed", meta, rows, lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
     p.add_argument("--index", type=Path, required=True, help="index with DocIDs and pairs for the base model")
@@ -149,10 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=6, help="timed steps per run")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds of every variant")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads, the same for every variant")
+    p.add_argument("--variants", default="old,new,pack,fused",
+                   help="comma-separated, the first is the baseline: old (one row per pair, foreach AdamW), new "
+                        "(packed prompts, fused AdamW), pack (packing alone), fused (fused AdamW alone)")
     add_results_argument(p)
     args = p.parse_args(argv)
     if args.warmup < 1 or args.steps < 1 or args.repeats < 1:
         p.error("--warmup, --steps and --repeats must be >= 1")
+    chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not chosen or any(v not in VARIANTS for v in chosen):
+        p.error(f"--variants takes names among {', '.join(VARIANTS)}, got {args.variants!r}")
     import torch
 
     from training.base_models import load_tokenizer, resolve_base_model
@@ -175,35 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base, _ = resolve_base_model(args.base_model, seed=0)
     worst = loss_check(base, tokenizer, data, args.batch_size)
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in VARIANTS}
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in chosen}
     for r in range(args.repeats):
-        for name, fields in VARIANTS.items():
-            runs[name].append(time_variant(base, tokenizer, data, fields, args.batch_size, args.warmup, args.steps))
-            print(f"round {r + 1}: {name}: {runs[name][-1]['pairs_per_s']:.3f} pairs/s", flush=True)
-    baseline = statistics.median(x["pairs_per_s"] for x in runs[next(iter(VARIANTS))])
-    rows = []
-    for name in VARIANTS:
-        med = {k: statistics.median(x[k] for x in runs[name]) for k in ("pairs_per_s", "tokens_per_s",
-                                                                         "seconds_per_step")}
-        rows.append({"variant": name, **VARIANTS[name], **{k: round(v, 3) for k, v in med.items()},
-                     "speedup": round(med["pairs_per_s"] / baseline, 2),
-                     "runs_pairs_per_s": [round(x["pairs_per_s"], 3) for x in runs[name]]})
-    meta = {"command": command, "date": str(dt.date.today()), "index": str(args.index), "pairs": len(data),
-            "base_model": args.base_model, "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps,
-            "repeats": args.repeats, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "loss_max_rel_diff": worst, "epoch_tokens": epochs}
-    lines = [f"# Trainer speed on the CPU: {args.base_model}", "",
-             f"Command: `{command}`  ", f"Date: {meta['date']} · {len(data):,} pairs of `{args.index}` · batch "
-             f"{args.batch_size} · {args.threads} torch threads · {args.repeats} interleaved rounds of {args.steps} "
-             f"timed steps (after {args.warmup}) · medians", "",
-             "| trainer | pairs/s | tokens/s | s/step | × plain | pairs/s per round |",
-             "|---|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['variant']} | {r['pairs_per_s']:.3f} | {r['tokens_per_s']:,.1f} | {r['seconds_per_step']:.1f} | "
-              f"{r['speedup']:.2f} | {', '.join(f'{v:.3f}' for v in r['runs_pairs_per_s'])} |" for r in rows]
-    lines += ["", "tokens/s counts each pair's prompt and target tokens (the work one row per pair does), so every "
-              "row measures the same pairs. Packed loss vs plain loss of the base model on 2 real micro-batches: "
-              f"largest relative difference {worst:.1e}.", "", "## Tokens per epoch", "", *epoch_lines(epochs)]
-    write_tables(args.results, "trainer_speed", meta, rows, lines)
+        for v in chosen:
+            label, fields = VARIANTS[v]
+            runs[v].append(time_variant(base, tokenizer, data, fields, args.batch_size, args.warmup, args.steps))
+            print(f"round {r + 1}: {label}: {runs[v][-1]['pairs_per_s']:.3f} pairs/s", flush=True)
+            # the table so far after every run: a run stopped early still leaves its finished rounds
+            write_speed_table(args, command, data, torch.get_num_threads(), worst, epochs, chosen, runs)
     return 0
 
 
