@@ -296,8 +296,8 @@ def _optimizer(model: Any, config: TrainConfig) -> Any:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     # fused: one kernel per parameter group for the whole update (TrainingArguments' adamw_torch_fused),
-    # the same arithmetic as the foreach implementation; on a 2-core CPU the foreach one's temporaries
-    # made SmolLM2-135M's update take ~10x longer (docs/results/trainer_speed.md)
+    # the same arithmetic as the foreach implementation without its whole-model temporaries (on the
+    # CPU too: docs/training.md#prompt-sharing-and-the-trainers-cost-on-a-cpu)
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
                              eps=config.adam_epsilon, fused=config.fused_adamw,
                              foreach=None if config.fused_adamw else True)
