@@ -45,7 +45,7 @@ def print_train_summary(summary, console) -> None:  # noqa: ANN001 (TrainSummary
     else:
         t.add_row("wall time", f"{r.seconds:,.1f} s")
     if not r.already_done:
-        t.add_row("throughput", f"{r.tokens_per_s:,.0f} tokens/s")
+        t.add_row("throughput", f"{r.pairs_per_s:,.2f} pairs/s, {r.tokens_per_s:,.0f} tokens/s")
     check = PromptCheck.from_dict(summary.check)
     if check is not None:
         t.add_row("prompt check", check.summary())
@@ -68,6 +68,13 @@ def train(
         None, "--per-device-batch-size", min=1, help="Micro-batch per device; the rest is gradient accumulation."),
     lr: float = typer.Option(5e-5, "--lr", parser=finite(0), metavar="FLOAT", help="Peak learning rate (AdamW, linear warm-up and decay)."),
     save_every_steps: int = typer.Option(500, "--save-every-steps", min=0, help="Checkpoint interval; 0 = none."),
+    pack: bool = typer.Option(True, "--pack/--no-pack",
+                              help="Compute each prompt once for all its targets in a batch (the same loss per "
+                                   "batch, a fraction of the tokens); --no-pack: one padded row per pair."),
+    progress_every: float = typer.Option(120.0, "--progress-every", parser=finite(0),
+                                         metavar="SECONDS",
+                                         help="When the output is not a terminal (a log file): a progress line "
+                                              "(step, loss, pairs/s, ETA) every SECONDS and at the end."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the last checkpoint."),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="Only print the coverage of naive vs coverage-aware pairs."),
@@ -89,7 +96,7 @@ def train(
             raise ConfigError(f"--sampling {sampling!r} is unknown; allowed: coverage, naive")
         config = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size,
                              per_device_batch_size=per_device_batch_size, lr=lr,
-                             save_every_steps=save_every_steps)
+                             save_every_steps=save_every_steps, pack_prompts=pack, progress_every_s=progress_every)
         summary = train_index(index, config, base_model=base_model, sampling=sampling, resume=resume,
                               dry_run=dry_run, reporter=Reporter(quiet=quiet or as_json),
                               distill=DistillConfig(sampling=sampling, max_edges_per_source=max_edges),

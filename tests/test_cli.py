@@ -815,7 +815,7 @@ RANGED = {"--k", "--beams", "--limit", "--batch-size", "--top-k", "--alpha", "--
           "--text-neighbours", "--feedback", "--citation-weight", "--ooc", "--survey", "--survey-dev", "--dev-share",
           "--min-neighbours", "--sections", "--papers-per-section", "--verify-rounds", "--graph-seeds", "--concurrency",
           "--max-edges", "--max-steps", "--per-device-batch-size", "--save-every-steps", "--recency-weight",
-          "--retrieval-weight", "--link-weight", "--tie-links", "--epochs", "--lr"}
+          "--retrieval-weight", "--link-weight", "--tie-links", "--epochs", "--lr", "--progress-every"}
 
 
 def _declared_range(param) -> tuple:

@@ -25,6 +25,7 @@ from training.data import (
     EncodedPairs,
     encode_pairs,
     encode_pairs_table,
+    epoch_seed,
     length_grouped_batches,
     padding_fraction,
     random_batches,
@@ -251,6 +252,138 @@ def test_batch_plan_splits_steps_over_processes_and_accumulation(real_pairs) -> 
     assert one.micro_batch(one.per_epoch) != one.micro_batch(0) or one.per_epoch == 1
 
 
+def _shared_prompt_examples(tokenizer, n_prompts: int = 4, n: int = 14) -> list[dict]:
+    """Examples whose prompts repeat (as a source item's do across its targets), of varied lengths."""
+    data = _hand_pairs(tokenizer, n_prompts)
+    rng = np.random.default_rng(1)
+    out = []
+    for _ in range(n):
+        p = data.example(int(rng.integers(n_prompts)))
+        prompt = p["input_ids"][: p["prompt_length"]]
+        target = np.r_[rng.integers(100, 40000, int(rng.integers(1, 8))), tokenizer.eos_token_id].astype(np.int32)
+        ids = np.r_[prompt, target]
+        labels = ids.astype(np.int64)
+        labels[: len(prompt)] = IGNORE_INDEX
+        out.append({"input_ids": ids, "labels": labels, "prompt_length": len(prompt)})
+    return out
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_packed_prompts_give_the_plain_loss_and_gradients(tokenizer, attention) -> None:
+    """Oracle for prompt sharing: a micro-batch packed with each prompt once (4D mask, position ids
+    continuing from the prompt's end) gives the plain layout's loss and gradients, in one row or
+    split over rows (a prompt's targets over several rows too). Tolerance: 1e-5 relative (float32
+    sums in another order)."""
+    from training.packing import PackedCollator, packed_loss
+
+    examples = _shared_prompt_examples(tokenizer)
+    model = _tiny()
+    model.config._attn_implementation = attention
+
+    def loss_and_grads(loss_of):
+        model.zero_grad(set_to_none=True)
+        loss = loss_of()
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    plain_loss, plain_grads = loss_and_grads(
+        lambda: model(**Collator(tokenizer.pad_token_id, target_logits_only=False)(examples)).loss)
+    for row_tokens in (512, 40):
+        packed = PackedCollator(tokenizer.pad_token_id, row_tokens, attention=attention)(examples)
+        assert packed["tokens"] < sum(len(e["input_ids"]) for e in examples) * 0.6  # the prompts once
+        assert (packed["input_ids"].shape[0] == 1) == (row_tokens == 512)
+        loss, grads = loss_and_grads(lambda packed=packed: packed_loss(model, packed))
+        torch.testing.assert_close(loss, plain_loss, rtol=1e-5, atol=1e-6)
+        for name, g in grads.items():
+            torch.testing.assert_close(g, plain_grads[name], rtol=1e-5, atol=1e-5 * float(plain_grads[name].abs().max()),
+                                       msg=lambda m, name=name: f"{name}: {m}")
+    # the targets do not see each other: changing one target leaves the other targets' losses as they were
+    a, b = examples[0], dict(examples[0])
+    b["input_ids"] = np.r_[a["input_ids"][: a["prompt_length"]], [777, 778, tokenizer.eos_token_id]].astype(np.int32)
+    c = dict(b)
+    c["input_ids"] = np.r_[a["input_ids"][: a["prompt_length"]], [901, 902, 903, 904, tokenizer.eos_token_id]].astype(
+        np.int32)
+    collate = PackedCollator(tokenizer.pad_token_id, attention=attention)
+    with torch.no_grad():
+        alone = packed_loss(model, collate([b]))
+        beside = packed_loss(model, collate([b, c]))
+        c_alone = packed_loss(model, collate([c]))
+    # beside = the token-weighted mean of the two targets' own losses (3 and 5 target tokens)
+    torch.testing.assert_close(beside, (3 * alone + 5 * c_alone) / 8, rtol=1e-5, atol=1e-6)
+
+
+def test_prompt_packing_refuses_a_model_without_4d_masks(tokenizer) -> None:
+    from training.packing import PackedCollator
+
+    with pytest.raises(ValueError, match="flash_attention_2.*--no-pack"):
+        PackedCollator(0, attention="flash_attention_2")
+    model = _tiny()
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="pack_prompts needs a model.*--no-pack"):
+        fit(model, tokenizer, _hand_pairs(tokenizer, 4), None, TrainConfig(max_steps=1, batch_size=4), quiet=True)
+
+
+def test_prompt_grouped_batches_keep_a_prompts_pairs_together(real_pairs) -> None:
+    from training.packing import prompt_grouped_batches
+
+    groups = real_pairs.prompt_groups()
+    assert len(set(groups.tolist())) < len(real_pairs) / 3  # real pairs: a source item feeds several targets
+    batches = prompt_grouped_batches(groups, 16, seed=1, lengths=real_pairs.lengths)
+    assert sorted(i for b in batches for i in b) == list(range(len(real_pairs)))  # each pair once per epoch
+    assert len(batches) == len(length_grouped_batches(real_pairs.lengths, 16, seed=1))  # as many steps
+    assert batches == prompt_grouped_batches(groups, 16, seed=1, lengths=real_pairs.lengths)
+    assert batches != prompt_grouped_batches(groups, 16, seed=2, lengths=real_pairs.lengths)
+    heaviest = max(int(real_pairs.lengths[b].sum()) for b in batches)
+    assert int(real_pairs.lengths[batches[0]].sum()) == heaviest  # the heaviest batch first (OOM at step one)
+    # a prompt's pairs are adjacent: each batch holds a few prompts, random batches nearly one per pair
+    prompts_per_batch = np.mean([len(set(groups[b].tolist())) for b in batches])
+    random_prompts = np.mean([len(set(groups[b].tolist())) for b in random_batches(len(groups), 16, seed=1)])
+    assert prompts_per_batch < 5 < 12 < random_prompts
+    plan = BatchPlan(real_pairs.lengths, 16, seed=1, groups=groups)
+    assert plan.micro_batch(0) == prompt_grouped_batches(groups, 16, seed=epoch_seed(1, 0), lengths=real_pairs.lengths)[0]
+
+
+def test_packed_and_plain_training_take_the_same_steps(tokenizer) -> None:
+    """With the whole data set as each step's batch (so the batch order cannot differ), training with
+    packed prompts takes the plain trainer's steps: the same losses and weights after 4 steps."""
+    data = encode_pairs(tokenizer, *zip(*[(f, s, d) for f, s in (("method", "graph neural retrieval"),
+                                                                 ("result", "dense sparse survey"))
+                                          for d in ("citation graph", "language model", "benchmark")]))
+    runs = {}
+    for pack in (True, False):
+        config = TrainConfig(max_steps=4, batch_size=6, lr=1e-3, warmup_ratio=0.0, logging_steps=1, pack_prompts=pack)
+        runs[pack] = fit(_tiny(), tokenizer, data, None, config, quiet=True)
+    assert len(set(data.prompt_groups().tolist())) == 2
+    packed, plain = runs[True], runs[False]
+    assert [s for s, _ in packed.losses] == [1, 2, 3, 4]
+    np.testing.assert_allclose([v for _, v in packed.losses], [v for _, v in plain.losses], rtol=1e-5)
+    assert packed.losses[-1][1] < packed.losses[0][1]
+    for (name, a), b in zip(packed.model.state_dict().items(), plain.model.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
+    assert packed.tokens == plain.tokens and packed.pairs_per_s > 0
+
+
+def test_progress_shows_as_log_lines_when_output_is_not_a_terminal(tokenizer, capsys) -> None:
+    """A run whose output goes to a file prints a plain line every `progress_every_s` seconds (here:
+    every step) and at the end: step, loss, pairs/s, tokens/s, ETA; with a long interval only the end."""
+    data = _hand_pairs(tokenizer, 12)
+    fit(_tiny(), tokenizer, data, None, TrainConfig(max_steps=3, batch_size=4, logging_steps=1, progress_every_s=0),
+        quiet=False)
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("train: step")]
+    assert len(lines) == 3, lines
+    pattern = (r"train: step (\d)/3 \(\d+\.\d%\) loss \d+\.\d{4} pairs/s [\d,.]+ tokens/s [\d,]+ "
+               r"elapsed \d:\d\d:\d\d eta \d:\d\d:\d\d")
+    assert [int(re.fullmatch(pattern, x).group(1)) for x in lines] == [1, 2, 3]
+    assert lines[-1].endswith("eta 0:00:00")
+    fit(_tiny(), tokenizer, data, None, TrainConfig(max_steps=3, batch_size=4, progress_every_s=3600), quiet=False)
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("train: step")]
+    assert len(lines) == 1 and lines[0].startswith("train: step 3/3 (100.0%)")
+    fit(_tiny(), tokenizer, data, None, TrainConfig(max_steps=2, batch_size=4, progress_every_s=0), quiet=True)
+    assert "train:" not in capsys.readouterr().out
+    with pytest.raises(ValueError, match="progress_every_s must be finite and >= 0"):
+        TrainConfig(progress_every_s=-1.0)
+
+
 def test_train_config_refuses_unknown_keys_and_bad_values() -> None:
     with pytest.raises(ValueError, match="unknown key.*learning_rate"):
         TrainConfig.from_dict({"learning_rate": 1e-4})
@@ -422,6 +555,18 @@ def test_cli_train_command(index80, tmp_path) -> None:
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "3", "--no-resume",
                               "--check-pairs", "0"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "prompt check" not in res.stdout and "final loss" in res.stdout, res.output
+    # output not a terminal: progress lines (here only the last, the interval being 120 s); prompts shared
+    assert re.search(r"^train: step 3/3 \(100\.0%\) loss [\d.]+ pairs/s .* eta 0:00:00$", res.stdout, re.M), res.stdout
+    from graft.manifest import read_manifest
+
+    assert read_manifest(index80)["stages"]["train"]["config"]["train"]["pack_prompts"] is True
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "2", "--no-resume",
+                              "--check-pairs", "0", "--no-pack", "--progress-every", "0"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert len(re.findall(r"^train: step [12]/2 ", res.stdout, re.M)) == 2, res.stdout  # a line every step
+    assert read_manifest(index80)["stages"]["train"]["config"]["train"]["pack_prompts"] is False
+    res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--progress-every", "-1"])
+    assert res.exit_code == 2 and "Invalid value for '--progress-every'" in res.output
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--check-pairs", "-1"])
     assert res.exit_code == 2 and "Invalid value for '--check-pairs'" in res.output
     res = runner.invoke(app, ["train", str(index80), "--base-model", "tiny", "--max-steps", "3", "--no-resume",
@@ -657,3 +802,17 @@ def test_the_gpu_training_run_imports_without_polars_or_marisa_trie() -> None:
               "import experiments.gpu.gpu_train\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_fused_adamw_takes_the_foreach_steps(tokenizer) -> None:
+    """The fused AdamW kernel (the default, also on the CPU) makes the foreach implementation's
+    updates: the same weights after 3 steps, to float32 rounding."""
+    data = _hand_pairs(tokenizer, 8)
+    models = {}
+    for fused in (True, False):
+        config = TrainConfig(max_steps=3, batch_size=4, lr=1e-3, warmup_ratio=0.0, weight_decay=0.1, fused_adamw=fused)
+        models[fused] = fit(_tiny(), tokenizer, data, None, config, quiet=True).model
+    before = _tiny().state_dict()
+    for (name, a), b in zip(models[True].state_dict().items(), models[False].state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}")
+    assert any(not torch.equal(a, before[n]) for n, a in models[True].state_dict().items())

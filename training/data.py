@@ -18,6 +18,7 @@ import numpy as np
 
 from graft.errors import ConfigError
 from graft.prompts import encode_prompt, encode_target, prompt_for
+from training.packing import prompt_group_ids, prompt_grouped_batches
 
 #: Columns of `train/pairs.parquet` the trainer reads (the file holds more: provenance).
 PAIR_COLUMNS = ("facet", "source_text", "target_docid_id", "target_docid")
@@ -60,11 +61,16 @@ class EncodedPairs:
             h.update(b"|")
         return h.hexdigest()[:16]
 
-    def example(self, i: int) -> dict[str, np.ndarray]:
+    def prompt_groups(self) -> np.ndarray:
+        """Prompt id per example: examples with equal prompt tokens share one."""
+        return prompt_group_ids(self.input_ids, self.prompt_lengths)
+
+    def example(self, i: int) -> dict[str, Any]:
         ids = self.input_ids[i]
+        p = int(self.prompt_lengths[i])
         labels = ids.astype(np.int64)
-        labels[: int(self.prompt_lengths[i])] = IGNORE_INDEX
-        return {"input_ids": ids, "labels": labels}
+        labels[:p] = IGNORE_INDEX
+        return {"input_ids": ids, "labels": labels, "prompt_length": p}
 
 
 def read_pairs(path: str | Path, columns: Sequence[str] = PAIR_COLUMNS) -> Any:
@@ -276,13 +282,17 @@ class BatchPlan:
         processes: data-parallel processes.
         seed: order seed.
         mega_batch_mult: see `length_grouped_batches`.
+        groups: prompt id per example (`training.packing.prompt_group_ids`): when given, each epoch
+            is `training.packing.prompt_grouped_batches` (a prompt's pairs together, for prompt
+            sharing) instead of length-grouped batches.
     """
 
     def __init__(self, lengths: np.ndarray, micro: int, accumulation: int = 1, processes: int = 1, *,
-                 seed: int = 0, mega_batch_mult: int = 50) -> None:
+                 seed: int = 0, mega_batch_mult: int = 50, groups: np.ndarray | None = None) -> None:
         self.lengths = np.asarray(lengths)
         self.micro, self.acc, self.procs = micro, accumulation, processes
         self.seed, self.mega = seed, mega_batch_mult
+        self.groups = None if groups is None else np.asarray(groups)
         self.per_epoch = math.ceil(len(self.lengths) / micro)
         self._epoch: tuple[int, list[list[int]]] | None = None
 
@@ -294,8 +304,12 @@ class BatchPlan:
         """Example indices of global micro-batch g."""
         epoch, pos = divmod(g, self.per_epoch)
         if self._epoch is None or self._epoch[0] != epoch:
-            batches = length_grouped_batches(self.lengths, self.micro, seed=epoch_seed(self.seed, epoch),
-                                             mega_batch_mult=self.mega)
+            if self.groups is not None:
+                batches = prompt_grouped_batches(self.groups, self.micro, seed=epoch_seed(self.seed, epoch),
+                                                 lengths=self.lengths)
+            else:
+                batches = length_grouped_batches(self.lengths, self.micro, seed=epoch_seed(self.seed, epoch),
+                                                 mega_batch_mult=self.mega)
             self._epoch = (epoch, batches)
         return self._epoch[1][pos]
 

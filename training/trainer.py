@@ -2,8 +2,11 @@
 
 A custom accelerate loop in the style of Hugging Face's `no_trainer` examples: `accelerator.prepare`,
 `accelerator.accumulate(model)`, AdamW with linear warm-up and decay, bf16 autocast on GPUs that
-support it (never on the CPU), length-grouped batches (`training.data.BatchPlan`). It runs on one
-CPU, one GPU or several: `accelerate launch -m cli.app train INDEX [options]` (`graft train`, the only training command).
+support it (never on the CPU). By default the pairs of a prompt are batched together and each
+prompt is computed once for all its targets (`training.packing`: the same loss per batch, a third
+of the tokens on real pairs); `pack_prompts=False` gives one padded row per pair in length-grouped
+batches (`training.data.BatchPlan`). It runs on one CPU, one GPU or several:
+`accelerate launch -m cli.app train INDEX [options]` (`graft train`, the only training command).
 
 The data order is a pure function of (data_seed, epoch), so a run killed mid-way and restarted
 with the same command resumes from its newest checkpoint (`training.checkpoints`), skips exactly
@@ -24,11 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from graft.config import config_from_dict, type_problems
 from graft.devices import attention_kernels
 from graft.errors import ConfigError, GraftError
 from training import checkpoints as ckpts
 from training.data import BatchPlan, Collator, EncodedPairs
+from training.packing import PACKED_ATTENTION, PackedCollator, packed_loss
 
 
 @dataclass
@@ -51,6 +57,7 @@ class TrainConfig:
     adam_beta1: float = 0.9  # TrainingArguments default
     adam_beta2: float = 0.999  # TrainingArguments default
     adam_epsilon: float = 1e-8  # TrainingArguments default
+    fused_adamw: bool = True  # AdamW as one fused kernel (adamw_torch_fused); False = torch's foreach AdamW
     max_length: int = 512  # tokens per example; longer prompts are cut, targets never (reference: 512)
     bf16: bool | None = None  # bf16 autocast; None = when the GPU supports it; never on the CPU
     seed: int = 42  # torch RNG: random init of `tiny`, dropout if a model has any
@@ -58,9 +65,12 @@ class TrainConfig:
     mega_batch_mult: int = 50  # length grouping: sort within groups of this many micro-batches
     pad_to_multiple_of: int | None = None  # round padded length up; None = 8 on GPU (tensor cores), exact on CPU
     target_logits_only: bool = True  # LM head over target positions only (left padding); same loss, fewer FLOPs
+    pack_prompts: bool = True  # a prompt once for all its targets in a micro-batch (training.packing); same loss
+    pack_row_tokens: int = 512  # packing: most tokens per packed row (bounds attention's quadratic part)
     save_every_steps: int = 500  # checkpoint interval in optimizer steps; 0 = none
     save_total_limit: int = 2  # checkpoints kept (the newest)
     logging_steps: int = 10  # read the loss off the device (a sync) every N steps
+    progress_every_s: float = 120.0  # output not a terminal: a progress line every N seconds (and at the end)
 
     def __post_init__(self) -> None:
         problems = type_problems(self)  # 2.5 steps or a string seed: named before the ranges below
@@ -72,7 +82,8 @@ class TrainConfig:
             raise ConfigError(f"max_steps must be >= 1 (or None to use epochs), got {self.max_steps}")
         if self.max_steps is None and not 0 < self.epochs < math.inf:
             raise ConfigError(f"epochs must be finite and > 0, got {self.epochs}")
-        for name in ("batch_size", "max_length", "save_total_limit", "logging_steps", "mega_batch_mult"):
+        for name in ("batch_size", "max_length", "save_total_limit", "logging_steps", "mega_batch_mult",
+                     "pack_row_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.per_device_batch_size is not None and self.per_device_batch_size < 1:
@@ -83,6 +94,9 @@ class TrainConfig:
             raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.save_every_steps < 0:
             raise ConfigError(f"save_every_steps must be >= 0, got {self.save_every_steps}")
+        if not 0 <= self.progress_every_s < math.inf:
+            raise ConfigError(f"progress_every_s must be finite and >= 0 (0 = a line every step), got "
+                              f"{self.progress_every_s}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -108,7 +122,8 @@ class TrainResult:
     losses: list[tuple[int, float]]  # (step, mean loss since the previous entry)
     seconds: float  # wall time of the whole run, interrupted parts included
     call_seconds: float  # wall time of this call's part (0 when already_done)
-    tokens_per_s: float  # of this call's part of the run
+    tokens_per_s: float  # of this call's part of the run (the pairs' tokens, as one row per pair counts them)
+    pairs_per_s: float  # of this call's part of the run
     resumed_from: int | None  # step of the checkpoint this call started from
     already_done: bool  # a finished model with the same fingerprint was found; nothing trained
     processes: int
@@ -128,12 +143,33 @@ class TrainResult:
 StepCallback = Callable[[int, dict[str, Any]], None]
 
 
-class _Progress:
-    """Step bar with loss, tokens/s and ETA (rich); only on the main process and unless quiet."""
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
-    def __init__(self, enabled: bool, total: int, start: int) -> None:
+
+class _Progress:
+    """Training progress on the main process unless quiet: a step bar with loss, tokens/s and ETA
+    (rich) on a terminal; otherwise (output redirected to a file, a background run) a plain line
+    every `every_s` seconds and at the end: step, loss, pairs/s, tokens/s, elapsed and ETA."""
+
+    def __init__(self, enabled: bool, total: int, start: int, *, every_s: float = 120.0,
+                 stream: Any = None, terminal: bool | None = None) -> None:
+        import sys
+
         self.bar = None
+        self.stream = None
+        self.total, self.start, self.every_s = total, start, every_s
         if not enabled:
+            return
+        stream = stream or sys.stdout
+        if terminal is None:
+            terminal = bool(getattr(stream, "isatty", lambda: False)())
+        if not terminal:
+            self.stream, self.last_line = stream, time.perf_counter()
+            self.stream.write(f"train: {total - start} steps to go (from step {start} of {total}); progress "
+                              f"every {every_s:g} s\n")
+            self.stream.flush()
             return
         from rich.progress import (
             BarColumn,
@@ -150,10 +186,23 @@ class _Progress:
         self.bar.start()
         self.task = self.bar.add_task("train", total=total, completed=start, loss="-", tps="-")
 
-    def update(self, step: int, loss: float | None, tokens_per_s: float) -> None:
+    def update(self, step: int, loss: float | None, tokens_per_s: float, pairs_per_s: float = 0.0,
+               elapsed: float = 0.0) -> None:
         if self.bar is not None:
             self.bar.update(self.task, completed=step, tps=f"{tokens_per_s:,.0f}",
                             **({"loss": f"{loss:.4f}"} if loss is not None else {}))
+        elif self.stream is not None:
+            now = time.perf_counter()
+            if now - self.last_line >= self.every_s or step == self.total:
+                self.last_line = now
+                done = step - self.start
+                eta = elapsed / done * (self.total - step) if done > 0 else float("nan")
+                self.stream.write(
+                    f"train: step {step}/{self.total} ({step / self.total:.1%}) loss "
+                    f"{'-' if loss is None else f'{loss:.4f}'} pairs/s {pairs_per_s:,.2f} tokens/s "
+                    f"{tokens_per_s:,.0f} elapsed {_clock(elapsed)} eta "
+                    f"{_clock(eta) if math.isfinite(eta) else '-'}\n")
+                self.stream.flush()
 
     def close(self) -> None:
         if self.bar is not None:
@@ -238,7 +287,7 @@ def _mixed_precision(config: TrainConfig) -> str:
     return "bf16" if supported and config.bf16 is not False else "no"
 
 
-def _optimizer(model: Any, config: TrainConfig, fused: bool) -> Any:
+def _optimizer(model: Any, config: TrainConfig) -> Any:
     import torch
 
     decay, no_decay = [], []
@@ -246,15 +295,22 @@ def _optimizer(model: Any, config: TrainConfig, fused: bool) -> Any:
         if p.requires_grad:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # fused: one kernel for the whole update on CUDA (TrainingArguments' adamw_torch_fused)
+    # fused: one kernel per parameter group for the whole update (TrainingArguments' adamw_torch_fused),
+    # the same arithmetic as the foreach implementation without its whole-model temporaries (on the
+    # CPU too: docs/training.md#prompt-sharing-and-the-trainers-cost-on-a-cpu)
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
-                             eps=config.adam_epsilon, fused=fused)
+                             eps=config.adam_epsilon, fused=config.fused_adamw,
+                             foreach=None if config.fused_adamw else True)
 
 
 def _fingerprint(config: TrainConfig, data: EncodedPairs, record: dict[str, Any], layout: dict[str, int]) -> str:
     """What a resumed run must share with the interrupted one: data, settings, base model, layout."""
     relevant = {k: v for k, v in config.to_dict().items()
-                if k not in ("save_every_steps", "save_total_limit", "logging_steps")}
+                if k not in ("save_every_steps", "save_total_limit", "logging_steps", "progress_every_s",
+                             "fused_adamw")}  # fused_adamw: the same update by another kernel
+    if not config.pack_prompts:  # the plain layout: the fingerprint of runs made before packing existed
+        for k in ("pack_prompts", "pack_row_tokens"):
+            relevant.pop(k)
     blob = json.dumps({"config": relevant, "data": data.fingerprint(), "record": record, "layout": layout},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -315,7 +371,13 @@ def fit(
                               step_scheduler_with_optimizer=False)
     set_seed(config.seed)  # here, when training starts; never at import
 
-    plan = BatchPlan(data.lengths, micro, acc, procs, seed=config.order_seed, mega_batch_mult=config.mega_batch_mult)
+    attention = getattr(model.config, "_attn_implementation", None)
+    if config.pack_prompts and attention not in PACKED_ATTENTION:
+        raise ConfigError(f"pack_prompts needs a model whose attention takes a 4D mask ({', '.join(PACKED_ATTENTION)}); "
+                          f"this one uses {attention!r}: load it with attn_implementation='sdpa' or train with "
+                          f"pack_prompts=False (--no-pack)")
+    plan = BatchPlan(data.lengths, micro, acc, procs, seed=config.order_seed, mega_batch_mult=config.mega_batch_mult,
+                     groups=data.prompt_groups() if config.pack_prompts else None)
     total = config.max_steps or plan.steps_for(config.epochs)
     layout = {"per_device_batch_size": micro, "accumulation": acc, "processes": procs, "total_steps": total}
     fingerprint = _fingerprint(config, data, record, layout)
@@ -330,7 +392,8 @@ def fit(
         r = done_record["result"]
         return TrainResult(steps=r["steps"], tokens=r["tokens"], target_tokens=r["target_tokens"],
                            final_loss=r["final_loss"], losses=[tuple(x) for x in r["losses"]],
-                           seconds=r["seconds"], call_seconds=0.0, tokens_per_s=0.0, resumed_from=None,
+                           seconds=r["seconds"], call_seconds=0.0, tokens_per_s=0.0, pairs_per_s=0.0,
+                           resumed_from=None,
                            already_done=True, **common)
 
     state: dict[str, Any] = {"step": 0, "tokens": 0, "target_tokens": 0, "losses": [], "seconds": 0.0}
@@ -345,7 +408,7 @@ def fit(
     elif ckpt_dir is not None and not resume and accelerator.is_main_process:
         shutil.rmtree(ckpt_dir, ignore_errors=True)  # --no-resume: never resume these later either
 
-    optimizer = _optimizer(model, config, fused=accelerator.device.type == "cuda")
+    optimizer = _optimizer(model, config)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total), total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if ckpt is not None:
@@ -353,16 +416,20 @@ def fit(
 
     on_gpu = accelerator.device.type == "cuda"
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    collate = Collator(pad_id, config.pad_to_multiple_of or (8 if on_gpu else None),
-                       target_logits_only=config.target_logits_only)
+    multiple = config.pad_to_multiple_of or (8 if on_gpu else None)
+    if config.pack_prompts:
+        collate: Any = PackedCollator(pad_id, config.pack_row_tokens, attention=attention, pad_to_multiple_of=multiple)
+    else:
+        collate = Collator(pad_id, multiple, target_logits_only=config.target_logits_only)
+    ones = np.ones(len(data), dtype=np.int64)
     target_len = data.lengths - data.prompt_lengths
     start = int(state["step"])
     tokens, target_tokens = int(state["tokens"]), int(state["target_tokens"])
     losses = [tuple(x) for x in state["losses"]]
     log = _LossLog(losses, cuda=on_gpu)
-    progress = _Progress(accelerator.is_main_process and not quiet, total, start)
+    progress = _Progress(accelerator.is_main_process and not quiet, total, start, every_s=config.progress_every_s)
     running = torch.zeros((), device=accelerator.device)
-    since_log, t0, tokens0 = 0, time.perf_counter(), tokens
+    since_log, t0, tokens0, pairs = 0, time.perf_counter(), tokens, 0
     model.train()
     try:
         with attention_kernels():  # never cuDNN's attention: see graft.devices.SDPA_BACKENDS
@@ -373,7 +440,7 @@ def fit(
                     batch = {k: (v.pin_memory().to(accelerator.device, non_blocking=True)
                                  if on_gpu and isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
                     with accelerator.accumulate(model):
-                        loss = model(**batch).loss
+                        loss = packed_loss(model, batch) if config.pack_prompts else model(**batch).loss
                         accelerator.backward(loss)
                         if accelerator.sync_gradients and config.max_grad_norm:
                             accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -383,6 +450,7 @@ def fit(
                 scheduler.step()
                 tokens += plan.step_tokens(step)
                 target_tokens += plan.step_tokens(step, target_len)
+                pairs += plan.step_tokens(step, ones)
                 done, since_log = step + 1, since_log + 1
                 if done % config.logging_steps == 0 or done == total:
                     log.push(done, accelerator.reduce(running, reduction="mean") / (since_log * acc))
@@ -392,7 +460,8 @@ def fit(
                     break  # diverged: the rest would be spent on lost weights (reported below). With
                     # several processes each would see the loss at its own step, so all run to the end
                 elapsed = time.perf_counter() - t0
-                progress.update(done, log.last, (tokens - tokens0) / elapsed if elapsed > 0 else 0.0)
+                rate = 1 / elapsed if elapsed > 0 else 0.0
+                progress.update(done, log.last, (tokens - tokens0) * rate, pairs * rate, elapsed)
                 if ckpt_dir is not None and config.save_every_steps and done % config.save_every_steps == 0 \
                         and done < total:
                     accelerator.wait_for_everyone()
@@ -425,6 +494,7 @@ def fit(
     result = TrainResult(steps=total, tokens=tokens, target_tokens=target_tokens, final_loss=log.last,
                          losses=losses, seconds=float(state["seconds"]) + seconds, call_seconds=seconds,
                          tokens_per_s=(tokens - tokens0) / seconds if seconds > 0 else 0.0,
+                         pairs_per_s=pairs / seconds if seconds > 0 else 0.0,
                          resumed_from=start if ckpt is not None else None, already_done=False,
                          model=trained, **common)
     if save_final and model_dir is not None:
