@@ -69,7 +69,7 @@ def print_build_summary(summary, out: Console = console) -> None:
 
 
 def build(
-    corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, JSON file or folder (S2ORC documents, records or arrays of them), or 'aclsum'."),
+    corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, JSON file or folder (S2ORC documents, records or arrays of them), OpenAlex works (a snapshot's works folder, or 'openalex:PATH?field=17&year=2015-2020': docs/scale.md), or 'aclsum'."),
     out: Path = typer.Option(..., "--out", "-o", help="Index directory to write."),
     extractor: str = typer.Option("heuristic", help="Facet extractor: heuristic (offline) or llm."),
     limit: int | None = typer.Option(None, min=1, help="Use only the first N valid records."),

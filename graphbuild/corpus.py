@@ -34,7 +34,7 @@ PAPER_COLUMNS = ("paper_id", "title", "abstract", "year", "venue", "authors", "r
 REQUIRED_FIELDS = ("id", "title", "abstract")
 #: Accepted inputs, as listed in error messages.
 ACCEPTED_FORMATS = ("*.jsonl, *.jsonl.gz, *.parquet, a *.json file (an array of records, one record or an S2ORC "
-                    "document) or a directory of them, or 'aclsum'")
+                    "document) or a directory of them, OpenAlex works (openalex:PATH), or 'aclsum'")
 
 _SCHEMA: dict[str, Any] = {
     "paper_id": pl.Utf8,
@@ -90,6 +90,7 @@ class LoadReport:
     resolved_references: int  # references kept (edges)
     self_references: int = 0  # references of a paper to itself, removed
     duplicate_references: int = 0  # repeated references within one paper, removed
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)  # a format's own counts (e.g. "openalex")
 
     def as_dict(self) -> dict:
         """A JSON-ready dict of the report (skipped records as `{where, reason}` dicts)."""
@@ -159,6 +160,10 @@ def load_corpus(path: str | Path | None, *, skip_bad: bool = False, limit: int |
     if path is None or str(path) == "aclsum":
         return load_aclsum(limit=limit)
     _check_limit(limit)
+    from graphbuild import openalex  # OpenAlex works: `openalex:PATH?FILTER` or a snapshot's works folder
+
+    if openalex.is_openalex(path):
+        return openalex.load_openalex_spec(path, skip_bad=skip_bad, limit=limit)
     path = Path(path)
     if not path.exists():
         raise InputValidationError(f"corpus not found: {path} (accepted: {ACCEPTED_FORMATS})")
