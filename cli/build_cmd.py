@@ -101,6 +101,12 @@ def build(
                                                   "title + abstract cosine of its M nearest papers as the "
                                                   "citation part of its edge weights (default 10; 0: off, "
                                                   "and with --no-paper-embeddings)."),
+    candidates: str = typer.Option("auto", help="How each paper's facet-similar candidates are found: exact "
+                                   "(every pair compared, n^2), faiss (an IVF index: docs/scale.md), or auto "
+                                   "(faiss from --faiss-min-papers papers on)."),
+    faiss_min_papers: int = typer.Option(50_000, min=1, help="Papers from which --candidates auto uses faiss."),
+    faiss_nprobe: int = typer.Option(16, min=1, help="IVF lists (of 2 sqrt(papers)) searched per paper with "
+                                     "faiss candidates: more keep more of the exact candidates, slower."),
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
@@ -149,6 +155,7 @@ def build(
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
                              title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
                              direct_links=direct_links, paper_embeddings=paper_embeddings,
+                             candidates=candidates, faiss_min_papers=faiss_min_papers, faiss_nprobe=faiss_nprobe,
                              text_coupling=(text_coupling if text_coupling is not None
                                             else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,

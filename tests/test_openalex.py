@@ -175,3 +175,33 @@ def test_build_from_an_openalex_slice(snapshot, tmp_path, encoder) -> None:
                                                  ("W6", "W5")]
     assert summary.report["details"]["openalex"]["outside_filter"] == 2
     assert idx.manifest["corpus"]["source"] == spec
+
+
+def test_build_with_faiss_candidates_writes_their_index_and_queries_search_it(snapshot, tmp_path, encoder) -> None:
+    """All six works, built with exact and then (the same folder: facets and vectors reused) with FAISS
+    candidates searching every list: the same graphs, and the FAISS build's index files for queries."""
+    from graft.external import CorpusScorer
+    from graft.facets import FACETS
+    from graft.index import Index
+    from graphbuild.build import BuildConfig, build_index
+
+    out = tmp_path / "index"
+    build_index(snapshot / "works", out, BuildConfig(), encoder=encoder)
+    exact = Index.open(out)
+    assert exact.manifest["stages"]["build"]["counts"]["candidates"] == "exact"
+    assert not list((out / "graph").glob("ann_*.faiss"))
+    graphs = {f: exact.graphs[f].copy() for f in FACETS}
+    build_index(snapshot / "works", out, BuildConfig(candidates="faiss", faiss_nprobe=1000), encoder=encoder)
+    approx = Index.open(out)
+    assert approx.manifest["stages"]["build"]["counts"]["candidates"] == "faiss"
+    assert sorted(p.name for p in (out / "graph").glob("ann_*.faiss")) == sorted(f"ann_{f}.faiss" for f in FACETS)
+    for f in FACETS:
+        assert ((graphs[f] > 0) != (approx.graphs[f] > 0)).nnz == 0
+        assert abs(graphs[f] - approx.graphs[f]).max() < 1e-6
+    searchers = CorpusScorer(approx).searchers
+    assert all(s is not None and s.index.ntotal == 6 for s in searchers.values())
+    node = approx.row("W1")
+    rows = CorpusScorer(approx).paper_rows(node, approx.citation_score[node])
+    assert rows["method"].nnz > 0
+    build_index(snapshot / "works", out, BuildConfig(candidates="exact"), encoder=encoder)
+    assert not list((out / "graph").glob("ann_*.faiss"))  # a later exact build removes them
