@@ -5,10 +5,10 @@ The exact prefilter (`graft.similarity.prefilter_blocks`) compares every paper's
 every other's: n^2 d multiply-adds, 49.5 s a facet at 96k vectors on 2 cores and growing with n^2
 (docs/results/graph_scale.md). An IVF index clusters the corpus's vectors into L lists (k-means, L = 2
 sqrt(n)) and compares a query only with the vectors of its `nprobe` nearest lists. FAISS returns a
-shortlist of c + `TIE_MARGIN` rows per query, which is scored again here as the exact prefilter scores
-(`q @ corpus[rows]`) and ordered by (score descending, row), so that with every list probed the
-candidates equal the exact ones; the graph then scores its candidates exactly, as before
-(`graft.edges`). The measured trade-off of lists, probes and time is in docs/results/ann_candidates.md.
+shortlist of c rows per query (c + 1 with the query's own row, left out) with their inner products,
+ordered here by (score descending, row) as the exact prefilter orders them: with every list probed
+the candidates are the exact ones (but where two cosines differ by float32 rounding, which FAISS and
+BLAS sum in another order). The graph then scores its candidates exactly, as before (`graft.edges`). The measured trade-off of lists, probes and time is in docs/results/ann_candidates.md.
 
 FAISS (faiss-cpu) is imported only when this path runs; the default build of a corpus below
 `FAISS_MIN_PAPERS` papers never imports it.
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from graft.errors import ConfigError, GraftError
-from graft.similarity import TIE_MARGIN, best_columns
+from graft.similarity import best_columns
 
 #: `candidates` settings: "exact" (blocked brute force), "faiss" (IVF-Flat), "auto" (FAISS from
 #: `FAISS_MIN_PAPERS` papers on).
@@ -42,9 +42,8 @@ FAISS_NPROBE = 16
 LISTS_PER_ROOT = 2.0
 #: k-means training rows per list (FAISS warns below 39; the sample is drawn with a fixed seed).
 TRAIN_PER_LIST = 64
-#: Query rows per FAISS search call: its shortlist of c + 16 rows is gathered as (rows, c + 16, d)
-#: float32, 512 x 116 x 384 x 4 bytes = 91 MB at the build's 100 candidates.
-SEARCH_ROWS = 512
+#: Query rows per FAISS search call (FAISS spreads one call's queries over its threads).
+SEARCH_ROWS = 4096
 #: Seed of the k-means sample and initial centroids (the same corpus gives the same lists).
 SEED = 1234
 
@@ -129,12 +128,10 @@ class IVFCandidates:
         c = max(0, min(c, n - (1 if self_rows is not None else 0)))
         if b == 0 or c == 0:
             return np.zeros((b, c), dtype=np.int64)
-        k = min(n, c + TIE_MARGIN + (1 if self_rows is not None else 0))
-        _, found = self.index.search(q, k)
+        k = min(n, c + (1 if self_rows is not None else 0))
+        scores, found = self.index.search(q, k)
         found = found.astype(np.int64)
-        # the shortlist scored as the exact prefilter scores it; -1 (a list ran short) and self at -inf
-        scores = np.einsum("bd,bkd->bk", q, self.corpus[np.maximum(found, 0)])
-        scores[found < 0] = -np.inf
+        scores[found < 0] = -np.inf  # a list ran short
         if self_rows is not None:
             scores[found == np.asarray(self_rows, dtype=np.int64)[:, None]] = -np.inf
         order = np.lexsort((found, -scores), axis=1)[:, :c]
