@@ -163,7 +163,7 @@ def load_corpus(path: str | Path | None, *, skip_bad: bool = False, limit: int |
     from graphbuild import openalex  # OpenAlex works: `openalex:PATH?FILTER` or a snapshot's works folder
 
     if openalex.is_openalex(path):
-        return openalex.load_openalex_spec(path, skip_bad=skip_bad, limit=limit)
+        return _load_openalex(str(path), skip_bad=skip_bad, limit=limit)
     path = Path(path)
     if not path.exists():
         raise InputValidationError(f"corpus not found: {path} (accepted: {ACCEPTED_FORMATS})")
@@ -207,6 +207,30 @@ def load_aclsum(*, limit: int | None = None) -> Corpus:
 
 
 # --------------------------------------------------------------------------- readers
+
+
+def _load_openalex(spec: str, *, skip_bad: bool, limit: int | None) -> Corpus:
+    """OpenAlex works (`graphbuild.openalex`): the slice written as records by two streaming passes,
+    then loaded as a records file; the report names the works and counts what the reader left out."""
+    import tempfile
+
+    from graphbuild import openalex
+
+    path, works_filter = openalex.parse_openalex_spec(spec)
+    with tempfile.TemporaryDirectory(prefix="graft-openalex-") as tmp:
+        records = Path(tmp) / "openalex-slice.jsonl"
+        counts = openalex.write_slice(path, records, works_filter, skip_bad=skip_bad, limit=limit)
+        if not records.stat().st_size:
+            raise InputValidationError(f"{spec}: no works with a title and an abstract in the slice "
+                                       f"({counts.works} works read, {counts.outside_filter} outside the filter, "
+                                       f"{counts.no_abstract} without an abstract)")
+        corpus = load_corpus(records, skip_bad=skip_bad)
+    report = corpus.report
+    report.source, report.n_read = spec, report.n_read + len(counts.bad_lines)
+    report.skipped = [BadRecord(**bad) for bad in counts.bad_lines] + report.skipped
+    report.dropped_references += counts.dropped_references
+    report.details["openalex"] = dataclasses.asdict(counts)
+    return corpus
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:

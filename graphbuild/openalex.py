@@ -7,11 +7,12 @@ A work's abstract comes as `abstract_inverted_index` (word -> its positions), it
 subfield, field, domain). Works merged into others are listed in the snapshot's
 `data/merged_ids/works/*.csv.gz` (`merge_date,id,merge_into_id`).
 
-`load_openalex` reads the stream twice and never holds more than the slice: the first pass keeps the
+`write_slice` reads the stream twice and holds no more than the slice's ids: the first pass keeps the
 ids of the works that pass the filter and carry a title and an abstract (memory O(ids)), the second
-converts those works to corpus records whose references are kept where the cited work is in the
-slice (after following merges). `iter_openalex` is the one-pass stream of converted records for
-engines that write shards (references unfiltered).
+writes those works as corpus records (JSON lines) whose references are kept where the cited work is
+in the slice (after following merges); `graphbuild.corpus.load_corpus` loads that file as any other.
+`iter_openalex` is the one-pass stream of converted records for engines that write their own shards
+(references unfiltered).
 
 A corpus argument selects this reader as `openalex:PATH[?KEY=VALUE&...]` (`parse_openalex_spec`), or by
 its layout: a folder of `updated_date=*` partitions or `*.gz` part files, or one `part_*.gz` file.
@@ -19,10 +20,9 @@ its layout: a folder of `updated_date=*` partitions or `*.gz` part files, or one
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import dataclasses
 import gzip
+import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -32,7 +32,6 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from graft.errors import InputValidationError
-from graphbuild.corpus import Corpus, _Bad, _build, _check_limit, _collect, _iter_jsonl, _validate
 
 #: Prefix of a corpus argument naming an OpenAlex works file or folder, with an optional slice filter.
 SPEC_PREFIX = "openalex:"
@@ -107,6 +106,8 @@ class OpenAlexCounts:
     merged_records: int = 0  # records of works listed as merged into another (left out)
     duplicates: int = 0  # later copies of a work already read (a re-synced partition), left out
     merged_references: int = 0  # references that named a merged work and were redirected to its target
+    dropped_references: int = 0  # references to works outside the slice, without an abstract or in no file
+    bad_lines: list[dict[str, str]] = field(default_factory=list)  # lines skipped under skip_bad: where, reason
     filter: dict[str, Any] = field(default_factory=dict)
 
 
@@ -266,10 +267,15 @@ def work_record(work: dict, merges: dict[str, str] | None = None) -> dict[str, A
 
 
 def iter_openalex(path: str | Path, works_filter: WorksFilter | None = None,
-                  counts: OpenAlexCounts | None = None) -> Iterator[tuple[str, Any]]:
+                  counts: OpenAlexCounts | None = None, *, skip_bad: bool = False) -> Iterator[tuple[str, dict]]:
     """One pass over OpenAlex works: (where, corpus record) for each work in the slice with a title
-    and an abstract, (where, _Bad) for an unreadable line; references unfiltered (merges followed).
-    `counts`, when given, is filled as the stream goes."""
+    and an abstract, references unfiltered (merges followed). `counts`, when given, is filled as the
+    stream goes.
+
+    Raises:
+        InputValidationError: a line that is no JSON object (without `skip_bad`; with it, the line
+            is listed in `counts.bad_lines`), or an unreadable file.
+    """
     path = Path(path)
     works_filter = works_filter or WorksFilter()
     counts = counts if counts is not None else OpenAlexCounts()
@@ -278,106 +284,91 @@ def iter_openalex(path: str | Path, works_filter: WorksFilter | None = None,
     files = work_files(path)
     counts.files = len(files)
     for file in files:
-        items = _iter_jsonl(file)
-        with contextlib.closing(items):
-            for where, work in items:
-                where = f"{_where(file, path)}{where[len(file.name):]}"
-                if not isinstance(work, dict):
-                    yield where, work if isinstance(work, _Bad) else _Bad(
-                        f"expected a JSON object, got {type(work).__name__}")
-                    continue
-                counts.works += 1
-                if short_id(work.get("id")) in merges:
-                    counts.merged_records += 1
-                elif not works_filter.accepts(work):
-                    counts.outside_filter += 1
+        for where, work in _lines(file, _where(file, path)):
+            if not isinstance(work, dict):
+                problem = work if isinstance(work, str) else f"expected a JSON object, got {type(work).__name__}"
+                if not skip_bad:
+                    raise InputValidationError(f"{where}: {problem}; pass --skip-bad to skip such records")
+                counts.bad_lines.append({"where": where, "reason": problem})
+                continue
+            counts.works += 1
+            if short_id(work.get("id")) in merges:
+                counts.merged_records += 1
+            elif not works_filter.accepts(work):
+                counts.outside_filter += 1
+            else:
+                rec = work_record(work, merges)
+                counts.merged_references += sum(short_id(r) in merges for r in work.get("referenced_works") or [])
+                if not _text(rec["title"]):
+                    counts.no_title += 1
+                elif not _text(rec["abstract"]):
+                    counts.no_abstract += 1
                 else:
-                    rec = work_record(work, merges)
-                    counts.merged_references += sum(short_id(r) in merges
-                                                    for r in work.get("referenced_works") or [])
-                    if not rec["title"]:
-                        counts.no_title += 1
-                    elif not rec["abstract"]:
-                        counts.no_abstract += 1
-                    else:
-                        yield where, rec
+                    yield where, rec
 
 
-def load_openalex(path: str | Path, works_filter: WorksFilter | None = None, *, skip_bad: bool = False,
-                  limit: int | None = None, source: str | None = None) -> Corpus:
-    """A corpus from OpenAlex works: the slice's works with a title and an abstract, in stream order
-    (`work_files`: newest partition first), the first copy of a work read twice (its latest), references kept where the cited
-    work is in the corpus. Reads the stream twice; holds the slice's ids, then its records.
+def write_slice(path: str | Path, out: str | Path, works_filter: WorksFilter | None = None, *,
+                skip_bad: bool = False, limit: int | None = None) -> OpenAlexCounts:
+    """The slice's works with a title and an abstract as a JSONL file of corpus records, in stream
+    order (`work_files`: newest partition first), the first copy of a work read twice (its latest),
+    references kept where the cited work is in the slice. Reads the stream twice and holds only the
+    slice's ids: `graphbuild.corpus.load_corpus` then loads the file as any records file.
 
     Args:
         path: a works folder (`data/works`, with `updated_date=*/part_*.gz`), a folder of part files,
-            or one part file (gzipped JSON lines; plain `.jsonl` too).
+            or one part file.
+        out: the JSONL file to write.
         works_filter: the slice (`WorksFilter`); None = every work.
-        skip_bad: skip unreadable lines and invalid records instead of stopping.
+        skip_bad: skip lines that are no JSON object instead of stopping.
         limit: keep only the first `limit` works of the slice.
-        source: the name the load report gives the corpus (default: the path).
 
     Returns:
-        The corpus; its report's `openalex` entry holds `OpenAlexCounts` as a dict.
+        What the read saw; `dropped_references` counts the references left out.
 
     Raises:
-        InputValidationError: no works found, a bad line (without `skip_bad`), or no work in the slice.
+        InputValidationError: no works found, or a bad line (without `skip_bad`).
     """
-    _check_limit(limit)
-    path = Path(path)
-    works_filter = works_filter or WorksFilter()
+    path, out = Path(path), Path(out)
     # pass 1: the slice's ids, in stream order (first copy wins), up to `limit`
-    first = OpenAlexCounts()
     kept: set[str] = set()
-    for _, rec in iter_openalex(path, works_filter, first):
-        if isinstance(rec, dict) and _valid(rec):
-            kept.add(rec["id"])
-            if limit is not None and len(kept) >= limit:
-                break
-    # pass 2: those works' records; later copies of one work are left out here (`_collect` would refuse them)
+    for _, rec in iter_openalex(path, works_filter, skip_bad=skip_bad):
+        kept.add(rec["id"])
+        if limit is not None and len(kept) >= limit:
+            break
+    # pass 2: those works' records, their references inside the slice, one copy of each work
     counts = OpenAlexCounts()
     taken: set[str] = set()
-
-    def records() -> Iterator[tuple[str, Any]]:
-        for where, rec in iter_openalex(path, works_filter, counts):
-            if isinstance(rec, dict):
-                if rec["id"] not in kept:
-                    continue  # past `limit`
-                if rec["id"] in taken:
-                    counts.duplicates += 1
-                    continue
-                taken.add(rec["id"])
-            yield where, rec
-
-    items = records()
-    with contextlib.closing(items):
-        recs, n_read, skipped = _collect(items, skip_bad=skip_bad, limit=limit)
-    dropped = 0
-    for rec in recs:  # references out of the slice (or to works without abstracts) go before assembly
-        refs = [r for r in rec["references"] if r in kept]
-        dropped += len(rec["references"]) - len(refs)
-        rec["references"] = refs
-    corpus = _build(source or f"{SPEC_PREFIX}{path}", recs, n_read, skipped, dropped=dropped)
-    corpus.report.details["openalex"] = dataclasses.asdict(counts)
-    return corpus
+    with open(out, "w", encoding="utf-8") as fh:
+        for _, rec in iter_openalex(path, works_filter, counts, skip_bad=skip_bad):
+            if rec["id"] not in kept:
+                continue  # past `limit`
+            if rec["id"] in taken:
+                counts.duplicates += 1
+                continue
+            taken.add(rec["id"])
+            refs = [r for r in rec["references"] if r in kept]
+            counts.dropped_references += len(rec["references"]) - len(refs)
+            fh.write(json.dumps({**rec, "references": refs}, ensure_ascii=False) + "\n")
+    return counts
 
 
-def load_openalex_spec(spec: str | Path, *, skip_bad: bool = False, limit: int | None = None) -> Corpus:
-    """`load_openalex` for a corpus argument: `openalex:PATH[?FILTER]` (`parse_openalex_spec`) or a path."""
-    path, works_filter = parse_openalex_spec(str(spec))
-    return load_openalex(path, works_filter, skip_bad=skip_bad, limit=limit, source=str(spec))
-
-
-# --------------------------------------------------------------------------- internals
-
-
-def _valid(rec: dict) -> bool:
-    """Whether a converted work passes the corpus's record validation (the second pass keeps the same ones)."""
+def _lines(file: Path, name: str) -> Iterator[tuple[str, Any]]:
+    """(where, parsed object, or a problem string) per non-blank line of a gzipped (or plain) JSON lines file."""
+    opener = gzip.open if file.name.lower().endswith(".gz") else open
     try:
-        _validate(rec)
-    except _Bad:
-        return False
-    return True
+        with opener(file, "rb") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if line.strip():
+                    try:
+                        yield f"{name} line {lineno}", json.loads(line)
+                    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+                        yield f"{name} line {lineno}", f"invalid JSON ({exc})"
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged .gz
+        raise InputValidationError(f"{file}: cannot read the file ({exc})") from None
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
 
 def _where(file: Path, root: Path) -> str:
@@ -442,5 +433,5 @@ def _authors(authorships: Any) -> list[str]:
 
 
 __all__ = ["FILTER_KEYS", "SPEC_PREFIX", "OpenAlexCounts", "WorksFilter", "abstract_text", "is_openalex",
-           "iter_openalex", "load_openalex", "load_openalex_spec", "merged_ids", "parse_openalex_spec", "short_id", "work_files",
-           "work_record"]
+           "iter_openalex", "merged_ids", "parse_openalex_spec", "short_id", "work_files",
+           "work_record", "write_slice"]

@@ -17,9 +17,9 @@ from graphbuild.openalex import (
     abstract_text,
     is_openalex,
     iter_openalex,
-    load_openalex,
     parse_openalex_spec,
     work_files,
+    write_slice,
 )
 
 FIXTURE = Path(__file__).parent / "data" / "openalex"
@@ -54,7 +54,7 @@ def test_abstract_is_rebuilt_from_positions_with_repeated_words() -> None:
 
 
 def test_whole_snapshot_reads_newest_copies_follows_merges_and_keeps_in_corpus_references(snapshot) -> None:
-    corpus = load_openalex(snapshot / "works")
+    corpus = load_corpus(snapshot / "works")
     papers = corpus.papers
     # W3 has no abstract; W7's record is merged into W2; the older W2 copy loses to the newer one
     assert papers["paper_id"].to_list() == ["W1", "W2", "W4", "W9", "W5", "W6"]
@@ -82,7 +82,8 @@ def test_whole_snapshot_reads_newest_copies_follows_merges_and_keeps_in_corpus_r
 def test_slice_by_field_and_years_drops_references_leaving_it(snapshot) -> None:
     path, works_filter = parse_openalex_spec(f"openalex:{snapshot / 'works'}?field=17&year=2015-")
     assert works_filter == WorksFilter(fields=frozenset({"17"}), year_from=2015)
-    corpus = load_openalex(path, works_filter)
+    assert path == snapshot / "works"
+    corpus = load_corpus(f"openalex:{snapshot / 'works'}?field=17&year=2015-")
     assert refs(corpus) == {"W1": ["W2"], "W2": [], "W5": ["W1", "W2"], "W6": ["W5", "W2"]}
     counts = corpus.report.details["openalex"]
     assert counts["outside_filter"] == 2  # W4 (2012) and W9 (Medicine)
@@ -104,8 +105,17 @@ def test_slices_by_concept_topic_subfield_domain_and_year(snapshot, query, ids) 
 
 
 def test_limit_keeps_the_first_works_and_only_their_references(snapshot) -> None:
-    corpus = load_openalex(snapshot / "works", limit=2)
+    corpus = load_corpus(snapshot / "works", limit=2)
     assert refs(corpus) == {"W1": ["W2"], "W2": []}
+
+
+def test_the_slice_is_written_as_records_with_references_inside_it(snapshot, tmp_path) -> None:
+    counts = write_slice(snapshot / "works", tmp_path / "slice.jsonl", WorksFilter(fields=frozenset({"17"})))
+    lines = [json.loads(line) for line in (tmp_path / "slice.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in lines] == ["W1", "W2", "W4", "W5", "W6"]
+    assert lines[0]["references"] == ["W2", "W2", "W2"]  # W2, W7 -> W2, W2: the loader removes repeats
+    assert counts.dropped_references == 5  # W1: W3, W9, W404; W2: W3; W5: W3
+    assert counts.duplicates == 1 and counts.outside_filter == 1
 
 
 def test_one_pass_stream_yields_records_with_doi_url_and_ids(snapshot) -> None:
@@ -149,16 +159,17 @@ def test_bad_lines_stop_the_read_unless_skipped(snapshot) -> None:
     lines = gzip.decompress(part.read_bytes()).decode().splitlines()
     part.write_bytes(gzip.compress(("\n".join([lines[0], "{not json", json.dumps([1]), *lines[1:]]) + "\n").encode()))
     with pytest.raises(InputValidationError, match=r"updated_date=2024-03-01/part_001.gz line 2: invalid JSON"):
-        load_openalex(snapshot / "works")
-    corpus = load_openalex(snapshot / "works", skip_bad=True)
+        load_corpus(snapshot / "works")
+    corpus = load_corpus(snapshot / "works", skip_bad=True)
     assert [b.where for b in corpus.report.skipped] == ["updated_date=2024-03-01/part_001.gz line 2",
                                                         "updated_date=2024-03-01/part_001.gz line 3"]
-    assert corpus.papers.height == 6
+    assert corpus.papers.height == 6 and corpus.report.n_read == 6 + 2
+    assert corpus.report.skipped[1].reason == "expected a JSON object, got list"
 
 
 def test_nothing_in_the_slice_is_an_error(snapshot) -> None:
-    with pytest.raises(InputValidationError, match="no papers loaded"):
-        load_openalex(snapshot / "works", WorksFilter(year_from=2030))
+    with pytest.raises(InputValidationError, match="no works with a title and an abstract in the slice"):
+        load_corpus(f"openalex:{snapshot / 'works'}?year=2030")
     with pytest.raises(InputValidationError, match="OpenAlex works not found"):
         openalex.work_files(snapshot / "nowhere")
 
