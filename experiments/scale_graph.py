@@ -152,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['graph_s']:.1f} | {r['edges']:,} | {100 * r.get('kept', 1.0):.2f}% | {r['peak_rss_mib']:,.0f} |"
               for r in rows]
     fits = {m: exponent(rows, m, "graph_s") for m in args.methods.split(",")}
-    lines += ["", "Growth exponent of the facet graphs' time between the smallest and largest size (t ~ n^b): "
-              + ", ".join(f"{m} b = {b:.2f}" for m, b in fits.items() if b is not None) + "."]
+    if any(b is not None for b in fits.values()):
+        lines += ["", "Growth exponent of the facet graphs' time between the smallest and largest size (t ~ n^b): "
+                  + ", ".join(f"{m} b = {b:.2f}" for m, b in fits.items() if b is not None) + "."]
     write_tables(args.results, f"scale_graph{args.name}", {**meta, "exponents": fits}, rows, lines)
     return 0
 
