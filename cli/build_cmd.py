@@ -73,7 +73,7 @@ def print_build_summary(summary, out: Console = console) -> None:
 
 
 def build(
-    corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, JSON file or folder (S2ORC documents, records or arrays of them), or 'aclsum'."),
+    corpus: str = typer.Argument(..., help="JSONL / JSONL.gz / Parquet file, JSON file or folder (S2ORC documents, records or arrays of them), OpenAlex works (a snapshot's works folder, or 'openalex:PATH?field=17&year=2015-2020': docs/scale.md), or 'aclsum'."),
     out: Path = typer.Option(..., "--out", "-o", help="Index directory to write."),
     extractor: str = typer.Option("heuristic", help="Facet extractor: heuristic (offline) or llm."),
     facet_scorer: str = typer.Option("learned", help="How the offline extractor scores sentences: learned (the "
@@ -108,6 +108,12 @@ def build(
                                                   "title + abstract cosine of its M nearest papers as the "
                                                   "citation part of its edge weights (default 10; 0: off, "
                                                   "and with --no-paper-embeddings)."),
+    candidates: str = typer.Option("auto", help="How each paper's facet-similar candidates are found: exact "
+                                   "(every pair compared, n^2), faiss (an IVF index: docs/scale.md), or auto "
+                                   "(faiss from --faiss-min-papers papers on)."),
+    faiss_min_papers: int = typer.Option(50_000, min=1, help="Papers from which --candidates auto uses faiss."),
+    faiss_nprobe: int = typer.Option(16, min=1, help="IVF lists (of 2 sqrt(papers)) searched per paper with "
+                                     "faiss candidates: more keep more of the exact candidates, slower."),
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
@@ -156,6 +162,7 @@ def build(
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
                              title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
                              direct_links=direct_links, paper_embeddings=paper_embeddings,
+                             candidates=candidates, faiss_min_papers=faiss_min_papers, faiss_nprobe=faiss_nprobe,
                              text_coupling=(text_coupling if text_coupling is not None
                                             else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
         summary = build_index(None if corpus == "aclsum" else corpus, out, config,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from graft.ann import CANDIDATE_METHODS, FAISS_MIN_PAPERS, FAISS_NPROBE, CandidateSearch
 from graft.citations import RESCALE_MODES, TEXT_NEIGHBOURS
 from graft.config import config_from_dict, type_problems
 from graft.edges import GraphParams
@@ -37,6 +38,11 @@ class BuildConfig:
     n_candidates: int = 100  # facet-similar candidates per paper from the pooled prefilter
     citation_rescale: str = "pair"  # "pair": per-pair rescaling of log counts (README); "global": by the max
     block_rows: int | None = None  # prefilter rows per block; None sizes blocks to ~128 MiB
+    # the prefilter of the n_candidates: "exact" (blocked brute force, n^2 d), "faiss" (an IVF-Flat index,
+    # 2 sqrt(n) lists, faiss_nprobe searched; graft.ann), "auto": faiss from faiss_min_papers papers on
+    candidates: str = "auto"
+    faiss_min_papers: int = FAISS_MIN_PAPERS  # papers; below it "auto" is exact (docs/results/ann_candidates.md)
+    faiss_nprobe: int = FAISS_NPROBE  # IVF lists searched per paper (16: 0.97 of the exact top 20, graph_scale.md)
     # direct citation links (either way) as graph candidates; off = the reference design: candidates
     # are facet-similar, coupled and co-cited papers, and a direct link is left to be found (the gold)
     direct_links: bool = False
@@ -70,6 +76,11 @@ class BuildConfig:
         if not 0 <= self.title_weight <= MAX_TITLE_WEIGHT:  # NaN and infinity too: they empty every graph
             raise ConfigError(f"title_weight must lie in [0, {MAX_TITLE_WEIGHT:g}], got {self.title_weight} (beyond "
                              f"that an item's own text no longer counts)")
+        if self.candidates not in CANDIDATE_METHODS:
+            raise ConfigError(f"candidates '{self.candidates}' is unknown; allowed: {', '.join(CANDIDATE_METHODS)}")
+        if self.faiss_min_papers < 1 or self.faiss_nprobe < 1:
+            raise ConfigError(f"faiss_min_papers={self.faiss_min_papers}, faiss_nprobe={self.faiss_nprobe}: "
+                              "must be >= 1")
         if self.citation_rescale not in RESCALE_MODES:
             raise ConfigError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
         if self.embedding_backend not in BACKENDS:
@@ -88,8 +99,9 @@ class BuildConfig:
         # built before direct links became optional took them as candidates
         # and those built before link-less papers were text-coupled left their citation half empty
         # and those built before the facet classifier scored sentences with the hand-set rules
+        # and those built before approximate candidates searched exactly
         return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0,
-                                      "facet_scorer": "rules", **data})
+                                      "facet_scorer": "rules", "candidates": "exact", **data})
 
     def heuristic_config(self) -> HeuristicConfig:
         """The offline extractor's settings this build uses (also for records outside the corpus)."""
@@ -103,4 +115,5 @@ class BuildConfig:
     def graph_params(self) -> GraphParams:
         return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
                            n_candidates=self.n_candidates, block_rows=self.block_rows,
-                           direct_links=self.direct_links)
+                           direct_links=self.direct_links,
+                           candidates=CandidateSearch(self.candidates, self.faiss_min_papers, self.faiss_nprobe))

@@ -13,11 +13,12 @@ graph that lists a paper's cited papers as candidates would find them through th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
+from graft.ann import CandidateSearch, IVFCandidates, candidate_blocks
 from graft.similarity import FacetItemsMatrix, prefilter_blocks, score_gathered, score_pairs
 from graft.similarity import sorted_unique as _unique  # a name of this module: benchmarks swap it
 
@@ -30,6 +31,8 @@ class GraphParams:
     n_candidates: int = 100  # facet-similar candidates per paper from the pooled-vector prefilter
     block_rows: int | None = None  # rows per prefilter block; None sizes blocks to ~128 MiB
     direct_links: bool = False  # direct citation links (either way) as extra candidates; off in the reference design
+    # the prefilter: exact blocked search, or a FAISS IVF index from a size on (`graft.ann`)
+    candidates: CandidateSearch = field(default_factory=CandidateSearch)
 
 
 def _top_k_rows(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:
@@ -72,6 +75,7 @@ def facet_graph(
     params: GraphParams,
     *,
     progress: Callable[[int], None] | None = None,
+    searcher: IVFCandidates | None = None,
 ) -> sp.csr_matrix:
     """Build one facet's top-K graph.
 
@@ -81,6 +85,8 @@ def facet_graph(
         cite_links: n x n pattern of citation-linked pairs used as extra candidates.
         params: K, alpha, beta and prefilter settings.
         progress: called with the number of rows finished.
+        searcher: the IVF index of `items.pooled` where `params.candidates` resolves to FAISS for n
+            papers (made here when None); unused by the exact prefilter.
     Returns:
         n x n CSR, row i = i's top-K out-edges, weights in [0, 1].
     """
@@ -90,9 +96,14 @@ def facet_graph(
     out_rows: list[np.ndarray] = []
     out_cols: list[np.ndarray] = []
     out_w: list[np.ndarray] = []
-    for start, cand in prefilter_blocks(
-        items.pooled, items.pooled, params.n_candidates, block_rows=params.block_rows, progress=progress
-    ):
+    if params.candidates.resolve(n) == "faiss":
+        searcher = searcher or IVFCandidates(items.pooled, params.candidates)
+        blocks = candidate_blocks(items.pooled, items.pooled, params.n_candidates, searcher,
+                                  block_rows=params.block_rows, progress=progress)
+    else:
+        blocks = prefilter_blocks(items.pooled, items.pooled, params.n_candidates, block_rows=params.block_rows,
+                                  progress=progress)
+    for start, cand in blocks:
         b = cand.shape[0]
         rows = np.repeat(np.arange(start, start + b), cand.shape[1])
         cols = cand.ravel()
@@ -125,6 +136,7 @@ def external_facet_row(
     items: FacetItemsMatrix,
     cite_row: sp.csr_matrix,
     params: GraphParams,
+    searcher: IVFCandidates | None = None,
 ) -> sp.csr_matrix:
     """Top-K edge row (1 x n) for one paper outside the corpus, scored exactly like corpus rows.
 
@@ -132,9 +144,14 @@ def external_facet_row(
         query: the new paper's facet items grouped as a 1-row matrix.
         items: the corpus' grouped items of the same facet.
         cite_row: 1 x n citation score of the new paper (bibliographic coupling only).
+        searcher: the corpus's IVF index of the facet, for an index built with FAISS candidates
+            (`params.candidates`); None = the exact prefilter.
     """
     n = items.n
-    _, cand = next(prefilter_blocks(query.pooled, items.pooled, params.n_candidates, exclude_self=False))
+    if searcher is not None:
+        cand = searcher.search(query.pooled, params.n_candidates)
+    else:
+        _, cand = next(prefilter_blocks(query.pooled, items.pooled, params.n_candidates, exclude_self=False))
     cols = np.unique(np.concatenate([cand[0], sp.csr_matrix(cite_row).indices.astype(np.int64)]))
     rows = np.zeros(len(cols), dtype=np.int64)
     sim = np.clip(score_pairs(query, rows, items, cols), 0.0, 1.0)

@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from graft.ann import IVFCandidates
 from graft.build_config import BuildConfig
 from graft.citations import TEXT_NEIGHBOURS, coupling_row_log, external_citation_row, text_coupling_row
 from graft.edges import GraphParams, external_facet_row
@@ -191,6 +192,21 @@ class CorpusScorer:
         vectors, owner, facet_col = self._item_table
         return {f: group_items(owner[facet_col == f], vectors[facet_col == f], self.index.n) for f in FACETS}
 
+    @cached_property
+    def searchers(self) -> dict[str, IVFCandidates | None]:
+        """Per facet, the FAISS index the build took its candidates from (`graph/ann_{facet}.faiss`,
+        made again from the items where the file is missing), or None where the build searched exactly:
+        a paper outside the corpus gets its candidates as corpus papers got theirs."""
+        search = self.params.candidates
+        if search.resolve(self.index.n) != "faiss":
+            return dict.fromkeys(FACETS)
+        out: dict[str, IVFCandidates | None] = {}
+        for facet in FACETS:
+            path = self.index.path / "graph" / f"ann_{facet}.faiss"
+            pooled = self.items[facet].pooled
+            out[facet] = IVFCandidates.read(path, pooled, search) if path.is_file() else IVFCandidates(pooled, search)
+        return out
+
     @property
     def teacher_config(self) -> TeacherConfig:
         """The graph teacher's settings of this scorer's queries: the citation channel at W when
@@ -225,7 +241,7 @@ class CorpusScorer:
         rows = {}
         for facet in FACETS:
             query = group_items(np.zeros(len(vectors[facet]), dtype=np.int64), vectors[facet], 1)
-            rows[facet] = external_facet_row(query, self.items[facet], cite, params)
+            rows[facet] = external_facet_row(query, self.items[facet], cite, params, self.searchers[facet])
         return rows
 
     def own_vectors(self, node: int) -> dict[str, np.ndarray]:

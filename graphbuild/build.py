@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from graft.ann import IVFCandidates
 from graft.build_config import BuildConfig
 from graft.citations import (
     CitationSignals,
@@ -137,6 +138,7 @@ def facet_graphs(
     *,
     progress: Any = None,
     text: sp.csr_matrix | None = None,
+    ann_dir: Path | None = None,
 ) -> dict[str, sp.csr_matrix]:
     """The four typed top-K graphs from item embeddings and citation signals.
 
@@ -145,6 +147,8 @@ def facet_graphs(
         a: the citation matrix; signals: its coupling / co-citation score.
         text: text coupling of the papers without citation links (`text_coupling`), which stands in
             for their (empty) citation score rows and adds their text neighbours as candidates.
+        ann_dir: where the FAISS index of each facet is written as `{facet}.faiss` when the
+            candidates are approximate (`graft.ann`), for queries outside the corpus to search.
     """
     n = a.shape[0]
     links = citation_links(a, signals.score, direct=params.direct_links)  # candidates beyond the facet prefilter
@@ -156,7 +160,12 @@ def facet_graphs(
     for facet in FACETS:
         sel = facet_of_item == facet
         items = group_items(owner[sel], np.asarray(vectors[sel], dtype=np.float32), n)
-        graphs[facet] = facet_graph(items, score, links, params, progress=progress)
+        searcher = IVFCandidates(items.pooled, params.candidates) if params.candidates.resolve(n) == "faiss" else None
+        if ann_dir is not None:  # an earlier, stopped build's index of this facet is not this one's
+            (ann_dir / f"{facet}.faiss").unlink(missing_ok=True)
+        graphs[facet] = facet_graph(items, score, links, params, progress=progress, searcher=searcher)
+        if searcher is not None and ann_dir is not None:
+            searcher.write(ann_dir / f"{facet}.faiss")
     return graphs
 
 
@@ -469,7 +478,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
 
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
         graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
-                              progress=adv, text=text)
+                              progress=adv, text=text, ann_dir=out / "cache" / "ann")
 
     with reporter.stage("write", unit="files") as adv:
         _check_no_links(out)
@@ -487,6 +496,13 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         for facet, g in graphs.items():
             write_npz(out / "graph" / f"{facet}.npz", g)
         write_npz(out / "graph" / "citation.npz", signals.score)
+        approximate = config.graph_params().candidates.resolve(n) == "faiss"
+        for facet in graphs:  # the FAISS index each facet's candidates came from (`graft.ann`), or none
+            made, ann = out / "cache" / "ann" / f"{facet}.faiss", out / "graph" / f"ann_{facet}.faiss"
+            if approximate and made.is_file():
+                os.replace(made, ann)
+            elif ann.exists():  # an earlier build's
+                ann.unlink()
         if text is not None:
             write_npz(out / "graph" / "text.npz", text)
         elif (out / "graph" / "text.npz").exists():  # an earlier build's
@@ -506,6 +522,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         "coupling_pairs": signals.n_coupling_pairs,
         "text_coupled_papers": 0 if text is None else int((np.diff(text.indptr) > 0).sum()),
         "cocitation_pairs": signals.n_cocitation_pairs,
+        "candidates": config.graph_params().candidates.resolve(n),
         "skipped_records": len(corpus.report.skipped),
         "dropped_references": corpus.report.dropped_references,
         "extractor": extractor_stats,

@@ -1,0 +1,195 @@
+"""Approximate candidates for the facet graph's prefilter: a FAISS inverted-file index (IVF-Flat, inner
+product) in place of the exact blocked search where the exact one stops scaling.
+
+The exact prefilter (`graft.similarity.prefilter_blocks`) compares every paper's pooled facet vector with
+every other's: n^2 d multiply-adds, 49.5 s a facet at 96k vectors on 2 cores and growing with n^2
+(docs/results/graph_scale.md). An IVF index clusters the corpus's vectors into L lists (k-means, L = 2
+sqrt(n)) and compares a query only with the vectors of its `nprobe` nearest lists. FAISS returns a
+shortlist of c rows per query (c + 1 with the query's own row, left out) with their inner products,
+ordered here by (score descending, row) as the exact prefilter orders them: with every list probed
+the candidates are the exact ones (but where two cosines differ by float32 rounding, which FAISS and
+BLAS sum in another order). The graph then scores its candidates exactly, as before (`graft.edges`). The measured trade-off of lists, probes and time is in docs/results/ann_candidates.md.
+
+FAISS (faiss-cpu) is imported only when this path runs; the default build of a corpus below
+`FAISS_MIN_PAPERS` papers never imports it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graft.errors import ConfigError, GraftError
+from graft.similarity import best_columns
+
+#: `candidates` settings: "exact" (blocked brute force), "faiss" (IVF-Flat), "auto" (FAISS from
+#: `FAISS_MIN_PAPERS` papers on).
+CANDIDATE_METHODS = ("auto", "exact", "faiss")
+#: Papers from which "auto" takes FAISS: below it the exact prefilter costs a few seconds a facet and
+#: keeps every candidate (docs/results/ann_candidates.md).
+FAISS_MIN_PAPERS = 50_000
+#: IVF lists probed per query: 16 of 2 sqrt(n) kept 0.97 of the exact top 20 at 24k-96k vectors
+#: (docs/results/graph_scale.md, docs/results/ann_candidates.md).
+FAISS_NPROBE = 16
+#: IVF lists per sqrt(n) (L = 2 sqrt(n): 162 lists at cs768's 6,545 papers, 2,000 at 10^6).
+LISTS_PER_ROOT = 2.0
+#: k-means training rows per list (FAISS warns below 39; the sample is drawn with a fixed seed).
+TRAIN_PER_LIST = 64
+#: Query rows per FAISS search call (FAISS spreads one call's queries over its threads).
+SEARCH_ROWS = 4096
+#: Seed of the k-means sample and initial centroids (the same corpus gives the same lists).
+SEED = 1234
+
+
+@dataclass(frozen=True)
+class CandidateSearch:
+    """How the graph's prefilter finds each paper's facet-similar candidates (`BuildConfig.candidates`)."""
+
+    method: str = "exact"  # "auto", "exact" or "faiss" (`CANDIDATE_METHODS`)
+    min_papers: int = FAISS_MIN_PAPERS  # "auto" takes FAISS from this many papers on
+    nprobe: int = FAISS_NPROBE  # IVF lists searched per query
+    lists: int | None = None  # IVF lists; None = LISTS_PER_ROOT x sqrt(n)
+
+    def __post_init__(self) -> None:
+        if self.method not in CANDIDATE_METHODS:
+            raise ConfigError(f"candidates {self.method!r} is unknown; allowed: {', '.join(CANDIDATE_METHODS)}")
+        wrong = [f"{name}={getattr(self, name)!r}" for name in ("min_papers", "nprobe", "lists")
+                 if getattr(self, name) is not None and getattr(self, name) < 1]
+        if wrong:
+            raise ConfigError(f"{', '.join(wrong)}: must be >= 1 (lists: or None for 2 sqrt(n))")
+
+    def resolve(self, n: int) -> str:
+        """"exact" or "faiss" for a corpus of n papers."""
+        if self.method == "auto":
+            return "faiss" if n >= self.min_papers else "exact"
+        return self.method
+
+    def n_lists(self, n: int) -> int:
+        """IVF lists for n vectors: `lists`, or 2 sqrt(n); never more than n."""
+        want = self.lists if self.lists is not None else round(LISTS_PER_ROOT * math.sqrt(max(n, 1)))
+        return int(max(1, min(want, n)))
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - faiss-cpu is a dependency
+        raise GraftError("approximate candidates need FAISS: pip install faiss-cpu (or build with "
+                         "candidates 'exact')") from None
+    return faiss
+
+
+class IVFCandidates:
+    """An IVF-Flat inner-product index over a corpus's unit vectors, searched for candidates.
+
+    Args:
+        corpus: (n, d) float32 unit rows (zero rows are allowed: a paper without items of the facet).
+        search: lists and probes (`CandidateSearch`).
+        index: an index already trained and filled with `corpus` (`read`); None trains one.
+    """
+
+    def __init__(self, corpus: np.ndarray, search: CandidateSearch, index: Any = None) -> None:
+        faiss = _faiss()
+        self.corpus = np.ascontiguousarray(corpus, dtype=np.float32)
+        n, d = self.corpus.shape
+        if index is None:
+            lists = search.n_lists(n)
+            quantizer = faiss.IndexFlatIP(d)
+            index = faiss.IndexIVFFlat(quantizer, d, lists, faiss.METRIC_INNER_PRODUCT)
+            index.cp.seed = SEED
+            index.cp.min_points_per_centroid = 1  # small corpora: no warning, the sample below decides
+            rng = np.random.default_rng(SEED)
+            sample = min(n, lists * TRAIN_PER_LIST)
+            train = self.corpus if sample == n else self.corpus[np.sort(rng.choice(n, sample, replace=False))]
+            index.train(train)
+            index.add(self.corpus)
+        elif index.ntotal != n or index.d != d:
+            raise GraftError(f"the FAISS index holds {index.ntotal} vectors of {index.d} dimensions, the corpus "
+                             f"{n} of {d}: it belongs to another build; rebuild the index")
+        index.nprobe = int(min(search.nprobe, index.nlist))
+        self.index = index
+
+    @property
+    def lists(self) -> int:
+        return int(self.index.nlist)
+
+    def search(self, query: np.ndarray, c: int, *, self_rows: np.ndarray | None = None) -> np.ndarray:
+        """(b, c) int64 corpus rows of each query row's c best candidates, best first, equal scores by
+        lower row (as `best_columns`). `self_rows`: per query, a corpus row never returned (its own)."""
+        q = np.ascontiguousarray(query, dtype=np.float32)
+        b, n = q.shape[0], self.corpus.shape[0]
+        c = max(0, min(c, n - (1 if self_rows is not None else 0)))
+        if b == 0 or c == 0:
+            return np.zeros((b, c), dtype=np.int64)
+        k = min(n, c + (1 if self_rows is not None else 0))
+        scores, found = self.index.search(q, k)
+        found = found.astype(np.int64)
+        scores[found < 0] = -np.inf  # a list ran short
+        if self_rows is not None:
+            scores[found == np.asarray(self_rows, dtype=np.int64)[:, None]] = -np.inf
+        order = np.lexsort((found, -scores), axis=1)[:, :c]
+        out = np.take_along_axis(found, order, axis=1)
+        short = np.flatnonzero(~np.isfinite(np.take_along_axis(scores, order, axis=1)).all(axis=1))
+        for r in short.tolist():  # fewer than c rows in the probed lists: this row searched exactly
+            row = q[r : r + 1] @ self.corpus.T
+            if self_rows is not None:
+                row[0, int(self_rows[r])] = -np.inf
+            out[r] = best_columns(row, c)[0]
+        return out
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Write the index (FAISS's own format), atomically."""
+        faiss = _faiss()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            faiss.write_index(self.index, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str], corpus: np.ndarray, search: CandidateSearch) -> IVFCandidates:
+        """An index written by `write`, for the same corpus vectors.
+
+        Raises:
+            GraftError: the file is not a FAISS index, or holds another number of vectors.
+        """
+        faiss = _faiss()
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as exc:
+            raise GraftError(f"{path}: not a readable FAISS index ({str(exc).splitlines()[0]}); rebuild the "
+                             "index") from None
+        return cls(corpus, search, index=index)
+
+
+def candidate_blocks(
+    query: np.ndarray,
+    corpus: np.ndarray,
+    n_candidates: int,
+    searcher: IVFCandidates,
+    *,
+    exclude_self: bool = True,
+    block_rows: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """`graft.similarity.prefilter_blocks` through an IVF index: (start, (block, c) candidates) per
+    block of query rows; with `exclude_self`, query row i is corpus row i and never its own candidate."""
+    block_rows = block_rows or SEARCH_ROWS
+    for start in range(0, query.shape[0], block_rows):
+        q = query[start : start + block_rows]
+        own = np.arange(start, start + q.shape[0]) if exclude_self else None
+        yield start, searcher.search(q, n_candidates, self_rows=own)
+        if progress is not None:
+            progress(q.shape[0])
