@@ -729,17 +729,20 @@ def test_learn_pairs_benchmark_smoke(index80, tmp_path) -> None:
 
     table = sample_pairs(read_pairs(index80 / "train" / "pairs.parquet"), 10, seed=0)
     assert len(set(zip(table.column("facet").to_pylist(), table.column("source_text").to_pylist()))) == 10
+    # two prompts may share a target paper; every distinct target must come back as a top beam
+    targets = len(set(table.column("target_docid_id").to_pylist()))
+    assert targets >= 8
     assert main(["--index", str(index80), "--base-model", "tiny", "--pairs", "10", "--steps", "60", "--batch-size",
                  "10", "--lr", "1e-2", "--beams", "3", "--results", str(tmp_path), "--name", "slice"]) == 0
     row = json.loads((tmp_path / "learn_pairs_slice.json").read_text())["rows"][0]
     assert row["pairs"] == 10 and row["epochs"] == 60 and row["losses"][-1][1] < row["losses"][0][1]
-    assert row["target_is_top_beam"] == row["target_in_beams"] == 1.0 and row["distinct_top_beams"] == 10
+    assert row["target_is_top_beam"] == row["target_in_beams"] == 1.0 and row["distinct_top_beams"] == targets
     assert "| 10 | 60 | 10 | 0.01 | 60.0 |" in (tmp_path / "learn_pairs_slice.md").read_text()
 
 
 def test_prompt_check_tells_a_model_that_reads_its_prompts_from_one_that_does_not(index80, tokenizer) -> None:
-    """Ten source items of one facet: a model taught ten different targets decodes ten different top
-    beams and passes; the same model taught one target for all ten (the collapse of an under-trained
+    """Ten source items of one facet: a model taught their (mostly different) targets decodes each
+    distinct target as a top beam and passes; the same model taught one target for all ten (the collapse of an under-trained
     model, made on purpose) decodes one and gets the warning."""
     import pyarrow as pa
 
@@ -749,7 +752,9 @@ def test_prompt_check_tells_a_model_that_reads_its_prompts_from_one_that_does_no
     pairs = read_pairs(index80 / "train" / "pairs.parquet")
     one_facet = pairs.filter(pa.compute.equal(pairs.column("facet"), "method"))
     table = sample_pairs(one_facet, 10, seed=0)
-    assert len(set(table.column("target_docid_id").to_pylist())) >= 5
+    # prompts of one facet may share a target paper: the taught model's top beams are its distinct targets
+    targets = len(set(table.column("target_docid_id").to_pylist()))
+    assert targets >= 8
     same = table.set_column(table.schema.get_field_index("target_docid_id"), "target_docid_id",
                             pa.array([table.column("target_docid_id")[0].as_py()] * 10,
                                      type=table.schema.field("target_docid_id").type))
@@ -763,7 +768,7 @@ def test_prompt_check_tells_a_model_that_reads_its_prompts_from_one_that_does_no
                      quiet=True, save_final=False)
         checks[name] = prompt_check(result.model, tokenizer, tries, t, pairs=10, beams=3)
     good, bad = checks["distinct targets"], checks["one target"]
-    assert good.distinct_top_beams == 10 and good.target_is_top_beam == 1.0 and good.learned
+    assert good.distinct_top_beams == targets and good.target_is_top_beam == 1.0 and good.learned
     assert good.warning() is None and good.verdict() == "learned its pairs"
     assert bad.distinct_top_beams == 1 and bad.target_is_top_beam == 1.0 and bad.collapsed and not bad.learned
     assert "(1 distinct of 10)" in bad.warning() and "Train longer" in bad.warning()
