@@ -139,8 +139,9 @@ EVIL_TITLE = ("<script>window.__pwned = 1</script><img src=x onerror=\"window.__
 
 @pytest.fixture(scope="session")
 def web_index(request, tmp_path_factory, encoder):
-    """A 40-paper ACLSum index (heuristic facets), built from a JSONL copy of the papers in which the
-    first paper's title starts with `EVIL_TITLE` and it cites the next three; kept in pytest's cache
+    """A 40-paper ACLSum index (the default build: heuristic extractor, learned facet scorer), built
+    from a JSONL copy of the papers in which the first paper's title starts with `EVIL_TITLE` and it
+    cites the next three; kept in pytest's cache
     (`cached_folder`), so pytest-xdist's workers build it once between them."""
     import json
 

@@ -244,11 +244,12 @@ def _wait(client, name: str, timeout: float = 600) -> dict:
 
 def test_survey_from_the_page(served):
     client, idx, surveys = served
-    topic = "<script>window.__pwned=1</script> machine translation *bold* $x^2$ \"quoted\""
+    # a topic the corpus covers: its best paper stays above SurveyConfig.min_relevance with the markup around it
+    topic = "<script>window.__pwned=1</script> neural machine translation *bold* $x^2$ \"quoted\""
     res = client.post("/api/surveys", json={"topic": topic})
     assert res.status_code == 202, res.text
     job = res.json()
-    assert job["name"] == "script-window-pwned-1-script-machine-translation-bold-x-2-quoted"[:60]
+    assert job["name"] == "script-window-pwned-1-script-neural-machine-translation-bold-x-2-quoted"[:60]
     assert job["state"] in ("queued", "running")
     s = _wait(client, job["name"])
     assert s["state"] == "done", s
