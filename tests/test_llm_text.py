@@ -132,10 +132,17 @@ def rendered_text(md: str) -> str:
     return " ".join(c.content for t in tokens if t.children for c in t.children if c.type == "text")
 
 
+#: Markup the model puts in its section headings. The writer keeps a model's heading only when the
+#: section's papers share its content words, so the markup holds none (each word is under three
+#: letters): the heading is the topic's words, which the papers share, with HTML, a link, an image,
+#: code, a terminal escape, braces and a bidirectional override around them.
+HEADING_MARKUP = "<b>x</b> [a](j:1) ![i](y) `c` \x1b]0;t\x07 {b} \u202e <!-- *x* _"
+
+
 def hostile_script(words: str, lead: str) -> Any:
-    """The scripted survey model with `words` in every string it answers: descriptions, headings,
-    section descriptions, clause texts, the connective of a second clause, rewrites; and in the
-    facet items of a build."""
+    """The scripted survey model with `words` in every string it answers: descriptions, section
+    descriptions, clause texts, the connective of a second clause, rewrites; and in the facet items
+    of a build. Its headings are a paper's title with `HEADING_MARKUP`."""
     def script(hit: int, method: str, path: str, body: dict[str, Any] | None) -> Act:
         assert body is not None
         content = body["messages"][-1]["content"]
@@ -145,7 +152,8 @@ def hostile_script(words: str, lead: str) -> Any:
         if content.startswith("Write ") and "example_papers" in data:
             out: dict[str, Any] = {"descriptions": [f"{data['topic']} {words}"]}
         elif content.startswith("Propose"):
-            out = {"sections": [{"title": f"Tagging {words} {i}", "description": f"{words} {p['title']}"}
+            out = {"sections": [{"title": f"{p['title']} {HEADING_MARKUP} {i}",
+                                 "description": f"{words} {p['title']}"}
                                 for i, p in enumerate(data["papers"][:2])]}
         elif content.startswith("Write this section"):
             ps = [p for p in data["papers"] if p["method"]]
@@ -225,9 +233,15 @@ def test_model_text_is_data_in_every_output(llm_index, quick_models, tmp_path_fa
         md = (folder / "s" / "survey.md").read_text(encoding="utf-8")
         assert markdown_problems(md) == [], md
         shown = " ".join(rendered_text(md).split())
-        headings = [" ".join(re.sub(CONTROLS, " ", f"Tagging {words} {i}").split()) for i in (0, 1)]
+        headings = [" ".join(re.sub(CONTROLS, " ", f"{HEADING_MARKUP} {i}").split()) for i in (0, 1)]
         assert any(h in shown for h in headings), (headings, md)  # as the model wrote it
-        if lead == "[w](javascript:1)":
+        # a second clause that survives verification is printed after the model's lead, as written (its
+        # escaping on every hostile lead: test_survey_units.test_model_text_in_a_sentence_is_data)
+        survey = json.loads((folder / "s" / "survey.json").read_text(encoding="utf-8"))
+        printed_leads = [c["lead"] for sec in survey["sections"] for p in sec["paragraphs"] for x in p["sentences"]
+                         if not x["dropped"]
+                         for c in [c for c in x["clauses"] if c["citation"]["status"] != "removed"][1:]]
+        if lead == "[w](javascript:1)" and lead in printed_leads:
             assert ", [w](javascript:1) " in shown, md
         assert_formats_in_plain_style(folder / "s" / "references.bib", folder / "bibtex")
         written.append(md)

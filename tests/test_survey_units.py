@@ -265,6 +265,17 @@ def test_latex_becomes_markdown_math_and_emphasis_never_visible_backslashes() ->
     assert plain_text("PG$^2$ and \\emph{x}") == "PG^2 and x"
 
 
+def test_a_backslash_at_the_end_or_before_a_line_break_is_read_not_a_crash() -> None:
+    """A title ending in `\\` or holding `\\` before a newline (hostile corpus text): the reader
+    took `\\` as a command it could not match and raised AttributeError, ending the survey."""
+    from graft.survey.latex import plain_text, to_markdown
+
+    assert plain_text("Tagging \\") == "Tagging \\"
+    assert to_markdown("Tagging \\", md_escape) == "Tagging \\\\"
+    assert plain_text("Tagging\\\ncode \\\tnow") == "Tagging code now"
+    assert plain_text("\\{\\{\n_\r {unbalanced") == "{{ _ {unbalanced"
+
+
 def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
     from graft.survey.prose import PaperName, as_clause, paper_name
 

@@ -33,7 +33,7 @@ _LETTERS = {"ss": "ß", "o": "ø", "O": "Ø", "aa": "å", "AA": "Å", "ae": "æ"
             "l": "ł", "L": "Ł", "i": "ı"}
 
 _MATH = re.compile(r"\$\$(.+?)\$\$|(?<!\\)\$(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
-_COMMAND = re.compile(r"\\([A-Za-z]+|.)")
+_COMMAND = re.compile(r"\\([A-Za-z]+|.)", re.S)
 #: Math that is only a number, a percentage or words (`$10\%$`, `$\textit{global minima}$`) reads as text.
 _PLAIN_MATH = re.compile(r"[\w\s.,%+\-/()×~≈≤≥]*")
 
@@ -75,8 +75,15 @@ def _text_segments(text: str) -> list[tuple[str, str]]:
         ch = text[i]
         if ch == "\\":
             m = _COMMAND.match(text, i)
+            if m is None:  # a backslash ending the text escapes nothing: it is the text's own
+                buf.append(ch)
+                break
             name = m.group(1)
             j = m.end()
+            if name.isspace():  # `\` before a line break or a tab: TeX's control space
+                buf.append(" ")
+                i = j
+                continue
             if name in _ACCENTS and j < n:
                 if text[j] == "{":
                     arg, j = _group(text, j)
