@@ -866,14 +866,14 @@ def test_numeric_options_refuse_values_outside_their_range_before_any_work(tmp_p
 @pytest.mark.slow
 def test_build_with_llm_extractor_caches_and_falls_back(tmp_path) -> None:
     import polars as pl
-    from test_llm_client import FakeLLMServer, Reply
+    from test_llm_client import FakeLLMServer, Reply, title_of
 
     corpus = write_slice(cs768_path(), 12, tmp_path)
     server = FakeLLMServer()
     down = {"Bolasso"}  # requests about these titles fail (the server refuses them)
 
     def behave(hit, body):
-        title = body["messages"][-1]["content"].splitlines()[0]
+        title = title_of(body)  # the paper's title, read from the prompt's <data> block
         if "Robust mixtures" in title:  # one paper's answer breaks the schema: discarded, heuristic used
             return Reply(content='{"problem": ["x"]}')
         if any(word in title for word in down):
