@@ -99,7 +99,7 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     md = next(tmp_path.glob("eval_incorpus_*.md"))
     text = md.read_text()
     assert "graft eval run SPLIT" in text and table["meta"]["corpus_hash"][:16] in text and "| teacher |" in text
-    assert ("Index build: heuristic facets · top-K 20 · alpha 0.75 · beta 0.25 · title weight 0.7 · encoder on torch"
+    assert ("Index build: heuristic facets (learned scorer) · top-K 20 · alpha 0.75 · beta 0.25 · title weight 0.7 · encoder on torch"
             in text)  # the test's shared encoder runs torch
     saved = json.loads(next(tmp_path.glob("eval_incorpus_*.json")).read_text())
     assert saved["rows"][4]["R@20"] == pytest.approx(rows["teacher"]["R@20"])
@@ -485,6 +485,7 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
         """Fails if anything embeds: a reused cache needs no encoder."""
 
         name = encoder.name
+        dim = encoder.dim  # the learned facet classifier checks the encoder it reads before it embeds
 
         def encode(self, texts):
             raise AssertionError("the encoder was used although the cache holds every query")
@@ -539,10 +540,12 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     assert ctx.ooc_key["text_neighbours"] == ctx.scorer.text_neighbours == 10
     del plain["stages"]["build"]["counts"]["paper_embeddings"]
     assert default_key(plain)["text_neighbours"] == 0
-    # so is the code that takes the queries apart (the sentence splitter among it)
+    # so is the code that takes the queries apart (the sentence splitter and the learned facet
+    # classifier with its weights among it)
     from graphbuild.checkpoints import source_digest
 
     assert ctx.ooc_key["code"] == source_digest("graft/extract.py", "graft/facets.py", "graft/text.py",
+                                                 "graft/facet_classifier.py", "graft/facet_classifier.json",
                                                  "graft/external.py")
     with pytest.raises(AssertionError, match="encoder was used"):
         EvalContext(idx, encoder=NoEncoder(), split_dir=split).prepare_ooc(queries)

@@ -42,6 +42,24 @@ def _query_paper(retriever) -> str:
     return retriever.index.paper_ids[int(np.argmax(degree))]
 
 
+def _linked_query_paper(retriever, fusion: str) -> str:
+    """The paper of most graph edges among those whose first results under `fusion` (the channel's
+    first 3, without the channel) have citation links to some other paper: on a 60-paper slice most
+    papers are link-less, so which papers come first decides whether the channel has anything to add."""
+    from graft.fusion import CITATION_FIRST
+
+    idx = retriever.index
+    degree = sum(np.asarray((g > 0).sum(axis=1)).ravel() for g in idx.graphs.values())
+    links = idx.citation_links
+    for node in np.argsort(-degree, kind="stable")[:20]:
+        pid = idx.paper_ids[int(node)]
+        hits = retriever.query_paper(pid, k=idx.n, beams=4, fusion=fusion, citation_weight=0).hits
+        first = [idx.row(h.paper_id) for h in hits[:CITATION_FIRST]]
+        if first and set(links[first].indices.tolist()) - {int(node)}:
+            return pid
+    raise AssertionError("none of the 20 papers of most graph edges has first results with citation links")
+
+
 def test_in_corpus_query_returns_supported_corpus_papers(retriever) -> None:
     pid = _query_paper(retriever)
     result = retriever.query_paper(pid, k=10, beams=4, citation_weight=0)
@@ -85,7 +103,7 @@ def test_citation_channel_adds_the_papers_cited_with_the_first_results(retriever
     share of them they are linked to; weighted W (graph-RRF: support W x share); facet terms unchanged."""
     from graft.fusion import CITATION_FIRST
 
-    pid = _query_paper(retriever)
+    pid = _linked_query_paper(retriever, fusion)
     idx, n = retriever.index, retriever.index.n
     q, links, w = idx.row(pid), idx.citation_links, 3.0
     base = retriever.query_paper(pid, k=n, beams=4, fusion=fusion, citation_weight=0)
@@ -387,8 +405,9 @@ def test_graph_walk_walks_the_graph_rrf_candidates(retriever) -> None:
     outside = retriever.query_items(idx.paper_facets(pid), k=20, beams=4, query_id="new", fusion="graph-walk",
                                     citation_weight=0)
     assert outside.fusion == "graph-walk" and outside.query_id == "new" and all(h.facets for h in outside.hits)
-    cited = retriever.query_paper(pid, k=n, beams=4, fusion="graph-walk")  # the channel in the teacher's walk
-    assert any(h.citation is not None for h in cited.hits) and pid not in {h.paper_id for h in cited.hits}
+    linked = _linked_query_paper(retriever, "graph-walk")
+    cited = retriever.query_paper(linked, k=n, beams=4, fusion="graph-walk")  # the channel in the teacher's walk
+    assert any(h.citation is not None for h in cited.hits) and linked not in {h.paper_id for h in cited.hits}
 
 
 @pytest.mark.parametrize("fusion", ["graph-rrf", "rrf", "graph-walk"])
