@@ -76,6 +76,18 @@ def api(url: str, path: str, body: dict | None = None, timeout: float = 60) -> d
         return json.loads(res.read())
 
 
+def wait_for(driver, script: str, timeout: float = 120, poll: float = 0.01):
+    """The first truthy value `script` returns in the page, polled every `poll` seconds; exits after
+    `timeout` seconds naming the script."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        value = driver.execute_script(script)
+        if value:
+            return value
+        time.sleep(poll)
+    raise SystemExit(f"timed out: {script}")
+
+
 def open_browser(download_dir: Path | None = None, flags: tuple[str, ...] = ()):
     """A Selenium driver of headless Chromium with a fresh profile (downloads into `download_dir`,
     `flags` added to `CHROMIUM_FLAGS`)."""

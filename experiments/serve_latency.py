@@ -19,18 +19,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from experiments.browser import open_browser, page_url, start_server, token_of
+from experiments.browser import open_browser, page_url, start_server, token_of, wait_for
 from experiments.common import parser
-
-
-def wait(driver, script: str, timeout: float = 120):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        value = driver.execute_script(script)
-        if value:
-            return value
-        time.sleep(0.01)
-    raise SystemExit(f"timed out: {script}")
 
 
 def summary(ms: list[float]) -> str:
@@ -59,21 +49,21 @@ def main() -> None:
     driver = open_browser()
     try:
         driver.get(url)  # the page's own files into the browser cache, as any visit after the first
-        wait(driver, "return document.getElementById('index-name').textContent")
+        wait_for(driver, "return document.getElementById('index-name').textContent")
         paint, recentre, api = [], [], []
         for pid in papers:
             driver.get(page_url(url, paper=pid, k=args.k))
-            wait(driver, "return window.graft.ready >= 1")
+            wait_for(driver, "return window.graft.ready >= 1")
             paint.append(driver.execute_script("return window.graft.paintedAt"))
         # re-centre: on the current view's second result, from the click to the new graph's first frame
         driver.get(page_url(url, paper=papers[0], k=args.k))
-        wait(driver, "return window.graft.ready >= 1")
+        wait_for(driver, "return window.graft.ready >= 1")
         for n in range(args.runs):
             target = driver.execute_script("return graftCy.nodes('[centre = 0]').map(x => x.id())[1]")
             driver.execute_script("document.querySelector('#recentre').dataset.paper = arguments[0];"
                                   "document.querySelector('#recentre').hidden = false;", target)
             driver.execute_script("window.__t = performance.now(); document.getElementById('recentre').click();")
-            wait(driver, f"return window.graft.ready >= {n + 2} && window.graft.centre === {json.dumps(target)}")
+            wait_for(driver, f"return window.graft.ready >= {n + 2} && window.graft.centre === {json.dumps(target)}")
             recentre.append(driver.execute_script("return window.graft.paintedAt - window.__t"))
         for pid in papers:  # the JSON answer alone, for comparison
             t0 = time.perf_counter()

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.browser import open_browser, page_url, start_server
+from experiments.browser import open_browser, page_url, start_server, wait_for
 from experiments.common import parser
 
 #: Each paper's rendered label box and on-screen font size.
@@ -23,16 +23,6 @@ LABELS = """return graftCy.nodes().not('.axis').map(n => {
   const b = n.renderedBoundingBox({includeLabels: true, includeNodes: false});
   return {id: n.id(), x1: b.x1, y1: b.y1, x2: b.x2, y2: b.y2, px: parseFloat(n.style('font-size')) * graftCy.zoom()};
 })"""
-
-
-def wait(driver, script: str, timeout: float = 120):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        value = driver.execute_script(script)
-        if value:
-            return value
-        time.sleep(0.05)
-    raise SystemExit(f"timed out: {script}")
 
 
 def main() -> None:
@@ -49,12 +39,12 @@ def main() -> None:
     try:
         params = {"paper": args.paper, "k": args.k, **({"layout": "timeline"} if args.layout == "timeline" else {})}
         driver.get(page_url(url, **params))
-        wait(driver, "return window.graft.ready >= 1")
+        wait_for(driver, "return window.graft.ready >= 1", poll=0.05)
         if args.select:
             driver.execute_script(
                 "const b = document.querySelectorAll('#hit-list li button')[arguments[0] - 1]; if (b) b.click();",
                 args.select)
-            wait(driver, "return document.querySelector('#card-why h3') !== null")
+            wait_for(driver, "return document.querySelector('#card-why h3') !== null", poll=0.05)
         time.sleep(0.5)
         boxes = driver.execute_script(LABELS)
         overlaps = [(a["id"], b["id"]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
