@@ -32,6 +32,17 @@ ALL_FORMATS = (*EXPORT_FORMATS, "bibtex", "ris", "csljson")
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
+def _target(out: str | Path) -> Path:
+    """`out` as the path of a file to write; a folder, or a parent that is not a writable folder, is a
+    GraftError saying so."""
+    out = Path(out)
+    problem = "is a folder" if out.is_dir() else folder_problem(out.parent)
+    if problem:
+        raise GraftError(f"cannot export to {out}: {out if out.is_dir() else out.parent} {problem}; give the "
+                         "path of the file to write")
+    return out
+
+
 def xml_safe(text: str) -> str:
     """`text` with each character XML 1.0 does not allow replaced by a space."""
     return _NOT_XML.sub(" ", text)
@@ -85,11 +96,7 @@ def export_graph(index: Index, out: str | Path, fmt: str) -> Path:
     """
     if fmt not in EXPORT_FORMATS:
         raise GraftError(f"export format '{fmt}' is unknown; allowed: {', '.join(EXPORT_FORMATS)}")
-    out = Path(out)
-    problem = "is a folder" if out.is_dir() else folder_problem(out.parent)
-    if problem:
-        raise GraftError(f"cannot export to {out}: {out if out.is_dir() else out.parent} {problem}; give the "
-                         "path of the file to write")
+    out = _target(out)
     g = to_networkx(index, clean=fmt != "json")
     try:
         with atomic_path(out) as tmp:
@@ -180,11 +187,7 @@ def export_bibliography(index: Index, out: str | Path, fmt: str, paper_ids: list
 
     if fmt not in BIB_FORMATS:
         raise GraftError(f"bibliography format '{fmt}' is unknown; allowed: {', '.join(BIB_FORMATS)}")
-    out = Path(out)
-    problem = "is a folder" if out.is_dir() else folder_problem(out.parent)
-    if problem:
-        raise GraftError(f"cannot export to {out}: {out if out.is_dir() else out.parent} {problem}; give the "
-                         "path of the file to write")
+    out = _target(out)
     text = render(entries(index, paper_ids), fmt)
     try:
         with atomic_path(out) as tmp:
