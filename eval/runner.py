@@ -234,20 +234,39 @@ def default_index(split_dir: Path, suite: str, part: str) -> Path:
     return part_index(split_dir, which) if which else Path(split_dir) / "index"
 
 
-def _write_credits(path: Path, credits: dict[str, list[tuple[str, dict[str, int]]]]) -> None:
+def _write_credits(path: Path, credits: dict[str, list[tuple[str, dict[str, int]]]],
+                   labels: dict[str, list[list[str]]] | None = None) -> None:
+    """One JSON line per query: {"qid", "hits": [[paper_id, {facet: hops}, [label facets]], ...]}."""
+    def hits(q: str) -> list[list[Any]]:
+        named = labels[q] if labels is not None else [None] * len(credits[q])
+        return [[d, f] + ([lab] if lab is not None else []) for (d, f), lab in zip(credits[q], named)]
+
     with atomic_path(path) as tmp:
-        tmp.write_text("".join(json.dumps({"qid": q, "hits": [[d, f] for d, f in credits[q]]}) + "\n"
-                               for q in sorted(credits)), encoding="utf-8")
+        tmp.write_text("".join(json.dumps({"qid": q, "hits": hits(q)}) + "\n" for q in sorted(credits)),
+                       encoding="utf-8")
 
 
-def read_credits(path: str | Path) -> dict[str, list[tuple[str, dict[str, int]]]]:
-    """qid -> [(paper_id, {facet: hops})] in rank order, from a `.credits.jsonl` file."""
+def _credit_rows(path: str | Path) -> dict[str, list[list[Any]]]:
     out = {}
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = loads(line, str(path))
-            out[row["qid"]] = [(d, {f: int(h) for f, h in fac.items()}) for d, fac in row["hits"]]
+            out[row["qid"]] = row["hits"]
     return out
+
+
+def read_credits(path: str | Path) -> dict[str, list[tuple[str, dict[str, int]]]]:
+    """qid -> [(paper_id, {facet: hops})] in rank order, from a `.credits.jsonl` file."""
+    return {q: [(h[0], {f: int(n) for f, n in h[1].items()}) for h in hits] for q, hits in _credit_rows(path).items()}
+
+
+def read_labels(path: str | Path) -> dict[str, list[list[str]]] | None:
+    """qid -> per hit, the facets its label names, from a `.credits.jsonl` file; None for a file
+    written before labels were recorded."""
+    rows = _credit_rows(path)
+    if any(len(h) < 3 for hits in rows.values() for h in hits):
+        return None
+    return {q: [[str(f) for f in h[2]] for h in hits] for q, hits in rows.items()}
 
 
 #: Systems that answer out-of-corpus queries from the text alone, not from the cached facets and rows.
@@ -316,12 +335,12 @@ def obtain_run(split_dir: Path, suite: str, system: str, ctx: EvalContext, queri
     seconds = time.perf_counter() - t0
     write_run(trec, run.run, tag=system)
     if run.credits is not None:
-        _write_credits(credits_path, run.credits)
+        _write_credits(credits_path, run.credits, run.labels)
     meta = {**want, "seconds": round(seconds, 2), "created": now_iso(), "qids": [q.qid for q in queries],
             "trec_sha": _file_sha(trec)}
     write_json(meta_path, meta)
     # scored as read back from the file (its score precision and tie order), as a reused run is
-    return SystemRun(read_run(trec), credits=run.credits), {**meta, "run_file": str(trec)}
+    return SystemRun(read_run(trec), credits=run.credits, labels=run.labels), {**meta, "run_file": str(trec)}
 
 
 def _stored_run(paths: tuple[Path, Path, Path], want: dict[str, Any],
@@ -340,6 +359,9 @@ def _stored_run(paths: tuple[Path, Path, Path], want: dict[str, Any],
         run = SystemRun(read_run(trec))
         if credits_path.is_file():
             run.credits = read_credits(credits_path)
+            run.labels = read_labels(credits_path)
+            if run.labels is None:  # written before labels were recorded: computed again
+                return None
     except (GraftError, ValueError, KeyError, TypeError):  # a damaged stored run is computed again
         return None
     return run, {**subset, "run_file": str(trec)}
@@ -469,17 +491,24 @@ def _attribution_suite(split_dir: Path, context: Callable[[str], EvalContext], o
             except NotApplicable as exc:
                 notes.append(f"{system} ({suite}): {exc}")
                 continue
-            credits, by_hops, hits, bare = [], {1: [], 2: []}, 0, 0
+            credits, labelled, by_hops, hits, bare = [], [], {1: [], 2: []}, 0, 0
+            labels = run.labels or {}
             for q in queries:
-                for docid, facets in (run.credits or {}).get(q.qid, [])[:ATTRIBUTION_K]:
+                named = labels.get(q.qid, [])
+                for rank, (docid, facets) in enumerate((run.credits or {}).get(q.qid, [])[:ATTRIBUTION_K]):
                     hits += 1
                     bare += not facets  # a hit the citation channel alone surfaced
                     for f, hops in facets.items():
                         ok = ctx.supported(q, f, docid)
                         credits.append((f, ok))
                         by_hops.setdefault(hops, []).append(ok)
+                        if rank < len(named) and f in named[rank]:
+                            labelled.append((f, ok))
             p = attribution_precision(credits)
-            row = {"system": system, "setting": suite, "precision": p["overall"], "credits": p["credited"]}
+            shown = attribution_precision(labelled)
+            row = {"system": system, "setting": suite, "label precision": shown["overall"],
+                   "label facets / hit": len(labelled) / hits if hits else None,
+                   "precision": p["overall"], "credits": p["credited"]}
             for f in FACETS:
                 row[f] = p["per_facet"][f]["precision"]
             for h in (1, 2):
@@ -693,7 +722,10 @@ _DEFINITIONS = {
             "(citation half: {citation_half}; facet-only rows for the facet system) are extracted once (heuristic extractor, the index's encoder) into "
             "SPLITDIR/ooc/facets.jsonl",
             f"non_obvious@20 as in corpus ({OBVIOUS_M} nearest by facet similarity of the query's extracted items)"],
-    "attribution": ["precision: share of credited facets of top-20 hits whose facet graph holds an edge "
+    "attribution": ["label precision: the same share over the facets each hit's label names, what a user is "
+                    "told (`Hit.stands_out`: where the hit has direct facet edges, those within 0.05 of the strongest "
+                    "weight; else its strongest two-hop path's facet); label facets / hit: how many it names",
+                    "precision: share of credited facets of top-20 hits whose facet graph holds an edge "
                     "between query and hit (in corpus: max(W_f, W_f^T)[q, c] > 0; out of corpus: the "
                     "query's ExternalScorer row from its text, the teacher's rows, for every system); 1-hop / 2-hop: "
                     "credits by evidence hops; hits without a facet credit: share of the top-20 hits that only the "

@@ -107,13 +107,17 @@ class SystemRun:
 
     run: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     credits: dict[str, list[tuple[str, dict[str, int]]]] | None = None
+    # qid -> per hit, the facets its label names (`graft.results.standout_facets`), in rank order
+    labels: dict[str, list[list[str]]] | None = None
 
 
-def _from_result(result: QueryResult) -> tuple[list[tuple[str, float]], list[tuple[str, dict[str, int]]]]:
-    ranked = [(h.paper_id, float(h.score)) for h in result.hits]
-    credits = [(h.paper_id, {f: (h.evidence[f].hops if f in h.evidence else 1) for f in h.facets})
-               for h in result.hits]
-    return ranked, credits
+def _record(out: SystemRun, qid: str, result: QueryResult) -> None:
+    """Store a query's hits in `out`: the ranking, each hit's facet credits {facet: hops} and the
+    facets its label names (`Hit.stands_out`)."""
+    out.run[qid] = [(h.paper_id, float(h.score)) for h in result.hits]
+    out.credits[qid] = [(h.paper_id, {f: (h.evidence[f].hops if f in h.evidence else 1) for f in h.facets})
+                        for h in result.hits]
+    out.labels[qid] = [h.stands_out() for h in result.hits]
 
 
 def facet_only_graphs(index: Index) -> dict[str, sp.csr_matrix]:
@@ -414,10 +418,11 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
     pass instead of its stored rows; `citation_weight` W > 0 adds the citation channel to the
     index's teacher (its hits credit no facet for it), keeping the facet fusion's first
     `citation_keep` results first."""
+    from graft.results import standout_facets
     from graft.teacher import GraphTeacher
 
     idx = ctx.index
-    out = SystemRun(credits={})
+    out = SystemRun(credits={}, labels={})
     if graphs is not None:
         teacher = GraphTeacher(graphs, ids=idx.paper_ids)
         for q in queries:
@@ -429,6 +434,9 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
             out.run[q.qid] = [(idx.paper_ids[node], float(score)) for node, score, _ in fused]
             out.credits[q.qid] = [(idx.paper_ids[node], {f: per_facet[f][node].hops for f in terms if f != CITATION})
                                   for node, _, terms in fused]
+            out.labels[q.qid] = [standout_facets({f: per_facet[f][node].weight for f in terms if f != CITATION},
+                                                 {f: per_facet[f][node].hops for f in terms if f != CITATION})
+                                 for node, _, terms in fused]
             advance(1)
         return out
     searcher = _searcher(idx, retriever="teacher", citation_weight=citation_weight, citation_keep=citation_keep)
@@ -439,7 +447,7 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
             result = searcher.rows(rows, query_id=q.qid, exclude={node})
         else:
             result = searcher.rows(ctx.ooc_rows(q)[0], query_id=q.qid)
-        out.run[q.qid], out.credits[q.qid] = _from_result(result)
+        _record(out, q.qid, result)
         advance(1)
     return out
 
@@ -456,7 +464,7 @@ def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQ
                             f"`graft train {index.path}`")
     searcher = _searcher(index, retriever="graft", fusion=fusion, beams=ctx.beams, device=ctx.device,
                          citation_weight=citation_weight, text_weight=text_weight, citation_keep=citation_keep)
-    out = SystemRun(credits={})
+    out = SystemRun(credits={}, labels={})
     step = max(1, ctx.decode_batch // 2)  # queries per decoding round: a few generate calls of items
     for start in range(0, len(queries), step):
         chunk = queries[start : start + step]
@@ -471,7 +479,7 @@ def _generative(ctx: EvalContext, index: Index, fusion: str, queries: list[EvalQ
             else:
                 near = ctx.ooc_neighbours(q) if text_weight > 0 else None
                 result = searcher.fuse({"id": q.qid}, lists, neighbours=near)
-            out.run[q.qid], out.credits[q.qid] = _from_result(result)
+            _record(out, q.qid, result)
         advance(len(chunk))
     return out
 

@@ -13,6 +13,34 @@ from graft.errors import InputValidationError
 STANDOUT_MARGIN = 0.05
 
 
+def standout_facets(weights: dict[str, float], hops: dict[str, int] | None = None) -> list[str]:
+    """The facets a result's label names, strongest first.
+
+    Most results are reached by every facet at similar weights (0.4 to 0.7); the label names the
+    facets that say why this one came up. Where some facet links the result to the query by a direct
+    edge (hops 1; a facet without recorded hops counts as direct), only such facets are candidates: a
+    two-hop path says the result is related to a neighbour of the query, not to the query. Among direct
+    facets, those whose weight is within `STANDOUT_MARGIN` of the strongest are named (all of them when
+    none has a positive weight); a result reached only through neighbours names its strongest path's
+    facet (several only when their paths weigh the same): one path is its explanation.
+
+    Args:
+        weights: facet -> its edge weight (`Hit.weights`).
+        hops: facet -> 1 (direct edge) or 2 (through one intermediate paper).
+    """
+    hops = hops or {}
+    direct = [f for f in weights if hops.get(f, 1) == 1]
+    pool = direct or list(weights)
+    order = sorted(pool, key=lambda f: (-weights[f], f))
+    if not order:
+        return []
+    best = weights[order[0]]
+    if best <= 0:
+        return order
+    margin = STANDOUT_MARGIN if direct else 0.0
+    return [f for f in order if weights[f] >= best - margin]
+
+
 @dataclass
 class ItemMatch:
     """The query's and the result's facet items most alike in one facet (`graft.explain`): the
@@ -77,18 +105,10 @@ class Hit:
         return {f: (self.evidence[f].weight if f in self.evidence else self.facets[f]) for f in self.facets}
 
     def stands_out(self) -> list[str]:
-        """The facets that stand out for this result, strongest first: those whose edge weight is
-        within `STANDOUT_MARGIN` of its strongest facet's. Most results are reached by every facet
-        at similar weights (0.4 to 0.7); the label names the facets that say why this one came up,
-        and all of them when they are equally strong or none has an edge."""
-        weights = self.weights()
-        order = sorted(weights, key=lambda f: (-weights[f], f))
-        if not order:
-            return []
-        best = weights[order[0]]
-        if best <= 0:
-            return order
-        return [f for f in order if weights[f] >= best - STANDOUT_MARGIN]
+        """The facets that stand out for this result, strongest first (`standout_facets` over its
+        edge weights and hops): a direct facet edge to the query outranks any two-hop path, and
+        among the facets left, those within `STANDOUT_MARGIN` of the strongest are named."""
+        return standout_facets(self.weights(), {f: e.hops for f, e in self.evidence.items()})
 
     def facet_label(self) -> str:
         """Human-readable attribution: the facets that stand out (`stands_out`) with their edge

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, cs768_path
 from typer.testing import CliRunner
 
-from eval.runner import RunOptions, load_queries, read_credits, run_paths, run_suite, score_run
+from eval.runner import RunOptions, load_queries, read_credits, read_labels, run_paths, run_suite, score_run
 from eval.splits import SplitConfig, build_split_indexes, part_index, prepare_split, read_queries
 from eval.trec import read_qrels, read_run
 from graft.errors import GraftError
@@ -251,8 +251,17 @@ def test_attribution_suite_checks_credits_against_edges(built, encoder, tmp_path
         assert row["1-hop"] == 1.0
         assert row["2-hop credits"] == 0 or row["2-hop"] == 0.0
         assert row["precision"] == pytest.approx(row["1-hop credits"] / row["credits"])
+        # the label names direct facets first, so it is never less right than the credits as a whole
+        assert row["label precision"] >= row["precision"] and 1 <= row["label facets / hit"] <= 4
     credits = read_credits(run_paths(split, "incorpus", "teacher")[1])
     assert all(set(f) <= {"problem", "method", "result", "contribution"} for hits in credits.values() for _, f in hits)
+    labels = read_labels(run_paths(split, "incorpus", "teacher")[1])
+    for qid, hits in credits.items():  # a label names credited facets, direct ones whenever the hit has one
+        assert len(labels[qid]) == len(hits)
+        for (_, facets), named in zip(hits, labels[qid]):
+            assert named and set(named) <= set(facets)
+            if 1 in facets.values():
+                assert all(facets[f] == 1 for f in named)
     assert any("bm25" in n for n in table["notes"])
 
 

@@ -121,8 +121,8 @@ def test_keep_first_keeps_the_facet_fusion_s_first_results_first() -> None:
 
 
 def test_a_hit_s_label_names_the_facets_that_stand_out_and_json_shows_the_same_number() -> None:
-    """Facets within STANDOUT_MARGIN of the hit's strongest edge weight are named, the others
-    counted; the table's number and --json's `facets` are both the edge weight, the RRF terms are
+    """Facets within STANDOUT_MARGIN of the hit's strongest edge weight are named (direct edges
+    before two-hop paths), the others counted; the table's number and --json's `facets` are both the edge weight, the RRF terms are
     `contributions`."""
     from graft.results import STANDOUT_MARGIN, Evidence, Hit
 
@@ -135,7 +135,16 @@ def test_a_hit_s_label_names_the_facets_that_stand_out_and_json_shows_the_same_n
     js = hit.to_json()
     assert js["facets"] == weights and js["stands_out"] == ["method", "result"] and js["contributions"] == terms
     even = Hit("p2", "B", 2, 0.1, {"method": 0.01, "problem": 0.01},
-               {"method": Evidence(0.5, 1), "problem": Evidence(0.5, 2, via="p9")})
-    assert even.facet_label() == "method 0.50 · problem 0.50 (2-hop)"  # equally strong: both named
+               {"method": Evidence(0.5, 1), "problem": Evidence(0.5, 1)})
+    assert even.facet_label() == "method 0.50 · problem 0.50"  # equally strong: both named
+    # a direct edge outranks a two-hop path, even a heavier one: the path relates a neighbour
+    mixed = Hit("p4", "D", 4, 0.1, {"method": 0.01, "problem": 0.01, "result": 0.01},
+                {"method": Evidence(0.40, 1), "problem": Evidence(0.55, 2, via="p9"),
+                 "result": Evidence(0.38, 1)})
+    assert mixed.stands_out() == ["method", "result"] and mixed.facet_label() == "method 0.40 · result 0.38 (+1 facet)"
+    # reached only through neighbours: the strongest path is named, marked as such
+    walked = Hit("p5", "E", 5, 0.1, {"method": 0.01, "problem": 0.01},
+                 {"method": Evidence(0.30, 2, via="p8"), "problem": Evidence(0.33, 2, via="p9")})
+    assert walked.facet_label() == "problem 0.33 (2-hop) (+1 facet)"  # one path explains it
     none = Hit("p3", "C", 3, 0.1, {"method": 0.01}, {"method": Evidence(0.0, 1)})
     assert none.facet_label() == "method (no edge)"
