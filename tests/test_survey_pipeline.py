@@ -177,7 +177,7 @@ def test_offline_survey_outputs_and_invariants(acl, offline_survey) -> None:
             parts = [x["part"] for p in sec["paragraphs"] for x in p["sentences"]
                      if x["clauses"][0]["citation"]["paper_id"] == pid]
             assert parts == sorted(parts, key=["problem", "method", "result"].index), parts
-    assert md.count("| Paper | Year | Benchmarks named | Metrics named | Builds on") == len(survey["sections"])
+    assert md.count("| Paper | Year | Benchmarks named | Metrics named | Cites") == len(survey["sections"])
     assert "## Coverage and blind spots" in md and "checked against that paper's title, abstract" in md
     _assert_every_heading_unique_and_readable(md, survey)
 

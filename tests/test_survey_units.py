@@ -281,8 +281,11 @@ def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
 
     proto, snell = PaperName("ProtoNet"), PaperName("Snell et al.", plural=True)
     assert as_clause("In this paper, we propose a parser for our treebank.", proto, "method") == \
-        "ProtoNet proposes a parser for their treebank"
-    assert as_clause("We also study coreference.", snell, "method") == "Snell et al. also study coreference"
+        "ProtoNet proposes a parser for its treebank"  # the paper's own: "its"; the authors' (plural): "their"
+    assert as_clause("We also study coreference with our parser.", snell, "method") == \
+        "Snell et al. also study coreference with their parser"
+    assert as_clause("Our experiments show that we outperform Y.", proto, "result") == \
+        "in ProtoNet, its experiments show that they outperform Y"
     assert as_clause("This paper studies the X problem.", snell, "problem") == "Snell et al. study the X problem"
     assert as_clause("However, labels remain scarce.", proto, "problem") == "ProtoNet notes that labels remain scarce"
     assert as_clause("Experiments show gains.", proto, "result") == "in ProtoNet, experiments show gains"
@@ -693,8 +696,9 @@ def test_benchmarks_and_metrics_are_the_names_an_abstract_reports_on() -> None:
 
 
 def _relation_index():
-    """Four papers: b (2019) cites a (2017); c (2016) cites d (2018), a citation of a newer paper (not
-    building on it); a and b share a problem, a and c a method; a and b both report on Omniglot."""
+    """Four papers: b (2019) cites a (2017) and names it "MAML"; c (2016) cites d (2018), a citation of
+    a newer paper (not building on it); a and b share a problem, a and c a method; a and b both report
+    on Omniglot."""
     from types import SimpleNamespace
 
     import polars as pl
@@ -702,7 +706,7 @@ def _relation_index():
 
     rows = [{"paper_id": "a", "title": "A", "year": 2017, "abstract": "We report accuracy on Omniglot.",
              "authors": []},
-            {"paper_id": "b", "title": "B", "year": 2019, "abstract": "Experiments on Omniglot and CIFAR-10.",
+            {"paper_id": "b", "title": "B", "year": 2019, "abstract": "Experiments on Omniglot and CIFAR-10 extend MAML.",
              "authors": []},
             {"paper_id": "c", "title": "C", "year": 2016, "abstract": "Results on SVHN.", "authors": []},
             {"paper_id": "d", "title": "D", "year": 2018, "abstract": "Nothing named.", "authors": []}]
@@ -727,17 +731,20 @@ def test_relations_between_a_sections_papers_come_from_facets_links_years_and_be
     from graft.survey.types import ref
 
     index, vectors = _relation_index()
-    rels = section_relations(index, vectors, ["a", "b", "c", "d"])
+    rels = section_relations(index, vectors, ["a", "b", "c", "d"], ["MAML", "B", "C", "D"])
     got = {(r.kind, *r.papers, r.detail) for r in rels}
     assert got == {("builds_on", "b", "a", ""), ("same_problem", "a", "b", ""), ("similar_method", "a", "c", ""),
                    ("same_benchmark", "a", "b", "Omniglot")}
+    # b cites a without naming it (a's name unknown, its title one letter): a citation, not "builds on"
+    assert ("cites", "b", "a") in {(r.kind, *r.papers) for r in section_relations(index, vectors, list("abcd"))}
     names = {p: p.upper() for p in "abcd"}
     text = summary(rels, ["a", "b", "c"], names, "Few-shot results", 2)
     assert text.startswith("2 of the 3 papers discussed here name few-shot results in their title or abstract.")
     assert f"A {ref('a')} and B {ref('b')} address the same problem with different methods." in text
-    assert f"B {ref('b')} cites and builds on A {ref('a')}." in text and "report results on Omniglot" in text
-    authors = summary(rels, ["a", "b"], {"a": "Vinyals et al.", "b": "Snell et al."}, "", 0)
-    assert f"Snell et al. {ref('b')} cite and build on Vinyals et al. {ref('a')}." in authors
+    assert f"B {ref('b')} builds on A {ref('a')}." in text and "report results on Omniglot" in text
+    authors = summary(section_relations(index, vectors, list("abcd")), ["a", "b"],
+                      {"a": "Vinyals et al.", "b": "Snell et al."}, "", 0)
+    assert f"Snell et al. {ref('b')} cite Vinyals et al. {ref('a')}." in authors
     assert "D" not in text.replace("different", "")  # d is not printed: never named
 
 
@@ -770,7 +777,8 @@ def test_a_section_is_written_paper_by_paper_with_connectives_only_from_relation
     vectors.item_text = text
     vectors.items = np.eye(12, dtype=np.float32)
     rels = section_relations(index, SimpleNamespace(items=_relation_index()[1].items,
-                                                    facet_items=_relation_index()[1].facet_items), list("abcd"))
+                                                    facet_items=_relation_index()[1].facet_items), list("abcd"),
+                             ["MAML", "B", "C", "D"])
     vectors.facet_items = lambda pid, facet=None: [3 * "abcd".index(pid) + facets.index(facet)] \
         if facet in facets else []
     index.papers = index.papers.with_columns(pl.Series("abstract", [" ".join(sentences[p]) for p in "abcd"]))
@@ -816,3 +824,27 @@ def test_a_computed_statement_prints_reference_numbers_and_never_points_at_nothi
     assert render_refs(f"Building on *MAML* {ref('a')} and X {ref('b')},", numbers) == "Building on \\*MAML\\* [1] and X [2],"
     assert render_refs(f"Like Y {ref('zz')},", numbers) is None
     assert unref(f"Title {ref('a')} here") == "Title a here"
+
+
+def test_papers_all_alike_are_one_statement_and_each_pair_is_said() -> None:
+    """Relation groups: a set of papers pairwise alike is named once, not once per paper; every
+    related pair is in some group and every group holds only related pairs."""
+    import itertools
+    import random
+
+    from graft.survey.relate import _stars, mention_names, names_in
+
+    assert _stars([(a, b) for a, b in itertools.combinations("ABCDE", 2)], list("ABCDE")) == [list("ABCDE")]
+    assert _stars([("A", "B"), ("B", "C")], list("ABC")) == [["A", "B"], ["B", "C"]]
+    rng = random.Random(0)
+    for _ in range(200):
+        pairs = [(a, b) for a, b in itertools.combinations("ABCDEF", 2) if rng.random() < 0.5]
+        groups = _stars(pairs, list("ABCDEF"))
+        inside = {frozenset(x) for g in groups for x in itertools.combinations(g, 2)}
+        assert inside == {frozenset(x) for x in pairs}
+    # how a citing abstract names a paper: its acronym, its title's first phrase, its defined name
+    assert mention_names("Model-Agnostic Meta-Learning for Fast Adaptation of Deep Networks") == \
+        ["Model-Agnostic Meta-Learning", "MAML"]
+    assert names_in("We extend MAML to ...", ["MAML"]) and not names_in("the MAMLs", ["MAML"])
+    assert names_in("unlike prototypical-networks, we", ["Prototypical Networks"])
+

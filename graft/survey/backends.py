@@ -466,7 +466,7 @@ class LLMBackend:
             "papers given in `groups`, in that order. Inside a paragraph write each paper in one place: its "
             "problem, its method, its result, in that order. `relations` lists what the papers share and where "
             "they differ (same_problem: the same problem with different methods; similar_method; builds_on: the "
-            "first paper cites and builds on the second; same_benchmark: both report on `detail`). A sentence "
+            "first paper cites the second and names it; cites: the first cites the second; same_benchmark: both report on `detail`). A sentence "
             "that states one of them gives its kind as \"relation\" and the other paper's key as \"to\"; the "
             "connective is added for you, so the text itself names no other paper and opens with no connective. "
             "A sentence no relation stands behind has no relation. Each sentence is a list of clauses; each clause "
@@ -487,9 +487,9 @@ class LLMBackend:
         if not ok:
             self._fallback("write")
             return self.offline.write_section(topic, section, description, papers, relations)
-        # a relation is held for (kind, this paper, the other); builds_on only from the later paper
+        # a relation is held for (kind, this paper, the other); builds_on and cites only from the later paper
         held = {(r.kind, a, b): r for r in relations for a, b in ((r.papers[0], r.papers[1]), (r.papers[1], r.papers[0]))
-                if r.kind != "builds_on" or a == r.papers[0]}
+                if r.kind not in ("builds_on", "cites") or a == r.papers[0]}
         out: list[SentenceDraft] = []
         for k, p in enumerate(paras):
             for x in p["sentences"]:

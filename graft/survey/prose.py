@@ -270,8 +270,16 @@ _LATER_WE = ((re.compile(r"\bwe\b"), "they"), (re.compile(r"\bWe\b"), "They"), (
              (re.compile(r"\bourselves\b"), "themselves"))
 
 
-def _third(text: str) -> str:
-    for pattern, repl in _LATER_WE:
+#: With a paper's singular name as subject its possessives are the paper's ("HSML tailors its
+#: knowledge"), not the authors' ("their"); "we" later in the sentence stays the authors ("they").
+_SINGULAR_OUR = ((re.compile(r"\bour\b"), "its"), (re.compile(r"\bOur\b"), "Its"),
+                 (re.compile(r"\bourselves\b"), "itself"))
+
+
+def _third(text: str, plural: bool = True) -> str:
+    """The authors' first person in `text` in the third person, possessives the paper's own where
+    its name (singular: not `plural`) is the subject."""
+    for pattern, repl in (() if plural else _SINGULAR_OUR) + _LATER_WE:
         text = pattern.sub(repl, text)
     return text
 
@@ -306,11 +314,11 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
         return clause
     m = _WE.match(clause)
     if m:
-        return _third(_conjugate_after(name.text, clause[m.end():], name.plural))
+        return _third(_conjugate_after(name.text, clause[m.end():], name.plural), name.plural)
     m = _LEAD_THEN_WE.match(clause)
     if m:  # "Based on X, we propose Y" -> "HSML, based on X, proposes Y"
         lead = _lower_first(m.group(1))
-        return _third(_conjugate_after(f"{name.text}, {lead},", clause[m.end():], name.plural))
+        return _third(_conjugate_after(f"{name.text}, {lead},", clause[m.end():], name.plural), name.plural)
     m = _THIS.match(clause)
     if m:
         rest = clause[m.end():]
@@ -324,14 +332,14 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
             elif base is None and first.endswith("s") and not first.endswith("ss"):
                 base = first[:-1]
             rest = f"{base or first} {tail}".strip()
-        return _third(f"{name.text} {rest}")
+        return _third(f"{name.text} {rest}", name.plural)
     # "Experiments show that X": the paper's experiments, not a report about its experiments
     if _EXPERIMENTS.match(clause):
-        return _third(f"in {name.text}, {_lower_first(clause)}")
+        return _third(f"in {name.text}, {_lower_first(clause)}", name.plural)
     frame = _FRAMES.get(facet, _FRAMES["method"])
     return _third(frame.format(name=name.text, text=_lower_first(clause),
                                reports="report" if name.plural else "reports",
-                               notes="note" if name.plural else "notes"))
+                               notes="note" if name.plural else "notes"), name.plural)
 
 
 def sentence_case(text: str) -> str:

@@ -137,20 +137,60 @@ def builds_on_links(index: Any, paper_ids: Sequence[str]) -> list[tuple[str, str
     return sorted(out, key=lambda x: (paper_ids.index(x[0]), paper_ids.index(x[1])))
 
 
+def mention_names(title: str, abstract: str = "", name: str = "") -> list[str]:
+    """How another paper's abstract would name a paper: its short name (`name`, or the one its
+    abstract defines), its title's first noun phrase ("Prototypical Networks") and that phrase's
+    initials when they are an acronym of 3+ letters ("Model-Agnostic Meta-Learning" -> "MAML")."""
+    from graft.survey.outline import title_chunks
+    from graft.survey.prose import _initials, paper_name
+
+    out = [name] if name and not name.startswith("\\textit") and " et al." not in name else []
+    own = paper_name(title, [], abstract)
+    if own is not None:
+        out.append(own.text)
+    chunks = title_chunks(title)
+    if chunks and len(chunks[0].split()) >= 2:
+        out.append(chunks[0])
+        initials = _initials(chunks[0].split())
+        if len(initials) >= 3:
+            out.append(initials)
+    return list(dict.fromkeys(n for n in out if n))
+
+
+def names_in(text: str, names: Sequence[str]) -> bool:
+    """Whether `text` names a paper by one of `names`: an acronym (upper-case letters) as a whole
+    word, case kept; a phrase as whole words, any case, hyphens or spaces alike."""
+    for n in names:
+        if re.fullmatch(r"[A-Z][A-Za-z0-9+-]*[A-Z0-9][A-Za-z0-9+-]*", n) and " " not in n:
+            if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text):
+                return True
+        else:
+            words = [re.escape(w) for w in re.split(r"[\s-]+", n.lower()) if w]
+            if words and re.search(r"(?<![\w-])" + r"[\s-]+".join(words) + r"(?![\w-])", text.lower()):
+                return True
+    return False
+
+
 def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_names: Sequence[str] = ()) -> list[Relation]:
     """Every relation between the papers of one section (see the module docstring), in the order of
     `paper_ids`: `same_problem` and `similar_method` pairs by the cosine of their mean problem and
-    method items, `builds_on` pairs by citation links and years, `same_benchmark` pairs by the
-    benchmarks both abstracts name."""
+    method items, `builds_on` pairs where a paper cites an earlier one and its title or abstract names
+    it (`mention_names`; `own_names`: each paper's name in the survey, in `paper_ids` order), `cites`
+    for the other citations, `same_benchmark` pairs by the benchmarks both abstracts name."""
     ids = list(paper_ids)
     prob = {p: _mean_unit(vectors, vectors.facet_items(p, "problem")) for p in ids}
     meth = {p: _mean_unit(vectors, vectors.facet_items(p, "method") or vectors.facet_items(p, "contribution"))
             for p in ids}
     abstracts = index.papers["abstract"].to_list()
+    titles = index.papers["title"].to_list()
     bench = {p: benchmarks(str(abstracts[index.row(p)] or ""), own_names) for p in ids}
+    given = dict(zip(ids, own_names))
     out: list[Relation] = []
     for a, b in builds_on_links(index, ids):
-        out.append(Relation("builds_on", [a, b]))
+        row_a, row_b = index.row(a), index.row(b)
+        named = names_in(f"{titles[row_a] or ''} {abstracts[row_a] or ''}",
+                         mention_names(str(titles[row_b] or ""), str(abstracts[row_b] or ""), given.get(b, "")))
+        out.append(Relation("builds_on" if named else "cites", [a, b]))
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
             ms = float(meth[a] @ meth[b]) if meth[a] is not None and meth[b] is not None else 0.0
@@ -176,18 +216,25 @@ def _join(names: list[str]) -> str:
 
 
 def _stars(pairs: list[tuple[str, str]], order: list[str]) -> list[list[str]]:
-    """Groups of papers over `pairs` in which every paper is paired with the group's first (so a
-    statement about the group holds of each member and the first, not only along a chain), in `order`;
-    each pair in one group."""
+    """Groups of papers over `pairs` in which every two papers are paired (so a statement about the
+    group holds of each pair in it), in `order`: from each paper in turn, the papers linked to every
+    paper already in the group (first those whose pair with it is not yet stated), again while it has
+    an unstated pair.
+    A set of papers all alike is one group, not one statement per paper."""
     linked = {(a, b) for a, b in pairs} | {(b, a) for a, b in pairs}
     said: set[frozenset[str]] = set()
     out = []
-    for anchor in order:  # every pair is stated once, with the first of its papers as the anchor
-        group = [anchor] + [p for p in order if p != anchor and (anchor, p) in linked
-                            and frozenset((anchor, p)) not in said]
-        if len(group) > 1:
-            out.append(group)
-            said.update(frozenset((anchor, p)) for p in group[1:])
+    for anchor in order:
+        while True:
+            new = [p for p in order if (anchor, p) in linked and frozenset((anchor, p)) not in said]
+            if not new:
+                break
+            group = [anchor]
+            for p in new + [p for p in order if p not in new]:  # the anchor's unstated pairs first
+                if p not in group and all((q, p) in linked for q in group):
+                    group.append(p)
+            out.append([p for p in order if p in group])
+            said |= {frozenset((a, b)) for i, a in enumerate(group) for b in group[i + 1:]}
     return out
 
 
@@ -217,15 +264,14 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
                        ("similar_method", "take similar approaches")):
         for g in _stars([(r.papers[0], r.papers[1]) for r in rel if r.kind == kind], order):
             out.append(f"{_join([who(p) for p in g])} {text}.")
-    chains: dict[str, list[str]] = {}
-    for r in rel:
-        if r.kind == "builds_on":
-            chains.setdefault(r.papers[0], []).append(r.papers[1])
-    for later in order:
-        if later in chains:
-            many = _plural(names[later])
-            out.append(f"{who(later)} {'cite' if many else 'cites'} and {'build' if many else 'builds'} on "
-                       f"{_join([who(p) for p in chains[later]])}.")
+    for kind, verb in (("builds_on", ("builds on", "build on")), ("cites", ("cites", "cite"))):
+        chains: dict[str, list[str]] = {}
+        for r in rel:
+            if r.kind == kind:
+                chains.setdefault(r.papers[0], []).append(r.papers[1])
+        for later in order:
+            if later in chains:
+                out.append(f"{who(later)} {verb[_plural(names[later])]} {_join([who(p) for p in chains[later]])}.")
     bench: dict[str, list[str]] = {}
     for r in rel:
         if r.kind == "same_benchmark":

@@ -86,7 +86,8 @@ def unref(text: str) -> str:
 class Relation:
     """A relation between papers of one section, computed from the index (not a claim of a paper):
     `same_problem` (similar problem items, different method items), `similar_method`, `builds_on`
-    (papers[0] cites papers[1] and is not older) or `same_benchmark` (both abstracts name `detail`)."""
+    (papers[0] cites papers[1], is not older and names it), `cites` (the same, not named) or
+    `same_benchmark` (both abstracts name `detail`)."""
 
     kind: str
     papers: list[str]
@@ -143,7 +144,7 @@ class Paragraph:
 
 #: The columns of a section's table, (key, heading): what the prose does not say about each paper.
 TABLE_COLUMNS = (("year", "Year"), ("benchmarks", "Benchmarks named"), ("metrics", "Metrics named"),
-                 ("builds_on", "Builds on (cites, not newer)"))
+                 ("builds_on", "Cites (surveyed, not newer)"))
 
 
 @dataclass

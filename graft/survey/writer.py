@@ -177,7 +177,7 @@ class Composer:
             return x
 
         for r in relations:
-            if r.kind in ("same_problem", "similar_method", "builds_on") and all(p in parent for p in r.papers):
+            if r.kind in ("same_problem", "similar_method", "builds_on", "cites") and all(p in parent for p in r.papers):
                 parent[find(r.papers[0])] = find(r.papers[1])
         groups: dict[str, list[str]] = {}
         for p in ids:
