@@ -848,3 +848,21 @@ def test_papers_all_alike_are_one_statement_and_each_pair_is_said() -> None:
     assert names_in("We extend MAML to ...", ["MAML"]) and not names_in("the MAMLs", ["MAML"])
     assert names_in("unlike prototypical-networks, we", ["Prototypical Networks"])
 
+
+
+def test_a_clause_that_leans_on_context_it_does_not_give_is_not_used() -> None:
+    """Sentences of real abstracts (cs768) that point back at what the abstract said before them."""
+    from graft.survey.prose import self_contained
+
+    leaning = ["We overcome this limitation by proposing an online structured meta-learning (OSML) framework.",
+               "We show that a simple channel-wise feature transformation may be the key to unraveling this "
+               "secret from a channel perspective.",
+               "Conditional Neural Processes are a family of neural models that combine the benefits of both.",
+               "We look into this special evaluation method and take a step towards putting it into practice.",
+               "This allows training on large graphs."]
+    standing = ["We propose a hierarchically structured meta-learning (HSML) algorithm that tailors the "
+                "transferable knowledge to different clusters of tasks.",
+                "To this end, we propose a conditional neural process based approach to multi-task classification.",
+                "Current methods share one limitation, slow inference; this limitation is removed by caching."]
+    assert not any(self_contained(t) for t in leaning)
+    assert all(self_contained(t) for t in standing)

@@ -95,10 +95,34 @@ def clean_clause(text: str) -> str:
     return text[:1].upper() + text[1:] if text else text
 
 
+#: A reference back to something said before the clause ("overcomes this limitation", "for this
+#: purpose", "the benefits of both"): the noun after "this / these / such" was not named earlier in
+#: the clause.
+_BACK = re.compile(r"\b(?:this|these|those|such|that)\s+(?:\w+\s+)?(limitations?|issues?|problems?|purposes?|"
+                   r"phenomen(?:on|a)|gaps?|challenges?|effects?|secrets?|drawbacks?|shortcomings?|difficult(?:y|ies)|"
+                   r"observations?|findings?|insights?|settings?|goals?|aims?|ends?|regards?|questions?|"
+                   r"evaluation method|strateg(?:y|ies)|idea|ideas|tasks?)\b", re.I)
+_BOTH = re.compile(r"\b(?:of|from|with|between)\s+both\s*$|\b(?:the former|the latter)\b", re.I)
+
+
+def refers_back(text: str) -> bool:
+    """Whether a clause leans on context it does not give: "This allows ...", "to address this
+    limitation", "the benefits of both" (a noun after "this" that the clause has not named before)."""
+    clause = clean_clause(text)
+    if _ANAPHOR.match(clause) or _BOTH.search(clause):
+        return True
+    for m in _BACK.finditer(clause):
+        noun = m.group(1).lower()
+        stem = noun[:5]
+        if stem not in clause[: m.start()].lower():
+            return True
+    return False
+
+
 def self_contained(text: str) -> bool:
-    """True unless the clause opens by referring back ("This allows ...", "They show ...") or
-    leaves a bracket open."""
-    return not _ANAPHOR.match(clean_clause(text)) and not _open_brackets(text)
+    """True unless the clause refers back to what it does not say (`refers_back`: "This allows
+    ...", "They show ...", "overcomes this limitation") or leaves a bracket open."""
+    return not refers_back(text) and not _open_brackets(text)
 
 
 def words(text: str) -> int:
