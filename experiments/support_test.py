@@ -103,7 +103,8 @@ def evaluate(feat: list[dict[str, Any]], cases: list[Any], rule: dict[str, Any],
     labels = np.array([c.label for c in cases])
     valid = np.array([f["numbers"] and f["terms"] for f in feat])
     own, rival, no_source = scores(feat, cases, rule["overlap_weight"])
-    against = {"full": rival, "rivals without the source": no_source, "threshold only": None}[mode]
+    against = {"full": rival, "as graft survey is configured": rival, "rivals without the source": no_source,
+               "threshold only": None}[mode]
     pred = decide(own, against, valid, rule["threshold"], rule["margin"] or 0.0)
     out = {"mode": mode, **precision_recall(labels, pred)}
     for v in VARIANTS:
@@ -141,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rule = tune(*pick(dev), args.target, rivals=True)
     alone = tune(*pick(dev), args.target, rivals=False)
-    rows = [evaluate(*pick(tst), rule, "full"), evaluate(*pick(tst), rule, "rivals without the source"),
-            evaluate(*pick(tst), alone, "threshold only")]
-    for row, r in zip(rows, (rule, rule, alone)):
+    default = SupportSettings()
+    configured = {"overlap_weight": default.overlap_weight, "threshold": default.threshold, "margin": default.margin}
+    rows = [evaluate(*pick(tst), rule, "full"), evaluate(*pick(tst), configured, "as graft survey is configured"),
+            evaluate(*pick(tst), rule, "rivals without the source"), evaluate(*pick(tst), alone, "threshold only")]
+    for row, r in zip(rows, (rule, configured, rule, alone)):
         row.update({"overlap_weight": r["overlap_weight"], "threshold": r["threshold"], "margin": r["margin"]})
     dev_rows = [evaluate(*pick(dev), rule, "full")]
     command = "python -m experiments.support_test " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -178,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
               "negatives: the same clause paired with each of that paper's 2 nearest facet-graph neighbours",
               "- variants: `verbatim` (the paper's own sentence), `rendered` (third person, the paired paper's name as "
               "subject, as the offline writer prints a clause), `fragment` (the longest comma/connective-delimited part)",
-              "- `full` is the test `graft survey` runs; `rivals without the source` removes, for a negative, the paper "
+              "- `full` is the test `graft survey` runs, with the rule chosen on this set's dev half; `as graft survey is "
+              "configured`: the same with `SupportSettings`' own weight, threshold and margin; `rivals without the source` removes, for a negative, the paper "
               "the clause came from from the rivals; `threshold only` uses no rivals (its own threshold, chosen on dev)",
               "- the labelled positives are the papers' own words, lightly rendered: free paraphrase (an LLM writer's "
               "prose) is not in the set, so recall on such prose is not measured here"]
