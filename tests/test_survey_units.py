@@ -692,6 +692,8 @@ def test_benchmarks_and_metrics_are_the_names_an_abstract_reports_on() -> None:
     assert benchmarks(text) == ["ImageNet-LOC", "PASCAL VOC", "Meta-Dataset", "Omniglot", "CU-Birds"]
     assert benchmarks(text, own_names=["Omniglot"]) == ["ImageNet-LOC", "PASCAL VOC", "Meta-Dataset", "CU-Birds"]
     assert benchmarks("We train on ResNet-18, on Markov decision processes and on Real-world datasets.") == []
+    # two plain capitalised words are one name (Matching Networks' abstract): not "Penn"
+    assert benchmarks("We introduce a one-shot task on the Penn Treebank.") == ["Penn Treebank"]
     assert metrics("improves ROUGE-L and accuracy, BLEU and accuracy again") == ["ROUGE-L", "accuracy", "BLEU"]
 
 

@@ -69,10 +69,12 @@ def benchmarks(abstract: str, own_names: Sequence[str] = ()) -> list[str]:
             continue
         before = text[max(0, m.start() - 80): m.start()]
         after = text[m.end(): m.end() + 30]
-        # a second capitalised word glued to it is one name ("PASCAL VOC")
+        # a second capitalised word glued to it is one name ("PASCAL VOC", "Penn Treebank")
         nxt = re.match(r"\s+([A-Z][A-Za-z0-9-]*\d*|[A-Z]{2,}[A-Za-z0-9-]*)\b", after)
+        plain_word = re.fullmatch(r"[A-Z][a-z]+", word) is not None
         name = word + (" " + nxt.group(1) if nxt and nxt.group(1).lower() not in _NOT_BENCH
-                       and (nxt.group(1).isupper() or any(ch.isdigit() for ch in nxt.group(1))) else "")
+                       and (nxt.group(1).isupper() or any(ch.isdigit() for ch in nxt.group(1))
+                            or (plain_word and re.fullmatch(r"[A-Z][a-z]+", nxt.group(1)) is not None)) else "")
         if _NOT_BENCH_BEFORE.search(before):
             continue
         tail = text[m.start() + len(name): m.start() + len(name) + 30]
