@@ -161,7 +161,7 @@ _PROPOSE = re.compile(r"\b(?:propose|introduce|present|develop|design|devise|cal
 _NAME_WINDOW = 8
 
 
-def _initials(words_: list[str]) -> str:
+def initials(words_: list[str]) -> str:
     """The initial letters of words and of their hyphen parts and inner capitals, upper case:
     "hierarchically structured meta-learning" -> "HSML"."""
     out = []
@@ -180,10 +180,10 @@ def _expands(acronym: str, before: list[str]) -> bool:
     if len(letters) < 2:
         return False
     for start in range(max(0, len(before) - len(letters) - 3), len(before)):
-        initials = _initials(before[start:])
-        if not initials or initials[0] != letters[0]:
+        spelled = initials(before[start:])
+        if not spelled or spelled[0] != letters[0]:
             continue
-        it = iter(initials)
+        it = iter(spelled)
         if all(ch in it for ch in letters):
             return True
     return False

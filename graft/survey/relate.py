@@ -144,7 +144,7 @@ def mention_names(title: str, abstract: str = "", name: str = "") -> list[str]:
     abstract defines), its title's first noun phrase ("Prototypical Networks") and that phrase's
     initials when they are an acronym of 3+ letters ("Model-Agnostic Meta-Learning" -> "MAML")."""
     from graft.survey.outline import title_chunks
-    from graft.survey.prose import _initials, paper_name
+    from graft.survey.prose import initials, paper_name
 
     out = [name] if name and not name.startswith("\\textit") and " et al." not in name else []
     own = paper_name(title, [], abstract)
@@ -153,9 +153,9 @@ def mention_names(title: str, abstract: str = "", name: str = "") -> list[str]:
     chunks = title_chunks(title)
     if chunks and len(chunks[0].split()) >= 2:
         out.append(chunks[0])
-        initials = _initials(chunks[0].split())
-        if len(initials) >= 3:
-            out.append(initials)
+        acronym = initials(chunks[0].split())
+        if len(acronym) >= 3:
+            out.append(acronym)
     return list(dict.fromkeys(n for n in out if n))
 
 
