@@ -744,9 +744,11 @@ def test_relations_between_a_sections_papers_come_from_facets_links_years_and_be
     assert text.startswith("2 of the 3 papers discussed here name few-shot results in their title or abstract.")
     assert f"A {ref('a')} and B {ref('b')} address the same problem with different methods." in text
     assert f"B {ref('b')} builds on A {ref('a')}." in text and "report results on Omniglot" in text
-    authors = summary(section_relations(index, vectors, list("abcd")), ["a", "b"],
-                      {"a": "Vinyals et al.", "b": "Snell et al."}, "", 0)
-    assert f"Snell et al. {ref('b')} cite Vinyals et al. {ref('a')}." in authors
+    authors = summary(rels, ["a", "b"], {"a": "Vinyals et al.", "b": "Snell et al."}, "", 0)
+    assert f"Snell et al. {ref('b')} build on Vinyals et al. {ref('a')}." in authors
+    # a citation that does not name the cited paper is left to the table: no statement
+    unnamed = summary(section_relations(index, vectors, list("abcd")), ["a", "b"], names, "", 0)
+    assert "cite" not in unnamed and "build" not in unnamed
     assert "D" not in text.replace("different", "")  # d is not printed: never named
 
 
@@ -848,6 +850,8 @@ def test_papers_all_alike_are_one_statement_and_each_pair_is_said() -> None:
     assert mention_names("Model-Agnostic Meta-Learning for Fast Adaptation of Deep Networks") == \
         ["Model-Agnostic Meta-Learning", "MAML"]
     assert names_in("We extend MAML to ...", ["MAML"]) and not names_in("the MAMLs", ["MAML"])
+    # a topic phrase later in a title is no name of the paper ("few shot learning"); an opening acronym is
+    assert mention_names("TADAM Task dependent adaptive metric for improved few shot learning") == ["TADAM"]
     assert names_in("unlike prototypical-networks, we", ["Prototypical Networks"])
 
 
@@ -868,3 +872,18 @@ def test_a_clause_that_leans_on_context_it_does_not_give_is_not_used() -> None:
                 "Current methods share one limitation, slow inference; this limitation is removed by caching."]
     assert not any(self_contained(t) for t in leaning)
     assert all(self_contained(t) for t in standing)
+
+
+def test_a_section_of_alike_papers_names_each_papers_closest_ones() -> None:
+    """Four papers all over the same-problem bar: the summary says each paper's closest pair, not
+    every pair (six statements' worth)."""
+    from graft.survey.relate import summary
+    from graft.survey.types import Relation, ref
+
+    scores = {("a", "b"): 0.9, ("a", "c"): 0.62, ("a", "d"): 0.61, ("b", "c"): 0.63, ("b", "d"): 0.64,
+              ("c", "d"): 0.8}
+    rels = [Relation("same_problem", [x, y], score=v) for (x, y), v in scores.items()]
+    text = summary(rels, list("abcd"), {p: p.upper() for p in "abcd"}, "", 0)
+    said = text.count("address the same problem")
+    assert said == 2, text
+    assert f"A {ref('a')} and B {ref('b')} address" in text and f"C {ref('c')} and D {ref('d')} address" in text

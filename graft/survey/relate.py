@@ -22,6 +22,10 @@ SAME_PROBLEM = 0.6
 #: Cosine of two papers' mean method items above which their methods are alike.
 SIMILAR_METHOD = 0.7
 
+#: Share of the corpus's abstracts above which a title phrase ("Adversarial Training") is a term of
+#: the field rather than a paper's name ("Prototypical Networks"), for "builds on".
+COMMON_NAME = 0.01
+
 #: Words after which a capitalised name is what a paper builds on, not where it reports results.
 _NOT_BENCH_BEFORE = re.compile(r"\b(?:based|built|relies|rely|relying|focus|focuses|focusing|depends|depend|"
                                r"conditioned|trained|pretrained|pre-trained|fine-tuned|finetuned|applied|"
@@ -141,8 +145,9 @@ def builds_on_links(index: Any, paper_ids: Sequence[str]) -> list[tuple[str, str
 
 def mention_names(title: str, abstract: str = "", name: str = "") -> list[str]:
     """How another paper's abstract would name a paper: its short name (`name`, or the one its
-    abstract defines), its title's first noun phrase ("Prototypical Networks") and that phrase's
-    initials when they are an acronym of 3+ letters ("Model-Agnostic Meta-Learning" -> "MAML")."""
+    abstract defines), an acronym its title opens with ("TADAM"), the noun phrase its title opens with
+    ("Prototypical Networks") and that phrase's initials when they are an acronym of 3+ letters
+    ("Model-Agnostic Meta-Learning" -> "MAML")."""
     from graft.survey.outline import title_chunks
     from graft.survey.prose import initials, paper_name
 
@@ -150,8 +155,11 @@ def mention_names(title: str, abstract: str = "", name: str = "") -> list[str]:
     own = paper_name(title, [], abstract)
     if own is not None:
         out.append(own.text)
-    chunks = title_chunks(title)
-    if chunks and len(chunks[0].split()) >= 2:
+    lead = re.match(r"([A-Z][A-Za-z0-9-]*[A-Z][A-Za-z0-9-]*)\b", title.strip())
+    if lead and sum(ch.isupper() for ch in lead.group(1)) >= 3:  # "TADAM Task dependent ...": its acronym
+        out.append(lead.group(1))
+    chunks = title_chunks(title)  # the title's own opening phrase, not a topic phrase further on
+    if chunks and len(chunks[0].split()) >= 2 and title.strip().lower().startswith(chunks[0].lower()):
         out.append(chunks[0])
         acronym = initials(chunks[0].split())
         if len(acronym) >= 3:
@@ -187,11 +195,16 @@ def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_na
     titles = index.papers["title"].to_list()
     bench = {p: benchmarks(str(abstracts[index.row(p)] or ""), own_names) for p in ids}
     given = dict(zip(ids, own_names))
+    lowered: list[str] = []
     out: list[Relation] = []
     for a, b in builds_on_links(index, ids):
         row_a, row_b = index.row(a), index.row(b)
-        named = names_in(f"{titles[row_a] or ''} {abstracts[row_a] or ''}",
-                         mention_names(str(titles[row_b] or ""), str(abstracts[row_b] or ""), given.get(b, "")))
+        names = mention_names(str(titles[row_b] or ""), str(abstracts[row_b] or ""), given.get(b, ""))
+        if any(" " in n for n in names) and not lowered:
+            lowered = [str(t or "").lower() for t in abstracts]
+        # a phrase many abstracts use is the field's term ("adversarial training"), not this paper's name
+        names = [n for n in names if " " not in n or sum(n.lower() in t for t in lowered) <= COMMON_NAME * len(lowered)]
+        named = names_in(f"{titles[row_a] or ''} {abstracts[row_a] or ''}", names)
         out.append(Relation("builds_on" if named else "cites", [a, b]))
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
@@ -240,11 +253,23 @@ def _stars(pairs: list[tuple[str, str]], order: list[str]) -> list[list[str]]:
     return out
 
 
+def _strongest(relations: list[Relation]) -> list[tuple[str, str]]:
+    """The pairs of `relations` (one kind) that are either paper's strongest (highest score): in a
+    section where most papers are alike, the closest pairs are said, not every pair over the bar."""
+    best: dict[str, float] = {}
+    for r in relations:
+        for p in r.papers:
+            best[p] = max(best.get(p, float("-inf")), r.score)
+    return [(r.papers[0], r.papers[1]) for r in relations if any(r.score >= best[p] for p in r.papers)]
+
+
 def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str, str], theme: str,
             theme_papers: int) -> str:
     """The section's opening paragraph: what its papers share (`theme`, named by `theme_papers` of
-    them), which address the same problem with different methods or similar methods, which build on
-    which, and which report on the same benchmark. Only papers of `shown` (the papers printed) are
+    them), which address the same problem with different methods or similar methods (each paper with
+    those it is closest to), which build on
+    which (a citation that does not name the cited paper is left to the section's table), and which
+    report on the same benchmark. Only papers of `shown` (the papers printed) are
     named; `names` gives each its name (LaTeX allowed); papers are marked with `ref`."""
     order = list(shown)
     keep = set(order)
@@ -264,16 +289,16 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             out.append(f"{many} discussed here name {phrase} in their title or abstract.")
     for kind, text in (("same_problem", "address the same problem with different methods"),
                        ("similar_method", "take similar approaches")):
-        for g in _stars([(r.papers[0], r.papers[1]) for r in rel if r.kind == kind], order):
+        for g in _stars(_strongest([r for r in rel if r.kind == kind]), order):
             out.append(f"{_join([who(p) for p in g])} {text}.")
-    for kind, verb in (("builds_on", ("builds on", "build on")), ("cites", ("cites", "cite"))):
-        chains: dict[str, list[str]] = {}
-        for r in rel:
-            if r.kind == kind:
-                chains.setdefault(r.papers[0], []).append(r.papers[1])
-        for later in order:
-            if later in chains:
-                out.append(f"{who(later)} {verb[_plural(names[later])]} {_join([who(p) for p in chains[later]])}.")
+    chains: dict[str, list[str]] = {}
+    for r in rel:  # a citation that does not name the cited paper is the table's, not a statement
+        if r.kind == "builds_on":
+            chains.setdefault(r.papers[0], []).append(r.papers[1])
+    for later in order:
+        if later in chains:
+            verb = "build on" if _plural(names[later]) else "builds on"
+            out.append(f"{who(later)} {verb} {_join([who(p) for p in chains[later]])}.")
     bench: dict[str, list[str]] = {}
     for r in rel:
         if r.kind == "same_benchmark":
