@@ -235,15 +235,11 @@ def default_index(split_dir: Path, suite: str, part: str) -> Path:
 
 
 def _write_credits(path: Path, credits: dict[str, list[tuple[str, dict[str, int]]]],
-                   labels: dict[str, list[list[str]]] | None = None) -> None:
+                   labels: dict[str, list[list[str]]]) -> None:
     """One JSON line per query: {"qid", "hits": [[paper_id, {facet: hops}, [label facets]], ...]}."""
-    def hits(q: str) -> list[list[Any]]:
-        named = labels[q] if labels is not None else [None] * len(credits[q])
-        return [[d, f] + ([lab] if lab is not None else []) for (d, f), lab in zip(credits[q], named)]
-
     with atomic_path(path) as tmp:
-        tmp.write_text("".join(json.dumps({"qid": q, "hits": hits(q)}) + "\n" for q in sorted(credits)),
-                       encoding="utf-8")
+        tmp.write_text("".join(json.dumps({"qid": q, "hits": [[d, f, lab] for (d, f), lab in zip(credits[q], labels[q])]})
+                               + "\n" for q in sorted(credits)), encoding="utf-8")
 
 
 def _credit_rows(path: str | Path) -> dict[str, list[list[Any]]]:

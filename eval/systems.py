@@ -432,11 +432,11 @@ def _teacher_over(ctx: EvalContext, graphs: dict[str, sp.csr_matrix] | None, que
             else:
                 fused, per_facet = teacher.retrieve(ctx.ooc_facet_only_rows(q), k=DEPTH)
             out.run[q.qid] = [(idx.paper_ids[node], float(score)) for node, score, _ in fused]
-            out.credits[q.qid] = [(idx.paper_ids[node], {f: per_facet[f][node].hops for f in terms if f != CITATION})
-                                  for node, _, terms in fused]
-            out.labels[q.qid] = [standout_facets({f: per_facet[f][node].weight for f in terms if f != CITATION},
-                                                 {f: per_facet[f][node].hops for f in terms if f != CITATION})
-                                 for node, _, terms in fused]
+            found = [{f: per_facet[f][node] for f in terms if f != CITATION} for node, _, terms in fused]
+            hops = [{f: c.hops for f, c in cands.items()} for cands in found]
+            out.credits[q.qid] = [(idx.paper_ids[node], h) for (node, _, _), h in zip(fused, hops)]
+            out.labels[q.qid] = [standout_facets({f: c.weight for f, c in cands.items()}, h)
+                                 for cands, h in zip(found, hops)]
             advance(1)
         return out
     searcher = _searcher(idx, retriever="teacher", citation_weight=citation_weight, citation_keep=citation_keep)

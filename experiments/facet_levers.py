@@ -43,13 +43,15 @@ RRF_K = 60
 
 
 def recall_at(scores_of: Any, rows: dict[str, int], gold: dict[str, set[int]], k: int = 20) -> float:
-    """Mean Recall@k over queries of a full ranking `scores_of(row)` (the query itself left out)."""
+    """Mean Recall@k (`eval.metrics.recall_at`) over queries of a full ranking `scores_of(row)` (the
+    query itself left out)."""
+    from eval.metrics import recall_at as recall
+
     out = []
     for qid, r in rows.items():
         s = np.asarray(scores_of(r), dtype=np.float64).copy()
         s[r] = -np.inf
-        top = set(np.argpartition(-s, min(k, len(s)) - 1)[:k].tolist())
-        out.append(len(gold[qid] & top) / len(gold[qid]) if gold[qid] else 0.0)
+        out.append(recall(np.argpartition(-s, min(k, len(s)) - 1)[:k].tolist(), gold[qid], k))
     return float(np.mean(out))
 
 

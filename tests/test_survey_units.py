@@ -836,14 +836,14 @@ def test_papers_all_alike_are_one_statement_and_each_pair_is_said() -> None:
     import itertools
     import random
 
-    from graft.survey.relate import _stars, mention_names, names_in
+    from graft.survey.relate import cliques, mention_names, names_in
 
-    assert _stars([(a, b) for a, b in itertools.combinations("ABCDE", 2)], list("ABCDE")) == [list("ABCDE")]
-    assert _stars([("A", "B"), ("B", "C")], list("ABC")) == [["A", "B"], ["B", "C"]]
+    assert cliques([(a, b) for a, b in itertools.combinations("ABCDE", 2)], list("ABCDE")) == [list("ABCDE")]
+    assert cliques([("A", "B"), ("B", "C")], list("ABC")) == [["A", "B"], ["B", "C"]]
     rng = random.Random(0)
     for _ in range(200):
         pairs = [(a, b) for a, b in itertools.combinations("ABCDEF", 2) if rng.random() < 0.5]
-        groups = _stars(pairs, list("ABCDEF"))
+        groups = cliques(pairs, list("ABCDEF"))
         inside = {frozenset(x) for g in groups for x in itertools.combinations(g, 2)}
         assert inside == {frozenset(x) for x in pairs}
     # how a citing abstract names a paper: its acronym, its title's first phrase, its defined name

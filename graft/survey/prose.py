@@ -300,7 +300,7 @@ _SINGULAR_OUR = ((re.compile(r"\bour\b"), "its"), (re.compile(r"\bOur\b"), "Its"
                  (re.compile(r"\bourselves\b"), "itself"))
 
 
-def _third(text: str, plural: bool = True) -> str:
+def _third(text: str, plural: bool) -> str:
     """The authors' first person in `text` in the third person, possessives the paper's own where
     its name (singular: not `plural`) is the subject."""
     for pattern, repl in (() if plural else _SINGULAR_OUR) + _LATER_WE:

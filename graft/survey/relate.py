@@ -196,14 +196,21 @@ def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_na
     bench = {p: benchmarks(str(abstracts[index.row(p)] or ""), own_names) for p in ids}
     given = dict(zip(ids, own_names))
     lowered: list[str] = []
+    common: dict[str, bool] = {}
+
+    def field_term(phrase: str) -> bool:
+        """A phrase many abstracts use is the field's term ("adversarial training"), not a paper's name."""
+        if phrase not in common:
+            if not lowered:
+                lowered.extend(str(t or "").lower() for t in abstracts)
+            common[phrase] = sum(phrase.lower() in t for t in lowered) > COMMON_NAME * len(lowered)
+        return common[phrase]
+
     out: list[Relation] = []
     for a, b in builds_on_links(index, ids):
         row_a, row_b = index.row(a), index.row(b)
         names = mention_names(str(titles[row_b] or ""), str(abstracts[row_b] or ""), given.get(b, ""))
-        if any(" " in n for n in names) and not lowered:
-            lowered = [str(t or "").lower() for t in abstracts]
-        # a phrase many abstracts use is the field's term ("adversarial training"), not this paper's name
-        names = [n for n in names if " " not in n or sum(n.lower() in t for t in lowered) <= COMMON_NAME * len(lowered)]
+        names = [n for n in names if " " not in n or not field_term(n)]
         named = names_in(f"{titles[row_a] or ''} {abstracts[row_a] or ''}", names)
         out.append(Relation("builds_on" if named else "cites", [a, b]))
     for i, a in enumerate(ids):
@@ -230,7 +237,7 @@ def _join(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _stars(pairs: list[tuple[str, str]], order: list[str]) -> list[list[str]]:
+def cliques(pairs: list[tuple[str, str]], order: list[str]) -> list[list[str]]:
     """Groups of papers over `pairs` in which every two papers are paired (so a statement about the
     group holds of each pair in it), in `order`: from each paper in turn, the papers linked to every
     paper already in the group (first those whose pair with it is not yet stated), again while it has
@@ -289,7 +296,7 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             out.append(f"{many} discussed here name {phrase} in their title or abstract.")
     for kind, text in (("same_problem", "address the same problem with different methods"),
                        ("similar_method", "take similar approaches")):
-        for g in _stars(_strongest([r for r in rel if r.kind == kind]), order):
+        for g in cliques(_strongest([r for r in rel if r.kind == kind]), order):
             out.append(f"{_join([who(p) for p in g])} {text}.")
     chains: dict[str, list[str]] = {}
     for r in rel:  # a citation that does not name the cited paper is the table's, not a statement
