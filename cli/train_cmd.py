@@ -67,6 +67,11 @@ def train(
     per_device_batch_size: int | None = typer.Option(
         None, "--per-device-batch-size", min=1, help="Micro-batch per device; the rest is gradient accumulation."),
     lr: float = typer.Option(5e-5, "--lr", parser=finite(0), metavar="FLOAT", help="Peak learning rate (AdamW, linear warm-up and decay)."),
+    layers: int | None = typer.Option(None, "--layers", min=1,
+                                      help="Keep the base model's first N decoder layers: a shallower decoder, "
+                                           "cheaper to train and to query (default: all)."),
+    freeze_embeddings: bool = typer.Option(False, "--freeze-embeddings",
+                                           help="Do not train the token embeddings (nor an LM head tied to them)."),
     save_every_steps: int = typer.Option(500, "--save-every-steps", min=0, help="Checkpoint interval; 0 = none."),
     pack: bool = typer.Option(True, "--pack/--no-pack",
                               help="Compute each prompt once for all its targets in a batch (the same loss per "
@@ -96,7 +101,8 @@ def train(
             raise ConfigError(f"--sampling {sampling!r} is unknown; allowed: coverage, naive")
         config = TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size,
                              per_device_batch_size=per_device_batch_size, lr=lr,
-                             save_every_steps=save_every_steps, pack_prompts=pack, progress_every_s=progress_every)
+                             save_every_steps=save_every_steps, pack_prompts=pack, progress_every_s=progress_every,
+                             layers=layers, freeze_embeddings=freeze_embeddings)
         summary = train_index(index, config, base_model=base_model, sampling=sampling, resume=resume,
                               dry_run=dry_run, reporter=Reporter(quiet=quiet or as_json),
                               distill=DistillConfig(sampling=sampling, max_edges_per_source=max_edges),

@@ -40,6 +40,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "new": ("packed prompts, fused AdamW (the new default)", {"pack_prompts": True, "fused_adamw": True}),
     "pack": ("packed prompts, foreach AdamW", {"pack_prompts": True, "fused_adamw": False}),
     "fused": ("one row per pair, fused AdamW", {"pack_prompts": False, "fused_adamw": True}),
+    "frozen": ("packed, fused, frozen embeddings", {"freeze_embeddings": True}),
+    "shallow8": ("packed, fused, first 8 decoder layers", {"layers": 8}),
+    "shallow8f": ("packed, fused, first 8 layers, frozen embeddings", {"layers": 8, "freeze_embeddings": True}),
+    "shallow4f": ("packed, fused, first 4 layers, frozen embeddings", {"layers": 4, "freeze_embeddings": True}),
 }
 
 

@@ -166,3 +166,47 @@ def prompt_check(model: Any, tokenizer: Any, tries: Any, table: Any, *, pairs: i
     distinct = len({(f, b[0].docid_id) for f, b in zip(rows["facet"], decoded) if b})
     return PromptCheck(pairs=n, beams=beams, target_is_top_beam=top / max(1, n), target_in_beams=among / max(1, n),
                        distinct_top_beams=distinct, seconds=round(seconds, 2))
+
+
+@dataclass
+class Memorisation:
+    """How much of a set of training pairs a model reproduces (`memorisation`)."""
+
+    pairs: int
+    prompts: int
+    beams: int
+    target_in_beams: float  # share of pairs whose taught target is among the prompt's beams
+    top_beam_taught: float  # share of prompts whose top beam is one of their taught targets
+    distinct_top_beams: float  # distinct top-beam DocIDs per prompt (1.0: every prompt its own)
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def memorisation(model: Any, tokenizer: Any, tries: Any, table: Any, *, beams: int = 10,
+                 batch_size: int = 64) -> Memorisation:
+    """Decode every distinct source item of `table` (training pairs: facet, source_text,
+    target_docid_id) once and score its taught targets against its beams.
+
+    A source item is taught up to N targets, so a perfect memoriser's beams hold all of them (with
+    `beams` >= N) but its top beam only one: `target_in_beams` is the measure to follow, the other
+    two show collapse (the same few DocIDs whatever the prompt).
+    """
+    from graft.decoding import decode_items
+
+    rows = table.select(["facet", "source_text", "target_docid_id"]).to_pydict()
+    taught: dict[tuple[str, str], set[int]] = {}
+    for f, s, d in zip(rows["facet"], rows["source_text"], rows["target_docid_id"]):
+        taught.setdefault((f, s), set()).add(int(d))
+    prompts = list(taught)
+    t0 = time.perf_counter()
+    decoded = decode_items(model, tokenizer, tries, prompts, beams, batch_size=batch_size)
+    seconds = time.perf_counter() - t0
+    n_pairs = sum(len(t) for t in taught.values())
+    among = sum(len(taught[p] & {x.docid_id for x in b}) for p, b in zip(prompts, decoded))
+    top = sum(bool(b) and b[0].docid_id in taught[p] for p, b in zip(prompts, decoded))
+    distinct = len({(p[0], b[0].docid_id) for p, b in zip(prompts, decoded) if b})
+    n = max(1, len(prompts))
+    return Memorisation(pairs=n_pairs, prompts=len(prompts), beams=beams, target_in_beams=among / max(1, n_pairs),
+                        top_beam_taught=top / n, distinct_top_beams=distinct / n, seconds=round(seconds, 2))

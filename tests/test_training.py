@@ -4,6 +4,7 @@ kill-and-resume, the CLI command and the GPU benchmark script's smoke mode."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -14,7 +15,7 @@ from conftest import REPO, cs768_path
 from test_build import write_slice
 from typer.testing import CliRunner
 
-from graft.errors import GraftError
+from graft.errors import ConfigError, GraftError
 from graft.prompts import encode_prompt, prompt_for
 from training import base_models
 from training.base_models import load_tokenizer, resolve_base_model
@@ -363,6 +364,35 @@ def test_packed_and_plain_training_take_the_same_steps(tokenizer) -> None:
     assert packed.tokens == plain.tokens and packed.pairs_per_s > 0
 
 
+def test_a_shallower_decoder_with_frozen_embeddings_trains_saves_and_reloads(tokenizer, tmp_path) -> None:
+    """--layers 1 keeps the base model's first decoder layer (the others' weights never enter), and
+    --freeze-embeddings leaves the tied embedding/LM-head tensor as it was; the saved model reloads as
+    the 1-layer model it is and gives the trained model's logits."""
+    from transformers import AutoModelForCausalLM
+
+    base = _tiny()
+    first = {k: v.clone() for k, v in base.state_dict().items() if k.startswith("model.layers.0.")}
+    embedding = base.get_input_embeddings().weight.detach().clone()
+    data = _hand_pairs(tokenizer, 12)
+    config = TrainConfig(max_steps=4, batch_size=4, lr=1e-2, warmup_ratio=0.0, logging_steps=1, save_every_steps=0,
+                         layers=1, freeze_embeddings=True)
+    result = fit(copy.deepcopy(base), tokenizer, data, tmp_path / "model", config, quiet=True)
+    model = result.model
+    assert len(model.model.layers) == 1 and model.config.num_hidden_layers == 1
+    assert not any(k.startswith("model.layers.1.") for k in model.state_dict())
+    torch.testing.assert_close(model.get_input_embeddings().weight, embedding, rtol=0, atol=0)
+    assert any(not torch.equal(model.state_dict()[k], v) for k, v in first.items())  # the kept layer trained
+    assert result.losses[-1][1] < result.losses[0][1]
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "model").eval()
+    assert loaded.config.num_hidden_layers == 1
+    ids = torch.as_tensor(np.asarray(data.example(0)["input_ids"]))[None]
+    torch.testing.assert_close(loaded(input_ids=ids).logits, model.eval()(input_ids=ids).logits)
+    with pytest.raises(ConfigError, match="has 2 decoder layers"):
+        fit(_tiny(), tokenizer, data, None, TrainConfig(max_steps=1, batch_size=4, layers=3), quiet=True)
+    with pytest.raises(ConfigError, match="layers must be >= 1"):
+        TrainConfig(layers=0)
+
+
 def test_progress_shows_as_log_lines_when_output_is_not_a_terminal(tokenizer, capsys) -> None:
     """A run whose output goes to a file prints a plain line every `progress_every_s` seconds (here:
     every step) and at the end: step, loss, pairs/s, tokens/s, ETA; with a long interval only the end."""
@@ -493,6 +523,19 @@ def test_tiny_learns_30_pairs_exactly(index80, tokenizer) -> None:
                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
         hits += out[0, ids.shape[1]:].tolist() == t + [tokenizer.eos_token_id]
     assert hits == 30, f"{hits}/30 exact; losses {result.losses}"
+    # the memorisation measure of the same pairs (trie-constrained beams): every taught target comes back,
+    # as the top beam; an untrained model's do not
+    import pyarrow as pa
+
+    from graft.check import memorisation
+    from graft.docids import load_tries
+
+    taught = pa.table({k: cols[k] for k in ("facet", "source_text", "target_docid_id")})
+    learned = memorisation(model, tokenizer, load_tries(index80), taught, beams=3)
+    assert (learned.pairs, learned.prompts) == (30, 30)
+    assert learned.target_in_beams == 1.0 and learned.top_beam_taught == 1.0 and learned.distinct_top_beams > 0.5
+    fresh = memorisation(_tiny().eval(), tokenizer, load_tries(index80), taught, beams=3)
+    assert fresh.target_in_beams < 0.5
 
 
 class _Killed(Exception):

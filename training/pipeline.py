@@ -87,6 +87,7 @@ def train_index(
     reporter: Any = None,
     distill: Any = None,
     check_pairs: int = CHECK_PAIRS,
+    on_step: Any = None,
 ) -> TrainSummary:
     """Train the generative retriever of an index into `<index>/model/`.
 
@@ -101,6 +102,7 @@ def train_index(
         distill: a `training.pairs.DistillConfig` (N, K_min, seed); its sampling must agree.
         check_pairs: training pairs decoded after training to check that the model reads its
             prompts (`graft.check`; recorded in the manifest); 0 = no check.
+        on_step: passed to `training.trainer.fit` (experiments measure the model during training).
     Returns:
         the summary; the run is recorded as the `train` stage of manifest.json.
     Raises:
@@ -143,12 +145,13 @@ def train_index(
     # one writer per index: a second `graft train` (or a build) on it is refused, not mixed in
     with index_lock(index_dir, "graft train") if state.is_main_process else nullcontext():
         return _train(index_dir, config, summary, tokenizer, state, base_model=base_model, sampling=sampling,
-                      resume=resume, reporter=reporter, distill=distill, t0=t0, check_pairs=check_pairs)
+                      resume=resume, reporter=reporter, distill=distill, t0=t0, check_pairs=check_pairs,
+                      on_step=on_step)
 
 
 def _train(index_dir: Path, config: TrainConfig, summary: TrainSummary, tokenizer: Any, state: Any, *,
            base_model: str, sampling: str, resume: bool, reporter: Any, distill: Any, t0: float,
-           check_pairs: int) -> TrainSummary:
+           check_pairs: int, on_step: Any = None) -> TrainSummary:
     """`train_index` past its checks, under the index's writer lock: pairs, tokenisation, training,
     the manifest's `train` stage."""
     from graft.config import config_to_dict
@@ -173,7 +176,7 @@ def _train(index_dir: Path, config: TrainConfig, summary: TrainSummary, tokenize
               "distill": config_to_dict(distill), "prompt_version": PROMPT_VERSION,
               "corpus_hash": manifest.get("corpus_hash")}
     result = fit(model, tokenizer, data, summary.model_dir, config, resume=resume, quiet=reporter.quiet,
-                 record=record)
+                 record=record, on_step=on_step)
     summary.result = result
     if result.already_done:
         summary.check = (manifest["stages"].get("train") or {}).get("check")

@@ -67,6 +67,8 @@ class TrainConfig:
     target_logits_only: bool = True  # LM head over target positions only (left padding); same loss, fewer FLOPs
     pack_prompts: bool = True  # a prompt once for all its targets in a micro-batch (training.packing); same loss
     pack_row_tokens: int = 512  # packing: most tokens per packed row (bounds attention's quadratic part)
+    layers: int | None = None  # keep the base model's first N decoder layers (a shallower decoder); None = all
+    freeze_embeddings: bool = False  # the token embeddings (and a tied LM head) are not trained
     save_every_steps: int = 500  # checkpoint interval in optimizer steps; 0 = none
     save_total_limit: int = 2  # checkpoints kept (the newest)
     logging_steps: int = 10  # read the loss off the device (a sync) every N steps
@@ -82,6 +84,8 @@ class TrainConfig:
             raise ConfigError(f"max_steps must be >= 1 (or None to use epochs), got {self.max_steps}")
         if self.max_steps is None and not 0 < self.epochs < math.inf:
             raise ConfigError(f"epochs must be finite and > 0, got {self.epochs}")
+        if self.layers is not None and self.layers < 1:
+            raise ConfigError(f"layers must be >= 1 (or None for all), got {self.layers}")
         for name in ("batch_size", "max_length", "save_total_limit", "logging_steps", "mega_batch_mult",
                      "pack_row_tokens"):
             if getattr(self, name) < 1:
@@ -287,6 +291,23 @@ def _mixed_precision(config: TrainConfig) -> str:
     return "bf16" if supported and config.bf16 is not False else "no"
 
 
+def shape_model(model: Any, config: TrainConfig) -> Any:
+    """Apply the config's model shape: keep the first `layers` decoder layers (the saved model's config
+    says so, and it loads as that shallower model), and freeze the token embeddings. In place."""
+    if config.layers is not None:
+        stack = model.get_decoder().layers
+        if config.layers > len(stack):
+            raise ConfigError(f"layers={config.layers}, but the base model has {len(stack)} decoder layers")
+        if config.layers < len(stack):
+            model.get_decoder().layers = stack[: config.layers]
+            model.config.num_hidden_layers = config.layers
+            if isinstance(getattr(model.config, "layer_types", None), list):
+                model.config.layer_types = model.config.layer_types[: config.layers]
+    if config.freeze_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)  # a tied LM head shares this tensor
+    return model
+
+
 def _optimizer(model: Any, config: TrainConfig) -> Any:
     import torch
 
@@ -342,7 +363,8 @@ def fit(
             finished model with the same fingerprint is kept and nothing is trained.
         quiet: no progress bar.
         on_step: `on_step(step, info)` runs on every process after each optimizer step and its
-            checkpoint; an exception it raises stops training (tests simulate a kill with it).
+            checkpoint (info: loss, tokens, elapsed seconds, total steps, the model in training);
+            an exception it raises stops training (tests simulate a kill with it).
         save_final: write the final model, tokenizer and training record into `model_dir`.
         record: facts that identify the run beyond data and config (base model, sampling); part
             of the fingerprint and of the training record.
@@ -396,6 +418,7 @@ def fit(
                            resumed_from=None,
                            already_done=True, **common)
 
+    shape_model(model, config)
     state: dict[str, Any] = {"step": 0, "tokens": 0, "target_tokens": 0, "losses": [], "seconds": 0.0}
     ckpt = ckpts.last_checkpoint(model_dir) if (resume and model_dir is not None) else None
     if ckpt is not None:
@@ -476,7 +499,8 @@ def fit(
                             config.save_total_limit)
                     accelerator.wait_for_everyone()
                 if on_step is not None:
-                    on_step(done, {"loss": log.last, "tokens": tokens, "elapsed": elapsed})
+                    on_step(done, {"loss": log.last, "tokens": tokens, "elapsed": elapsed, "total": total,
+                                   "model": accelerator.unwrap_model(model)})
     finally:
         progress.close()
     if on_gpu:

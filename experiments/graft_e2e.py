@@ -1,0 +1,266 @@
+"""GRAFT end to end on a corpus the CPU trains: the generative retriever trained on every
+coverage-aware pair of a split's in-corpus test index, its memorisation curve per epoch, then the
+leak-free evaluation (in corpus, out of corpus, attribution) beside the teacher in the same run.
+
+    python -m experiments.graft_e2e --split SPLITDIR --work WORK --layers 8 --lr 1e-3 --batch-size 16 \\
+        --epochs 8 --name NAME [--results docs/results]
+
+SPLITDIR comes from `graft eval prepare` and `graft eval build` (experiments/subcorpus.py chooses a
+corpus a CPU can train). One model, trained on `SPLITDIR/incorpus/test/index` (the test part's
+leak-free index: its queries' links are not in it), answers both suites, as the GPU plan's does.
+
+Stages, each resumable (rerun the same command after a kill):
+1. **train** (`training.pipeline.train_index`, checkpoints every `--save-every-steps`): at the end of
+   every epoch, the curve: the memorisation of held training pairs (every pair of `--held-papers`
+   seeded source papers, `graft.check.memorisation`: taught targets among `--held-beams` beams,
+   prompts whose top beam is taught, distinct top beams) and `graft` (graph-RRF) Recall@20 on the
+   first `--curve-queries` in-corpus test and out-of-corpus queries, beside the memorisation ceiling
+   of the same pairs on the same in-corpus queries (`experiments.distill_ceiling`). Each epoch's row
+   is appended to WORK/curve.jsonl as it is measured; epochs already there are not measured again.
+2. **naive** (`--naive`): the same model trained on naive pairs for the same number of steps, in a
+   copy of the index under WORK (the `graft-naive` row).
+3. **eval**: `graft eval run` of `--systems` with the suites incorpus (test part), ooc and
+   attribution, tables in --results under NAME.
+
+WORK/e2e_{NAME}.md (and --results/e2e_{NAME}.md when done) holds the curve, the settings and the
+headline ratios; progress lines go to stderr (redirect them to a log: `> WORK/log 2>&1 &`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.common import add_results_argument, parser
+
+SYSTEMS = "bm25,dense,teacher,teacher-cite,graft,graft-rrf,graft-walk,graft-cite"
+
+
+def log(message: str) -> None:
+    print(f"[{dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def link_index(source: Path, target: Path, *, skip: tuple[str, ...]) -> None:
+    """`target` as a copy of the index `source` but `skip`, its files hard links (an index never
+    follows symlinks out of its folder; its files are replaced, never written in place)."""
+    if target.is_dir():
+        return
+    shutil.copytree(source, target, copy_function=os.link,
+                    ignore=lambda d, names: [n for n in names if Path(d) == source and (n in skip or n.startswith(
+                        ".graft-lock"))])
+
+
+def curve_split(split: Path, target: Path) -> Path:
+    """A copy of the split's query files with a runs folder of its own (the curve's runs never touch
+    the split's)."""
+    if (target / "split.json").is_file():
+        return target
+    shutil.copytree(split, target, ignore=shutil.ignore_patterns("index", "corpus.jsonl", "runs", "results"))
+    (target / "runs").mkdir(exist_ok=True)
+    for f in (split / "runs").glob("*.obvious.json"):
+        shutil.copy2(f, target / "runs" / f.name)
+    return target
+
+
+class Curve:
+    """The per-epoch measurements, run from the trainer's step callback at each epoch's last step."""
+
+    def __init__(self, args: Any, index: Path, work: Path, tokenizer: Any, held: Any, ceiling: dict[str, float]):
+        from graft.docids import load_tries
+
+        self.args, self.index, self.work, self.tokenizer, self.held = args, index, work, tokenizer, held
+        self.tries = load_tries(index)
+        self.ceiling = ceiling
+        self.path = work / "curve.jsonl"
+        self.rows = [json.loads(x) for x in self.path.read_text().splitlines()] if self.path.is_file() else []
+        self.snap = work / "snapshot" / "index"
+        link_index(index, self.snap, skip=("model", "cache"))
+        self.split = curve_split(Path(args.split), work / "curve-split")
+
+    def __call__(self, step: int, info: dict[str, Any]) -> None:
+        total, epochs = info["total"], self.args.epochs
+        ends = {round(k * total / epochs): k for k in range(1, int(epochs) + 1)}
+        if step not in ends or any(r["epoch"] == ends[step] for r in self.rows):
+            return
+        self.measure(ends[step], step, info)
+
+    def measure(self, epoch: int, step: int, info: dict[str, Any]) -> None:
+        from eval.runner import RunOptions, run_suites
+        from graft.check import memorisation
+        from training import checkpoints
+
+        model = info["model"]
+        t0 = time.perf_counter()
+        model.eval()
+        try:
+            memo = memorisation(model, self.tokenizer, self.tries, self.held, beams=self.args.held_beams)
+            shutil.rmtree(self.snap / "model", ignore_errors=True)
+            checkpoints.save_final_model(self.snap / "model", model, self.tokenizer, {"epoch": epoch, "step": step})
+        finally:
+            model.train()
+        recall = {}
+        for suite in ("incorpus", "ooc"):
+            options = RunOptions(systems=["graft"], index_dir=self.snap, part="test", limit=self.args.curve_queries,
+                                 force=True, beams=self.args.beams, results_dir=self.work / "curve-results",
+                                 name=f"{self.args.name}-e{epoch}")
+            table = run_suites(self.split, [suite], options, command="graft_e2e curve")[0]
+            recall[suite] = next(r["R@20"] for r in table["rows"] if r["system"] == "graft")
+        row = {"epoch": epoch, "step": step, "loss": info["loss"], "train_s": round(info["elapsed"], 1),
+               **{f"held_{k}": v for k, v in memo.to_dict().items()},
+               "R@20 in corpus": recall["incorpus"], "R@20 out of corpus": recall["ooc"],
+               "ceiling R@20 in corpus": self.ceiling.get("R@20"), "measure_s": round(time.perf_counter() - t0, 1)}
+        self.rows.append(row)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        log(f"epoch {epoch}: loss {info['loss']:.3f}, taught targets in beams {memo.target_in_beams:.3f}, "
+            f"R@20 {recall['incorpus']:.3f} in corpus (ceiling {self.ceiling.get('R@20', float('nan')):.3f}), "
+            f"{recall['ooc']:.3f} out of corpus ({row['measure_s']:.0f} s)")
+
+
+def curve_ceiling(split: Path, index: Path, queries: list[Any]) -> dict[str, float]:
+    """The memorisation ceiling (graph-RRF) of the index's pairs on `queries` (in corpus)."""
+    import polars as pl
+
+    from eval.trec import read_qrels
+    from experiments.distill_ceiling import ceiling_recalls, facet_lists_from_pairs
+    from graft.docids import load_docids
+    from graft.index import Index
+    from graft.teacher import symmetrise
+    from training.pairs import pairs_path
+
+    idx = Index.open(index)
+    walk = symmetrise(idx.graphs)
+    qrels = read_qrels(split / "incorpus" / "qrels.txt")
+    pairs = pl.read_parquet(pairs_path(index))
+    lists = facet_lists_from_pairs(pairs, load_docids(index), idx.row_of, walk, {q.paper_id for q in queries})
+    gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries if qrels.get(q.qid)}
+    return ceiling_recalls(lists, queries, idx.row_of, gold, walk, fusion="graph-rrf")
+
+
+def render(args: Any, rows: list[dict[str, Any]], ceilings: dict[str, Any], final: dict[str, Any] | None,
+           command: str) -> str:
+    lines = [f"# GRAFT end to end on the CPU: {args.name}", "", f"Command: `{command}`  ",
+             f"Date: {dt.date.today()} · base model {args.base_model}, first {args.layers or 'all'} decoder layers"
+             f"{', frozen embeddings' if args.freeze_embeddings else ''} · lr {args.lr:g} · batch {args.batch_size} · "
+             f"{args.epochs:g} epochs · trained on `{args.split}/incorpus/test/index`", "",
+             "## Memorisation curve", "",
+             f"Held training pairs: every pair of {args.held_papers} seeded source papers; {args.held_beams} beams. "
+             f"Recall@20 of `graft` (graph-RRF, {args.beams} beams) on the first {args.curve_queries} in-corpus test "
+             "and out-of-corpus queries.", "",
+             "| epoch | step | loss | taught targets in beams | top beam taught | distinct top beams / prompt | "
+             "R@20 in corpus | ceiling | of ceiling | R@20 out of corpus | train s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ceil = r.get("ceiling R@20 in corpus") or 0.0
+        share = f"{r['R@20 in corpus'] / ceil:.2f}" if ceil else "n/a"
+        lines.append(f"| {r['epoch']} | {r['step']} | {r['loss']:.3f} | {r['held_target_in_beams']:.3f} | "
+                     f"{r['held_top_beam_taught']:.3f} | {r['held_distinct_top_beams']:.2f} | "
+                     f"{r['R@20 in corpus']:.3f} | {ceil:.3f} | {share} | {r['R@20 out of corpus']:.3f} | "
+                     f"{r['train_s']:.0f} |")
+    lines += ["", "Memorisation ceilings of the coverage-aware pairs (graph-RRF), in corpus: "
+              + ", ".join(f"{k} {v['R@20']:.3f} R@20" for k, v in ceilings.items()), ""]
+    if final:
+        lines += ["## Evaluation (test part; out of corpus; attribution)", ""]
+        for suite, table in final.items():
+            lines += [f"### {suite}", ""]
+            keys = [k for k in ("setting", "R@20", "R@50", "non-obvious", "precision", "label precision")
+                    if any(k in r for r in table["rows"])]
+            lines += ["| system | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
+            for r in table["rows"]:
+                cells = [f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys]
+                lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
+            teacher = next((r for r in table["rows"] if r["system"] == "teacher" and "R@20" in r), None)
+            graft = next((r for r in table["rows"] if r["system"] == "graft" and "R@20" in r), None)
+            if teacher and graft and isinstance(graft.get("R@20"), float) and teacher["R@20"]:
+                lines.append(f"\ngraft / teacher R@20: **{graft['R@20'] / teacher['R@20']:.2f}x**")
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--split", required=True)
+    ap.add_argument("--work", required=True, help="scratch folder: curve, snapshot, naive index, report")
+    ap.add_argument("--base-model", default="smollm2-135m")
+    ap.add_argument("--layers", type=int, default=None, help="decoder layers kept (default: all)")
+    ap.add_argument("--freeze-embeddings", action="store_true")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--save-every-steps", type=int, default=200)
+    ap.add_argument("--held-papers", type=int, default=20)
+    ap.add_argument("--held-beams", type=int, default=10)
+    ap.add_argument("--curve-queries", type=int, default=15)
+    ap.add_argument("--beams", type=int, default=20, help="beams per facet item in the evaluation")
+    ap.add_argument("--naive", action="store_true", help="also train on naive pairs (the graft-naive row)")
+    ap.add_argument("--systems", default=SYSTEMS)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", required=True)
+    add_results_argument(ap)
+    args = ap.parse_args(argv)
+    import torch
+
+    from eval.runner import RunOptions, load_queries, run_suites
+    from experiments.train_recipe import slice_table
+    from graft.manifest import has_model
+    from graft.progress import Reporter
+    from training.base_models import load_tokenizer
+    from training.pairs import build_pairs, pairs_path
+    from training.pipeline import train_index
+    from training.trainer import TrainConfig
+
+    torch.set_num_threads(args.threads)
+    command = "python -m experiments.graft_e2e " + " ".join(argv if argv is not None else sys.argv[1:])
+    split, work = Path(args.split), Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    index = split / "incorpus" / "test" / "index"
+    tokenizer = load_tokenizer(args.base_model)
+    if not pairs_path(index).is_file():
+        build_pairs(index, tokenizer)
+    queries = load_queries(split, "incorpus", "test", None)
+    ceilings = {"curve queries": curve_ceiling(split, index, queries[: args.curve_queries]),
+                "all test queries": curve_ceiling(split, index, queries)}
+    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, layers=args.layers,
+                         freeze_embeddings=args.freeze_embeddings, save_every_steps=args.save_every_steps,
+                         progress_every_s=60)
+    report = work / f"e2e_{args.name}.md"
+    curve = Curve(args, index, work, tokenizer, slice_table(index, tokenizer, args.held_papers, args.seed),
+                  ceilings["curve queries"])
+
+    t0 = time.perf_counter()
+    log(f"training on {index} (resumes from its last checkpoint)")
+    summary = train_index(index, config, base_model=args.base_model, reporter=Reporter(quiet=False), on_step=curve)
+    report.write_text(render(args, curve.rows, ceilings, None, command))
+    log(f"trained: {summary.result.steps} steps, {time.perf_counter() - t0:.0f} s this call")
+    naive_index = None
+    if args.naive:
+        naive_index = work / "naive-index"
+        if not naive_index.is_dir():
+            shutil.copytree(index, naive_index, ignore=shutil.ignore_patterns("model", "train", ".graft-lock*"))
+        steps = summary.result.steps
+        log(f"training on naive pairs in {naive_index}, {steps} steps")
+        train_index(naive_index, TrainConfig(**{**config.to_dict(), "max_steps": steps}), base_model=args.base_model,
+                    sampling="naive", reporter=Reporter(quiet=True))
+    assert has_model(index)
+    systems = args.systems.split(",") + (["graft-naive"] if naive_index else [])
+    options = RunOptions(systems=systems, index_dir=index, part="test", naive_index=naive_index, beams=args.beams,
+                         results_dir=Path(args.results), name=args.name)
+    log(f"evaluating {', '.join(systems)}")
+    tables = run_suites(split, ["incorpus", "ooc", "attribution"], options, command=command)
+    final = {t["suite"]: t for t in tables}
+    text = render(args, curve.rows, ceilings, final, command)
+    report.write_text(text)
+    (Path(args.results) / f"e2e_{args.name}.md").write_text(text)
+    log(f"done: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
