@@ -82,6 +82,7 @@ class Curve:
         self.snap = work / "snapshot" / "index"
         link_index(index, self.snap, skip=("model", "cache"))
         self.split = curve_split(Path(args.split), work / "curve-split")
+        self.on_row: Any = None  # called after each epoch's row is written (the report is rewritten)
 
     def __call__(self, step: int, info: dict[str, Any]) -> None:
         total, epochs = info["total"], self.args.epochs
@@ -118,6 +119,8 @@ class Curve:
         self.rows.append(row)
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        if self.on_row is not None:
+            self.on_row()
         log(f"epoch {epoch}: loss {info['loss']:.3f}, taught targets in beams {memo.target_in_beams:.3f}, "
             f"R@20 {recall['incorpus']:.3f} in corpus (ceiling {self.ceiling.get('R@20', float('nan')):.3f}), "
             f"{recall['ooc']:.3f} out of corpus ({row['measure_s']:.0f} s)")
@@ -234,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     curve = Curve(args, index, work, tokenizer, slice_table(index, tokenizer, args.held_papers, args.seed),
                   ceilings["curve queries"])
 
+    curve.on_row = lambda: report.write_text(render(args, curve.rows, ceilings, None, command))
     t0 = time.perf_counter()
     log(f"training on {index} (resumes from its last checkpoint)")
     summary = train_index(index, config, base_model=args.base_model, reporter=Reporter(quiet=False), on_step=curve)

@@ -388,7 +388,19 @@ def _calibrate_training(cov: Path, tokenizer: Any, base: str, batch: int, warmup
 
     table = read_pairs(cov / "train" / "pairs.parquet")
     n = min(table.num_rows, batch * (warmup + steps))
-    pick = np.sort(np.random.default_rng(0).choice(table.num_rows, size=n, replace=False))
+    # every pair of randomly drawn source items, so that the sample's batches share prompts as
+    # training's prompt-grouped batches do (a random sample of pairs would share almost none, and
+    # packing would look no cheaper than one row per pair)
+    rows: dict[tuple[str, str], list[int]] = {}
+    for i, key in enumerate(zip(table.column("facet").to_pylist(), table.column("source_text").to_pylist())):
+        rows.setdefault(key, []).append(i)
+    groups = list(rows.values())
+    picked: list[int] = []
+    for g in np.random.default_rng(0).permutation(len(groups)):
+        if len(picked) >= n:
+            break
+        picked.extend(groups[g])
+    pick = np.sort(np.asarray(picked[:n]))
     data = encode_pairs_table(table.take(pick), tokenizer,
                               docid_tokens=read_docid_tokens(cov / "docids" / "docids.parquet"))
     model = resolve_base_model(base, seed=0)[0].to(device)
@@ -803,9 +815,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--min-eval-s", type=float, default=100.0,
                    help="the naive model's steps are cut if its training would leave the evaluation less")
     r.add_argument("--train-steps", type=int, default=None, help="steps per model (skips the calibration)")
-    r.add_argument("--max-epochs", type=float, default=2.0, help="cap on steps, in epochs of the coverage pairs")
+    r.add_argument("--max-epochs", type=float, default=6.0, help="cap on steps, in epochs of the coverage pairs")
     r.add_argument("--batch-size", type=int, default=256)
-    r.add_argument("--lr", type=float, default=2e-4, help="5e-5 x sqrt(256/16)")
+    r.add_argument("--lr", type=float, default=1e-3,
+                   help="peak rate: the CPU recipe's (docs/results/train_recipe_cs768-10core.md)")
     r.add_argument("--fp32", dest="bf16", action="store_const", const=False, default=None,
                    help="train in float32 (default: bf16 autocast where the GPU has it)")
     r.add_argument("--calibration-warmup", type=int, default=3)
