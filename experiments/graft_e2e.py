@@ -2,14 +2,16 @@
 coverage-aware pair of a split's in-corpus test index, its memorisation curve per epoch, then the
 leak-free evaluation (in corpus, out of corpus, attribution) beside the teacher in the same run.
 
-    python -m experiments.graft_e2e --split SPLITDIR --work WORK --layers 8 --lr 1e-3 --batch-size 16 \\
-        --epochs 8 --name NAME [--results docs/results]
+    python -m experiments.graft_e2e --corpus CORPUS --split SPLITDIR --work WORK --lr 1e-3 --batch-size 16 \\
+        --epochs 4 --name NAME [--results docs/results]
 
-SPLITDIR comes from `graft eval prepare` and `graft eval build` (experiments/subcorpus.py chooses a
-corpus a CPU can train). One model, trained on `SPLITDIR/incorpus/test/index` (the test part's
+With --corpus and no split yet, stage 0 makes it: the corpus's densest k-core of >= `--min-papers`
+papers (experiments/subcorpus.py), `graft eval prepare` (100 out-of-corpus hold-outs, 120 in-corpus
+queries, no survey hold-outs) and `graft eval build`. Without --corpus, SPLITDIR must exist. One model, trained on `SPLITDIR/incorpus/test/index` (the test part's
 leak-free index: its queries' links are not in it), answers both suites, as the GPU plan's does.
 
 Stages, each resumable (rerun the same command after a kill):
+0. **split** (`--corpus`, once): sub-corpus, split and its indexes, as above.
 1. **train** (`training.pipeline.train_index`, checkpoints every `--save-every-steps`): at the end of
    every epoch, the curve: the memorisation of held training pairs (every pair of `--held-papers`
    seeded source papers, `graft.check.memorisation`: taught targets among `--held-beams` beams,
@@ -54,6 +56,20 @@ def link_index(source: Path, target: Path, *, skip: tuple[str, ...]) -> None:
     shutil.copytree(source, target, copy_function=os.link,
                     ignore=lambda d, names: [n for n in names if Path(d) == source and (n in skip or n.startswith(
                         ".graft-lock"))])
+
+
+def make_split(corpus: Path, split: Path, work: Path, min_papers: int) -> None:
+    """Stage 0: the k-core sub-corpus of `corpus`, its split and the split's indexes."""
+    import subprocess
+
+    from experiments.subcorpus import main as subcorpus
+
+    sub = work / "corpus.jsonl"
+    subcorpus([str(corpus), "--min-papers", str(min_papers), "--out", str(sub)])
+    graft = [sys.executable, "-m", "cli.app"]
+    subprocess.run([*graft, "eval", "prepare", str(sub), "--out", str(split), "--ooc", "100", "--survey", "0",
+                    "--survey-dev", "0", "--incorpus", "120"], check=True)
+    subprocess.run([*graft, "eval", "build", str(split)], check=True)
 
 
 def curve_split(split: Path, target: Path) -> Path:
@@ -188,7 +204,10 @@ def render(args: Any, rows: list[dict[str, Any]], ceilings: dict[str, Any], fina
 
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__)
-    ap.add_argument("--split", required=True)
+    ap.add_argument("--split", required=True, help="split directory (made from --corpus when absent)")
+    ap.add_argument("--corpus", type=Path, default=None, help="corpus to cut the sub-corpus from (stage 0)")
+    ap.add_argument("--min-papers", type=int, default=500, help="stage 0: the k-core's least size")
+    ap.add_argument("--split-only", action="store_true", help="stop after stage 0 (the split and its indexes)")
     ap.add_argument("--work", required=True, help="scratch folder: curve, snapshot, naive index, report")
     ap.add_argument("--base-model", default="smollm2-135m")
     ap.add_argument("--layers", type=int, default=None, help="decoder layers kept (default: all)")
@@ -223,6 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m experiments.graft_e2e " + " ".join(argv if argv is not None else sys.argv[1:])
     split, work = Path(args.split), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    if not (split / "split.json").is_file():
+        if args.corpus is None:
+            ap.error(f"{split} is not a split: make it with --corpus CORPUS (or `graft eval prepare` + build)")
+        log(f"stage 0: the sub-corpus of {args.corpus}, its split and indexes")
+        make_split(args.corpus, split, work, args.min_papers)
+    if args.split_only:
+        return 0
     index = split / "incorpus" / "test" / "index"
     tokenizer = load_tokenizer(args.base_model)
     if not pairs_path(index).is_file():
