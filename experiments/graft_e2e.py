@@ -165,7 +165,7 @@ def curve_ceiling(split: Path, index: Path, queries: list[Any]) -> dict[str, flo
 def render(args: Any, rows: list[dict[str, Any]], ceilings: dict[str, Any], final: dict[str, Any] | None,
            command: str) -> str:
     lines = [f"# GRAFT end to end on the CPU: {args.name}", "", f"Command: `{command}`  ",
-             f"Date: {dt.date.today()} · base model {args.base_model}, first {args.layers or 'all'} decoder layers"
+             f"Date: {dt.date.today()} · base model {args.base_model}, {f'first {args.layers}' if args.layers else 'all'} decoder layers"
              f"{', frozen embeddings' if args.freeze_embeddings else ''} · lr {args.lr:g} · batch {args.batch_size} · "
              f"{args.epochs:g} epochs · trained on `{args.split}/incorpus/test/index`", "",
              "## Memorisation curve", "",
@@ -278,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"training on naive pairs in {naive_index}, {steps} steps")
         train_index(naive_index, TrainConfig(**{**config.to_dict(), "max_steps": steps}), base_model=args.base_model,
                     sampling="naive", reporter=Reporter(quiet=True))
-    assert has_model(index)
+    if not has_model(index):
+        raise SystemExit(f"training ended without a model in {index / 'model'}; see the log above")
     systems = args.systems.split(",") + (["graft-naive"] if naive_index else [])
     options = RunOptions(systems=systems, index_dir=index, part="test", naive_index=naive_index, beams=args.beams,
                          results_dir=Path(args.results), name=args.name)
