@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,3 +191,17 @@ def save_embedding_cache(encoder: Any, path: str | Path | None, texts: list[str]
     texts = list(dict.fromkeys(texts))
     np.savez(path, texts=np.asarray(texts, dtype=str), vectors=encoder.encode(texts),
              encoder=np.asarray(str(getattr(encoder, "name", ""))))
+
+
+def copy_split_queries(split: str | Path, target: str | Path) -> Path:
+    """A copy of a split's query and gold files with a runs folder of its own (only the nearest-paper
+    sets, `runs/*.obvious.json`, are copied into it), so that an experiment's runs never replace the
+    split's; indexes, corpora and tables stay behind. An existing copy is kept."""
+    split, target = Path(split), Path(target)
+    if (target / "split.json").is_file():
+        return target
+    shutil.copytree(split, target, ignore=shutil.ignore_patterns("index", "corpus.jsonl", "runs", "results"))
+    (target / "runs").mkdir(exist_ok=True)
+    for f in (split / "runs").glob("*.obvious.json"):
+        shutil.copy2(f, target / "runs" / f.name)
+    return target

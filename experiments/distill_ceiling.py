@@ -135,6 +135,23 @@ def ceiling_recalls(lists: dict[str, dict[str, list[int]]], queries: list[Any], 
     return mean_recalls(ranked, gold)
 
 
+def pairs_ceiling(split_dir: Path, index_dir: Path, pairs: Any, queries: list[Any],
+                  fusions: tuple[str, ...] = ("graph-rrf",)) -> dict[str, dict[str, float]]:
+    """`ceiling_recalls` of a pair set (polars, `training.pairs` schema) on in-corpus `queries` of a
+    split (gold: `incorpus/qrels.txt`) over the index at `index_dir`, per fusion."""
+    from eval.trec import read_qrels
+    from graft.docids import load_docids
+    from graft.index import Index
+    from graft.teacher import symmetrise
+
+    idx = Index.open(index_dir)
+    walk = symmetrise(idx.graphs)
+    qrels = read_qrels(Path(split_dir) / "incorpus" / "qrels.txt")
+    lists = facet_lists_from_pairs(pairs, load_docids(index_dir), idx.row_of, walk, {q.paper_id for q in queries})
+    gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries if qrels.get(q.qid)}
+    return {fusion: ceiling_recalls(lists, queries, idx.row_of, gold, walk, fusion=fusion) for fusion in fusions}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = split_parser(__doc__, table="distill_ceiling", part="test")
     ap.add_argument("--base-model", default="smollm2-135m", help="tokenizer of the DocIDs")

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.common import add_results_argument, parser
+from experiments.common import add_results_argument, copy_split_queries, parser
 
 SYSTEMS = "bm25,dense,teacher,teacher-cite,graft,graft-rrf,graft-walk,graft-cite"
 
@@ -72,33 +72,22 @@ def make_split(corpus: Path, split: Path, work: Path, min_papers: int) -> None:
     subprocess.run([*graft, "eval", "build", str(split)], check=True)
 
 
-def curve_split(split: Path, target: Path) -> Path:
-    """A copy of the split's query files with a runs folder of its own (the curve's runs never touch
-    the split's)."""
-    if (target / "split.json").is_file():
-        return target
-    shutil.copytree(split, target, ignore=shutil.ignore_patterns("index", "corpus.jsonl", "runs", "results"))
-    (target / "runs").mkdir(exist_ok=True)
-    for f in (split / "runs").glob("*.obvious.json"):
-        shutil.copy2(f, target / "runs" / f.name)
-    return target
-
-
 class Curve:
     """The per-epoch measurements, run from the trainer's step callback at each epoch's last step."""
 
-    def __init__(self, args: Any, index: Path, work: Path, tokenizer: Any, held: Any, ceiling: dict[str, float]):
+    def __init__(self, args: Any, index: Path, work: Path, tokenizer: Any, held: Any, ceiling: dict[str, float],
+                 on_row: Any):
         from graft.docids import load_tries
 
-        self.args, self.index, self.work, self.tokenizer, self.held = args, index, work, tokenizer, held
+        self.args, self.work, self.tokenizer, self.held = args, work, tokenizer, held
         self.tries = load_tries(index)
         self.ceiling = ceiling
+        self.on_row = on_row  # called after each epoch's row is written (the report is rewritten)
         self.path = work / "curve.jsonl"
         self.rows = [json.loads(x) for x in self.path.read_text().splitlines()] if self.path.is_file() else []
         self.snap = work / "snapshot" / "index"
         link_index(index, self.snap, skip=("model", "cache"))
-        self.split = curve_split(Path(args.split), work / "curve-split")
-        self.on_row: Any = None  # called after each epoch's row is written (the report is rewritten)
+        self.split = copy_split_queries(args.split, work / "curve-split")
 
     def __call__(self, step: int, info: dict[str, Any]) -> None:
         total, epochs = info["total"], self.args.epochs
@@ -121,13 +110,11 @@ class Curve:
             checkpoints.save_final_model(self.snap / "model", model, self.tokenizer, {"epoch": epoch, "step": step})
         finally:
             model.train()
-        recall = {}
-        for suite in ("incorpus", "ooc"):
-            options = RunOptions(systems=["graft"], index_dir=self.snap, part="test", limit=self.args.curve_queries,
-                                 force=True, beams=self.args.beams, results_dir=self.work / "curve-results",
-                                 name=f"{self.args.name}-e{epoch}")
-            table = run_suites(self.split, [suite], options, command="graft_e2e curve")[0]
-            recall[suite] = next(r["R@20"] for r in table["rows"] if r["system"] == "graft")
+        options = RunOptions(systems=["graft"], index_dir=self.snap, part="test", limit=self.args.curve_queries,
+                             force=True, beams=self.args.beams, results_dir=self.work / "curve-results",
+                             name=f"{self.args.name}-e{epoch}")
+        tables = run_suites(self.split, ["incorpus", "ooc"], options, command="graft_e2e curve")  # one loaded index
+        recall = {t["suite"]: next(r["R@20"] for r in t["rows"] if r["system"] == "graft") for t in tables}
         row = {"epoch": epoch, "step": step, "loss": info["loss"], "train_s": round(info["elapsed"], 1),
                **{f"held_{k}": v for k, v in memo.to_dict().items()},
                "R@20 in corpus": recall["incorpus"], "R@20 out of corpus": recall["ooc"],
@@ -135,31 +122,10 @@ class Curve:
         self.rows.append(row)
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        if self.on_row is not None:
-            self.on_row()
+        self.on_row()
         log(f"epoch {epoch}: loss {info['loss']:.3f}, taught targets in beams {memo.target_in_beams:.3f}, "
             f"R@20 {recall['incorpus']:.3f} in corpus (ceiling {self.ceiling.get('R@20', float('nan')):.3f}), "
             f"{recall['ooc']:.3f} out of corpus ({row['measure_s']:.0f} s)")
-
-
-def curve_ceiling(split: Path, index: Path, queries: list[Any]) -> dict[str, float]:
-    """The memorisation ceiling (graph-RRF) of the index's pairs on `queries` (in corpus)."""
-    import polars as pl
-
-    from eval.trec import read_qrels
-    from experiments.distill_ceiling import ceiling_recalls, facet_lists_from_pairs
-    from graft.docids import load_docids
-    from graft.index import Index
-    from graft.teacher import symmetrise
-    from training.pairs import pairs_path
-
-    idx = Index.open(index)
-    walk = symmetrise(idx.graphs)
-    qrels = read_qrels(split / "incorpus" / "qrels.txt")
-    pairs = pl.read_parquet(pairs_path(index))
-    lists = facet_lists_from_pairs(pairs, load_docids(index), idx.row_of, walk, {q.paper_id for q in queries})
-    gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries if qrels.get(q.qid)}
-    return ceiling_recalls(lists, queries, idx.row_of, gold, walk, fusion="graph-rrf")
 
 
 def render(args: Any, rows: list[dict[str, Any]], ceilings: dict[str, Any], final: dict[str, Any] | None,
@@ -227,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", required=True)
     add_results_argument(ap)
     args = ap.parse_args(argv)
+    import polars as pl
     import torch
 
     from eval.runner import RunOptions, load_queries, run_suites
+    from experiments.distill_ceiling import pairs_ceiling
     from experiments.train_recipe import slice_table
     from graft.manifest import has_model
     from graft.progress import Reporter
@@ -254,16 +222,17 @@ def main(argv: list[str] | None = None) -> int:
     if not pairs_path(index).is_file():
         build_pairs(index, tokenizer)
     queries = load_queries(split, "incorpus", "test", None)
-    ceilings = {"curve queries": curve_ceiling(split, index, queries[: args.curve_queries]),
-                "all test queries": curve_ceiling(split, index, queries)}
+    pairs = pl.read_parquet(pairs_path(index))
+    ceilings = {what: pairs_ceiling(split, index, pairs, qs)["graph-rrf"]
+                for what, qs in (("curve queries", queries[: args.curve_queries]), ("all test queries", queries))}
     config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, layers=args.layers,
                          freeze_embeddings=args.freeze_embeddings, save_every_steps=args.save_every_steps,
                          progress_every_s=60)
     report = work / f"e2e_{args.name}.md"
     curve = Curve(args, index, work, tokenizer, slice_table(index, tokenizer, args.held_papers, args.seed),
-                  ceilings["curve queries"])
+                  ceilings["curve queries"],
+                  on_row=lambda: report.write_text(render(args, curve.rows, ceilings, None, command)))
 
-    curve.on_row = lambda: report.write_text(render(args, curve.rows, ceilings, None, command))
     t0 = time.perf_counter()
     log(f"training on {index} (resumes from its last checkpoint)")
     summary = train_index(index, config, base_model=args.base_model, reporter=Reporter(quiet=False), on_step=curve)

@@ -27,10 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.common import add_results_argument, parser
-
-#: Files of a split the in-corpus suite reads (the runs folder is made fresh).
-SPLIT_FILES = ("split.json", "incorpus/queries.jsonl", "incorpus/qrels.txt", "runs/incorpus.obvious.json")
+from experiments.common import add_results_argument, copy_split_queries, parser
 
 
 def slice_pairs(index_dir: Path, tokenizer: Any, sources: set[str]) -> tuple[Any, dict[str, Any]]:
@@ -75,13 +72,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.runner import RunOptions, corpus_name, load_queries, run_suites
     from eval.splits import read_split
-    from eval.trec import read_qrels
-    from experiments.distill_ceiling import ceiling_recalls, facet_lists_from_pairs
+    from experiments.distill_ceiling import pairs_ceiling
     from graft.check import PromptCheck
-    from graft.docids import load_docids
-    from graft.index import Index
     from graft.progress import Reporter
-    from graft.teacher import symmetrise
     from training.base_models import load_tokenizer
     from training.pipeline import train_index
     from training.trainer import TrainConfig
@@ -93,10 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     index_dir, split_copy = work / "index", work / "split"
     shutil.copytree(source_index, index_dir, ignore=shutil.ignore_patterns("docids", "train", "model", "cache"))
-    for rel in SPLIT_FILES:
-        if (split_dir / rel).is_file():
-            (split_copy / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(split_dir / rel, split_copy / rel)
+    copy_split_queries(split_dir, split_copy)
     queries = load_queries(split_dir, "incorpus", "test", args.queries)
     sources = {q.paper_id for q in queries}
     reporter = Reporter(quiet=args.quiet)
@@ -122,14 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                          label=label)
     table = run_suites(split_copy, ["incorpus"], options, reporter=reporter, command=command)[0]
 
-    # the ceiling of the same pairs on the same queries
-    idx = Index.open(index_dir)
-    walk = symmetrise(idx.graphs)
-    qrels = read_qrels(split_dir / "incorpus" / "qrels.txt")
-    lists = facet_lists_from_pairs(pairs, load_docids(index_dir), idx.row_of, walk, sources)
-    gold = {q.qid: {idx.row_of[p] for p in qrels[q.qid] if p in idx.row_of} for q in queries if qrels.get(q.qid)}
-    ceiling = {fusion: ceiling_recalls(lists, queries, idx.row_of, gold, walk, fusion=fusion)
-               for fusion in ("graph-rrf", "rrf")}
+    ceiling = pairs_ceiling(split_dir, index_dir, pairs, queries, ("graph-rrf", "rrf"))  # same pairs, same queries
     rows = {r["system"]: r for r in table["rows"]}
     teacher = rows["teacher"]["R@20"]
     out_rows = []
