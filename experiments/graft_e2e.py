@@ -12,12 +12,12 @@ leak-free index: its queries' links are not in it), answers both suites, as the 
 
 Stages, each resumable (rerun the same command after a kill):
 0. **split** (`--corpus`, once): sub-corpus, split and its indexes, as above.
-1. **train** (`training.pipeline.train_index`, checkpoints every `--save-every-steps`): at the end of
-   every epoch, the curve: the memorisation of held training pairs (every pair of `--held-papers`
+1. **train** (`training.pipeline.train_index`, checkpoints every `--save-every-steps`): after every
+   `--measure-every` epochs (default 1) and at the end, the curve: the memorisation of held training pairs (every pair of `--held-papers`
    seeded source papers, `graft.check.memorisation`: taught targets among `--held-beams` beams,
    prompts whose top beam is taught, distinct top beams) and `graft` (graph-RRF) Recall@20 on the
    first `--curve-queries` in-corpus test and out-of-corpus queries, beside the memorisation ceiling
-   of the same pairs on the same in-corpus queries (`experiments.distill_ceiling`). Each epoch's row
+   of the same pairs on the same in-corpus queries (`experiments.distill_ceiling`). Each point's row
    is appended to WORK/curve.jsonl as it is measured; epochs already there are not measured again.
 2. **naive** (`--naive`): the same model trained on naive pairs for the same number of steps, in a
    copy of the index under WORK (the `graft-naive` row).
@@ -90,13 +90,13 @@ class Curve:
         self.split = copy_split_queries(args.split, work / "curve-split")
 
     def __call__(self, step: int, info: dict[str, Any]) -> None:
-        total, epochs = info["total"], self.args.epochs
-        ends = {round(k * total / epochs): k for k in range(1, int(epochs) + 1)}
+        points = curve_points(self.args.epochs, self.args.measure_every)
+        ends = {round(p * info["total"] / self.args.epochs): p for p in points}
         if step not in ends or any(r["epoch"] == ends[step] for r in self.rows):
             return
         self.measure(ends[step], step, info)
 
-    def measure(self, epoch: int, step: int, info: dict[str, Any]) -> None:
+    def measure(self, epoch: float, step: int, info: dict[str, Any]) -> None:
         from eval.runner import RunOptions, run_suites
         from graft.check import memorisation
         from training import checkpoints
@@ -126,6 +126,22 @@ class Curve:
         log(f"epoch {epoch}: loss {info['loss']:.3f}, taught targets in beams {memo.target_in_beams:.3f}, "
             f"R@20 {recall['incorpus']:.3f} in corpus (ceiling {self.ceiling.get('R@20', float('nan')):.3f}), "
             f"{recall['ooc']:.3f} out of corpus ({row['measure_s']:.0f} s)")
+
+
+def curve_points(epochs: float, every: float) -> list[float | int]:
+    """The epochs after which the curve is measured: every `every` epochs, and the end of training
+    (whole numbers as ints, so rows read back from curve.jsonl compare equal)."""
+    if every <= 0:
+        raise SystemExit(f"--measure-every must be > 0, got {every:g}")
+    points = [round(k * every, 6) for k in range(1, int(epochs / every + 1e-9) + 1)]
+    if not points or points[-1] < epochs:
+        points.append(epochs)
+    return [int(p) if float(p).is_integer() else p for p in points]
+
+
+def whole(x: float) -> float | int:
+    """`x` as an int when it is whole (a config's `epochs` 4, not 4.0: the training fingerprint)."""
+    return int(x) if float(x).is_integer() else x
 
 
 def render(args: Any, rows: list[dict[str, Any]], ceilings: dict[str, Any], final: dict[str, Any] | None,
@@ -180,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--freeze-embeddings", action="store_true")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--epochs", type=float, default=8, help="epochs over the pairs (a fraction is allowed)")
+    ap.add_argument("--measure-every", type=float, default=1.0, help="epochs between curve points")
     ap.add_argument("--save-every-steps", type=int, default=200)
     ap.add_argument("--held-papers", type=int, default=20)
     ap.add_argument("--held-beams", type=int, default=10)
@@ -193,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", required=True)
     add_results_argument(ap)
     args = ap.parse_args(argv)
+    args.epochs = whole(args.epochs)
     import polars as pl
     import torch
 

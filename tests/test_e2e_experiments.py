@@ -55,3 +55,15 @@ def test_the_cs768_sub_corpus_is_its_10_core(tmp_path, capsys) -> None:
             degree[ref] += 1
     assert min(degree.values()) >= 10  # every paper keeps >= 10 links inside (duplicates aside)
     assert len(read_records(out)) == 586
+
+
+def test_curve_points_fall_every_so_many_epochs_and_at_the_end() -> None:
+    from experiments.graft_e2e import curve_points, whole
+
+    assert curve_points(4, 1) == [1, 2, 3, 4] and all(isinstance(p, int) for p in curve_points(4, 1))
+    assert curve_points(0.5, 0.25) == [0.25, 0.5]
+    assert curve_points(2.5, 1) == [1, 2, 2.5]
+    assert curve_points(0.3, 1) == [0.3]
+    assert whole(4.0) == 4 and isinstance(whole(4.0), int) and whole(0.5) == 0.5
+    with pytest.raises(SystemExit, match="measure-every"):
+        curve_points(1, 0)

@@ -1337,3 +1337,37 @@ def test_no_system_reads_a_query_s_own_citation_link(tmp_path, encoder) -> None:
                     encoder=encoder, cache_from=split / "index")
     leaky = {name: answers(tmp_path / f"leaky-{name}", ("citation", "teacher", "teacher-cite")) for name in splits}
     assert any(leaky["with"][s][q] != leaky["without"][s][q] for s in leaky["with"])
+
+
+def test_the_end_to_end_experiment_trains_measures_each_epoch_then_evaluates(built, tmp_path) -> None:
+    """experiments.graft_e2e on a copy of the split with the `tiny` model: a curve row per point (the
+    held pairs' memorisation and R@20 beside the ceiling), then the three suites' tables in one report."""
+    from experiments import graft_e2e
+
+    _, split = built
+    copy = tmp_path / "split"
+    shutil.copytree(split, copy, ignore=shutil.ignore_patterns(".graft-lock*"))
+    work, results = tmp_path / "work", tmp_path / "results"
+    argv = ["--split", str(copy), "--work", str(work), "--results", str(results), "--base-model", "tiny",
+            "--epochs", "0.5", "--measure-every", "0.25", "--batch-size", "32", "--held-papers", "3", "--held-beams", "3", "--curve-queries", "4",
+            "--beams", "3", "--systems", "bm25,teacher,graft", "--threads", "1", "--name", "smoke"]
+    assert graft_e2e.main(argv) == 0
+    rows = [json.loads(x) for x in (work / "curve.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0.25, 0.5] and rows[0]["step"] < rows[1]["step"]
+    for r in rows:
+        assert r["held_pairs"] >= r["held_prompts"] > 0 and r["held_beams"] == 3
+        for key in ("held_target_in_beams", "held_top_beam_taught", "R@20 in corpus", "R@20 out of corpus",
+                    "ceiling R@20 in corpus"):
+            assert 0.0 <= r[key] <= 1.0, key
+        assert 0 < r["held_distinct_top_beams"] <= 1.0
+    assert rows[0]["ceiling R@20 in corpus"] > 0  # the pairs reach some of the queries' links
+    report = (results / "e2e_smoke.md").read_text()
+    assert report == (work / "e2e_smoke.md").read_text()
+    assert report.count("\n| 0.25 | ") == 1 and report.count("\n| 0.5 | ") == 1
+    for suite in ("### incorpus", "### ooc", "### attribution"):
+        assert suite in report
+    assert report.count("| graft |") >= 3 and "graft / teacher R@20" in report
+    assert (copy / "incorpus" / "test" / "index" / "model").is_dir()
+    runs = sorted(p.name for p in results.iterdir())
+    assert any(n.startswith("eval_incorpus") for n in runs) and any(n.startswith("eval_ooc") for n in runs)
+
