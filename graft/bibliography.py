@@ -158,6 +158,17 @@ def bib_author(name: str) -> str:
     return "{" + text + "}" if odd else text
 
 
+_ALTERNATIVES = re.compile(r"[A-Za-z][\w&.-]{0,15}(?:\s*/\s*[A-Za-z][\w&.-]{0,15})+")
+
+
+def one_venue(text: str | None) -> str | None:
+    """The venue a corpus gives a paper, or None when it names none: empty, or alternatives joined
+    by "/" ("NeurIPS/ICML", cs768's label for all of its papers), which cannot be the one venue a
+    paper appeared at."""
+    v = plain(text or "")
+    return None if not v or _ALTERNATIVES.fullmatch(v) else v
+
+
 @dataclass
 class BibEntry:
     """One corpus paper as a bibliography entry (texts as the corpus holds them)."""
@@ -200,7 +211,7 @@ def entries(source: Index | pl.DataFrame, paper_ids: list[str], *, abstracts: bo
         out.append(BibEntry(
             paper_id=pid, key=keys[pid], title=str(get("title") or ""),
             authors=[plain(a) for a in authors if plain(a)] if authors is not None else [],
-            year=int(year) if year else None, venue=plain(get("venue") or "") or None,
+            year=int(year) if year else None, venue=one_venue(get("venue")),
             abstract=(plain(get("abstract") or "") or None) if abstracts else None,
             links=links(pid, doi_text=get("doi"), url=get("url"), arxiv=get("arxiv"))))
     return out

@@ -300,6 +300,7 @@ def test_headings_are_shared_title_phrases_without_repeats_or_fragments() -> Non
     assert title_chunks("Prototypical Networks for Few-shot Learning") == ["Prototypical Networks", "Few-shot Learning"]
     assert title_chunks("Learning to Generate One-sentence Biographies from Wikidata") == ["Learning", "Wikidata"]
     assert title_chunks("Obfuscated Gradients Give a False Sense of Security")[0] == "Obfuscated Gradients"
+    assert title_chunks("Studying the History of Ideas Using Topic Models") == ["History", "Ideas", "Topic Models"]
     titles = ["Prototypical Networks for Few-shot Learning", "Matching Networks for One Shot Learning",
               "Meta-Learning with Prototypical Networks", "Branch and Bound and Depth First Branch"]
     background = document_frequencies(titles + ["graph neural networks", "neural machine translation"] * 5)
@@ -320,6 +321,31 @@ def test_headings_are_shared_title_phrases_without_repeats_or_fragments() -> Non
 
     assert not noun_phrase("ideas using topic") and not noun_phrase("Article") and not noun_phrase("")
     assert noun_phrase("topic models") and noun_phrase("deep learning")
+
+
+def test_a_section_heading_prefers_what_two_thirds_share_and_is_no_verb_nor_a_used_heads_word() -> None:
+    from graft.survey.outline import theme_heading, verbs_of
+
+    titles = ["Few-shot Classification with Prototypes", "Image Classification in Few-shot Regimes",
+              "Meta-Learning for Few-shot Classification", "Image Classification by Transfer",
+              "Object Detection from Few Image Examples", "Few-shot Classification of Scenes"]
+    texts = ["We study few-shot classification."] * 6
+    others = ["Few-shot classification benchmarks."] * 5 + ["Graph neural networks for molecules."] * 5
+    # "image classification" (3 of 6, never outside) loses to "few-shot classification" (all 6, half the others)
+    head, share = theme_heading(titles, texts, others, topic="meta-learning")
+    assert head == "Few-shot classification" and share >= 2 / 3
+    # the head word of a heading in use is no heading of its own
+    adv = ["Adversarial Examples in the Wild", "Certified Defenses against Adversarial Examples",
+           "Adversarial Examples are Features"]
+    got = theme_heading(adv, [""] * 3, others, topic="robustness", avoid={"adversarial examples"})
+    assert got is None or got[0].lower() not in {"examples", "adversarial examples"}
+    # a phrase led by a word the texts use as a verb ("we apply ...") is refused; so is a phrase of one
+    # paper's abstract alone: a one-paper section is headed from its title
+    assert "apply" in verbs_of(["We apply Jensen-Shannon divergence to topics.", "To apply it, we count."])
+    assert "model" not in verbs_of(["The model is small.", "The model learns.", "We model text."])
+    one = theme_heading(["Studying the History of Ideas Using Topic Models"],
+                        ["We apply Jensen-Shannon divergence, possibly rising again, to topics."], others, topic="x")
+    assert one is not None and one[0] == "Topic models"
 
 
 def test_parse_json_object_tolerates_fences_but_not_garbage() -> None:
@@ -541,6 +567,14 @@ PLAIN_FIELDS = [
 ]
 
 
+def test_a_venue_of_alternatives_names_no_venue() -> None:
+    from graft.bibliography import one_venue
+
+    assert one_venue("NeurIPS/ICML") is None and one_venue("NeurIPS / ICML") is None and one_venue(" ") is None
+    assert one_venue("ACL") == "ACL" and one_venue("Findings of EMNLP 2021") == "Findings of EMNLP 2021"
+    assert one_venue("Proceedings of the 2019 Conference on Empirical Methods in NLP / IJCNLP") is not None
+
+
 def test_references_bib_formats_in_the_plain_style_with_and_without_authors(tmp_path) -> None:
     """pybtex's plain style needs author, booktitle and year in an @inproceedings (before, every
     cs768 paper failed: `FieldIsMissing: missing author`, strict or not); such papers are @misc
@@ -557,12 +591,13 @@ def test_references_bib_formats_in_the_plain_style_with_and_without_authors(tmp_
     parsed = parse_string(text, "bibtex").entries
     assert parsed[keys["full"]].type == "inproceedings" and parsed[keys["full"]].fields["booktitle"] == "ACL"
     cs768 = parsed[keys["2106.04689v1"]]
-    assert cs768.type == "misc" and cs768.fields["howpublished"] == "NeurIPS/ICML" and "key" in cs768.fields
+    # cs768's "NeurIPS/ICML" (every paper's) names no one venue: not written
+    assert cs768.type == "misc" and "howpublished" not in cs768.fields and "key" in cs768.fields
     assert [len(parsed[keys[p]].persons.get("author", [])) for p in order] == [2, 0, 0, 1, 2]
     path = tmp_path / "references.bib"
     path.write_text(text, encoding="utf-8")
     formatted = formats_in_pybtex_plain(path)
-    assert "No authors, as in cs768. NeurIPS/ICML, 2021. corpus id 2106.04689v1." in formatted, formatted
+    assert "No authors, as in cs768. 2021. corpus id 2106.04689v1." in formatted, formatted
     assert "Ann Smith and Bob Jones. A paper with every field. In ACL. 2020." in formatted, formatted
     bbl = formats_in_bibtex_plain(path, tmp_path / "bibtex")
     assert "No authors, as in cs768" in bbl and "Ann Smith and Bob Jones" in bbl

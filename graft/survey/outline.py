@@ -54,7 +54,7 @@ article articles paper papers study studies work works analysis analyses approac
 model models framework frameworks problem problems result results survey review overview application
 applications evaluation experiments experiment theory perspective perspectives case data system systems
 limitations limitation challenges challenge insights lessons understanding role effects effect benefits
-towards toward beyond revisiting rethinking investigation exploration comparison improvements performance
+examples example towards toward beyond revisiting rethinking investigation exploration comparison improvements performance
 learning deep neural network networks algorithm algorithms task tasks text language information generation
 """.split())
 
@@ -63,7 +63,8 @@ def title_chunks(title: str, max_words: int = 4) -> list[str]:
     """The noun phrases of a title: maximal runs of words between punctuation and function words
     ("Prototypical Networks for Few-shot Learning" -> "Prototypical Networks", "Few-shot Learning"),
     at most `max_words` long; the word before an article ends no phrase ("Obfuscated Gradients Give a
-    False Sense of Security" -> "Obfuscated Gradients", ...)."""
+    False Sense of Security" -> "Obfuscated Gradients", ...; "Studying the History of Ideas" -> "History",
+    "Ideas")."""
     out: list[str] = []
     for piece in re.split(r"[:;,.?!()\[\]{}\"“”/|]|\s[-–—]\s", plain_text(title)):
         run: list[str] = []
@@ -71,7 +72,7 @@ def title_chunks(title: str, max_words: int = 4) -> list[str]:
         for w in piece.split():
             token = w.strip("'\"")
             if not _WORD.fullmatch(token) or token.lower() in _BREAK:
-                if len(run) > 1 and token.lower() in ("a", "an", "the"):
+                if run and token.lower() in ("a", "an", "the"):
                     run = run[:-1]  # a run's last word before an article is a verb ("Gradients Give a ...")
                 if run and after != "to":
                     out.append(" ".join(run))
@@ -167,23 +168,47 @@ def _sub_phrases(chunk: str) -> list[str]:
     return [" ".join(ws[i:]) for i in range(len(ws))]
 
 
+_VERB_AFTER = re.compile(r"\b(?:we|they|can|cannot|could|to)\s+([a-z]+)\b", re.I)
+_WORDS = re.compile(r"[a-z]+", re.I)
+
+
+def verbs_of(texts: Sequence[str]) -> set[str]:
+    """Words the texts use mostly as verbs: at least half of their occurrences follow "we", "they",
+    "to" or a modal ("we apply", "can transfer"), so that "Apply Jensen-Shannon divergence" never
+    heads a section while "model" (mostly "the model", sometimes "we model") still may."""
+    after: dict[str, int] = {}
+    for t in texts:
+        for m in _VERB_AFTER.finditer(t):
+            w = m.group(1).lower()
+            after[w] = after.get(w, 0) + 1
+    every: dict[str, int] = dict.fromkeys(after, 0)
+    for t in texts:
+        for w in _WORDS.findall(t):
+            w = w.lower()
+            if w in every:
+                every[w] += 1
+    return {w for w, n in after.items() if w not in _BREAK and 2 * n >= every[w]}
+
+
 def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[str], *,
                   avoid: set[str] = frozenset(), topic: str = "", min_papers: int = 0) -> tuple[str, float] | None:
     """The heading of a section: the noun phrase of its papers' titles (or a part of one) whose
     content words occur in the most of its papers (`titles` with `texts`: title and abstract), set
     against the papers of the other sections (`others`: their titles and abstracts) as class-based
     TF-IDF does: score = share inside x log(1 + 1 / (share outside + 0.05)), longer phrases preferred.
-    A heading's content words occur in at least half of the section's papers; it repeats no word, is
-    not the topic and not in `avoid`; a single word must not be generic. Returns (heading, share
+    A heading's content words occur in at least half of the section's papers, and a phrase two thirds
+    of them share is preferred to any that only half share; it repeats no word, is not the topic and
+    not in `avoid`; a single word must not be generic nor the last word of a phrase in `avoid`; its first
+    word is no verb of the texts (`verbs_of`). Returns (heading, share
     inside), or None when no phrase is shared by half of the papers (`min_papers`: by that many of
     them instead)."""
     docs = [content_stems(f"{t} {x}") for t, x in zip(titles, texts)]
     rest = [content_stems(o) for o in others]
     topic_stems = content_stems(topic)
-    best: tuple[float, str, float] | None = None
+    best: tuple[int, float, str, float] | None = None
     seen: set[str] = set()
     # the phrases of the titles first (a title names its paper's theme best), then the noun phrases of
-    # two or three words the abstracts share (a run between function words, its head kept)
+    # two or three words the abstracts share (two of them at least; a run between function words, its head kept)
     candidates: list[tuple[str, float]] = [(p, 1.0) for t in titles for c in title_chunks(t) for p in _sub_phrases(c)]
     from graft.survey.compose import STOPWORDS
 
@@ -193,16 +218,19 @@ def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[
                  and not any(w.lower() in STOPWORDS for w in p.split())}
         for p in found:
             counts[p] = counts.get(p, 0) + 1
-    candidates += [(p, 0.8) for p, n in sorted(counts.items()) if (n >= min_papers if min_papers else 2 * n >= len(texts))]
+    candidates += [(p, 0.8) for p, n in sorted(counts.items()) if n >= 2 and (n >= min_papers if min_papers else 2 * n >= len(texts))]
+    verbs = verbs_of([*titles, *texts, *others])
     for phrase, weight in candidates:
         key = normalize_text(phrase)
         ws = key.split()
-        if key in seen or key in avoid or len(set(ws)) < len(ws) or not noun_phrase(key):
+        if key in seen or key in avoid or len(set(ws)) < len(ws) or not noun_phrase(key) or ws[0] in verbs:
             continue
         seen.add(key)
         want = content_stems(phrase)
         if not want or want <= topic_stems or all(len(w) < 3 or w.isdigit() for w in ws):
             continue
+        if len(ws) == 1 and any(a.split()[-1] == key for a in avoid):
+            continue  # the head of a heading in use ("Examples" beside "Adversarial examples") names nothing new
         n_in = sum(want <= d for d in docs)
         inside = n_in / max(len(docs), 1)
         if (n_in < min_papers) if min_papers else (2 * inside < 1):
@@ -210,6 +238,8 @@ def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[
         outside = sum(want <= d for d in rest) / max(len(rest), 1)
         score = weight * inside * math.log(1 + 1 / (outside + 0.05)) * (
             0.6 if len(ws) == 1 else 1 + 0.15 * (len(ws) - 2))
-        if best is None or (score, phrase) > (best[0], best[1]):
-            best = (score, phrase, inside)
-    return (_case(best[1]), best[2]) if best else None
+        # a phrase two thirds of the papers share ranks above any that only half share
+        tier = 1 if min_papers or 3 * n_in >= 2 * len(docs) else 0
+        if best is None or (tier, score, phrase) > (best[0], best[1], best[2]):
+            best = (tier, score, phrase, inside)
+    return (_case(best[2]), best[3]) if best else None

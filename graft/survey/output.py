@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from graft.bibliography import bibtex, entries, plain
+from graft.bibliography import bibtex, entries, one_venue, plain
 from graft.index import Index
 from graft.store import atomic_path, folder_problem, json_text
 from graft.survey.config import SurveyError
@@ -186,7 +186,7 @@ def render_markdown(title: str, sections: list[Section], index: Index, numbers: 
     for pid, n in sorted(numbers.items(), key=lambda x: x[1]):
         row = index.row(pid)
         year = papers["year"][row]
-        venue = papers["venue"][row] if "venue" in papers.columns else None
+        venue = one_venue(papers["venue"][row]) if "venue" in papers.columns else None
         bits = [md_text(papers["title"][row])]
         if venue:
             bits.append(md_escape(venue))
