@@ -183,13 +183,15 @@ def candidate_blocks(
     exclude_self: bool = True,
     block_rows: int | None = None,
     progress: Callable[[int], None] | None = None,
+    offset: int = 0,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """`graft.similarity.prefilter_blocks` through an IVF index: (start, (block, c) candidates) per
-    block of query rows; with `exclude_self`, query row i is corpus row i and never its own candidate."""
+    block of query rows; with `exclude_self`, query row i is corpus row offset + i and never its own
+    candidate (start is a corpus row too)."""
     block_rows = block_rows or SEARCH_ROWS
     for start in range(0, query.shape[0], block_rows):
         q = query[start : start + block_rows]
-        own = np.arange(start, start + q.shape[0]) if exclude_self else None
-        yield start, searcher.search(q, n_candidates, self_rows=own)
+        own = np.arange(offset + start, offset + start + q.shape[0]) if exclude_self else None
+        yield offset + start, searcher.search(q, n_candidates, self_rows=own)
         if progress is not None:
             progress(q.shape[0])

@@ -84,20 +84,41 @@ class CitationSignals:
     n_cocitation_pairs: int
 
 
-def citation_signals(a: sp.csr_matrix, rescale: str = "pair") -> CitationSignals:
+def link_count_rows(a: sp.csr_matrix, a_t: sp.csr_matrix, start: int, stop: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """Rows start..stop of the coupling counts A Aᵀ and the co-citation counts Aᵀ A (`a_t` = Aᵀ as
+    CSR, float32), their diagonal removed: the work unit of a distributed build's citation stage.
+    Stacked in row order they are exactly the whole matrices (counts are whole numbers)."""
+    a = sp.csr_matrix(a, dtype=np.float32)
+    out = []
+    for m in (a[start:stop] @ a.T, a_t[start:stop] @ a):
+        coo = sp.coo_matrix(m)
+        keep = (coo.col != coo.row + start) & (coo.data != 0)
+        m = sp.csr_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=coo.shape, dtype=np.float32)
+        m.sort_indices()
+        out.append(m)
+    return out[0], out[1]
+
+
+def citation_signals(a: sp.csr_matrix, rescale: str = "pair",
+                     counts: tuple[sp.csr_matrix, sp.csr_matrix] | None = None) -> CitationSignals:
     """Bibliographic coupling and co-citation of citation matrix `a`, averaged into one score.
 
     Args:
         a: binary n x n CSR matrix, a[i, j] = 1 if paper i cites paper j.
         rescale: "pair" (the module docstring's per-pair rescaling) or "global" (divide by the
             corpus maximum; kept for comparison).
+        counts: the coupling and co-citation counts without their diagonal, where already computed
+            (`link_count_rows` stacked); computed here when None.
     Returns:
         `CitationSignals` whose `score` = (rescale(log1p(A Aᵀ)) + rescale(log1p(Aᵀ A))) / 2, with
             the per-pair rescaling of the module docstring.
     """
     a = sp.csr_matrix(a, dtype=np.float32)
-    coupling = _off_diagonal(a @ a.T)
-    cocitation = _off_diagonal((a.T @ a).tocsr())
+    if counts is None:
+        coupling = _off_diagonal(a @ a.T)
+        cocitation = _off_diagonal((a.T @ a).tocsr())
+    else:
+        coupling, cocitation = (sp.csr_matrix(m, dtype=np.float32) for m in counts)
     coupling_n, coupling_row_log = _log_rescale(coupling, rescale)
     cocitation_n, cocitation_row_log = _log_rescale(cocitation, rescale)
     score = ((coupling_n + cocitation_n) * 0.5).tocsr()

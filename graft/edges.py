@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from graft.ann import CandidateSearch, IVFCandidates, candidate_blocks
-from graft.similarity import FacetItemsMatrix, prefilter_blocks, score_gathered, score_pairs
+from graft.ann import SEARCH_ROWS, CandidateSearch, IVFCandidates, candidate_blocks
+from graft.similarity import FacetItemsMatrix, block_rows_for, prefilter_blocks, score_gathered, score_pairs
 from graft.similarity import sorted_unique as _unique  # a name of this module: benchmarks swap it
 
 
@@ -68,6 +68,83 @@ def _lookup(m: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return np.asarray(m[rows, cols]).ravel().astype(np.float32)
 
 
+def graph_block_rows(n: int, params: GraphParams) -> int:
+    """Rows per candidate block of a facet graph of n papers (the prefilter's blocks): a slice of
+    rows starting at a multiple of it is computed block for block as the whole graph is."""
+    if params.candidates.resolve(n) == "faiss":
+        return params.block_rows or SEARCH_ROWS
+    return params.block_rows or block_rows_for(n)
+
+
+def graph_row_ranges(n: int, params: GraphParams, parts: int) -> list[tuple[int, int]]:
+    """About `parts` consecutive row ranges covering 0..n, each a whole number of candidate blocks
+    (`graph_block_rows`): the work units of a distributed graph stage."""
+    block = graph_block_rows(n, params)
+    blocks = max(1, -(-n // block))
+    per = max(1, -(-blocks // max(1, parts)))
+    return [(b * block, min(n, (b + per) * block)) for b in range(0, blocks, per)] if n else []
+
+
+def facet_graph_rows(
+    items: FacetItemsMatrix,
+    cite_score: sp.csr_matrix,
+    cite_links: sp.csr_matrix,
+    params: GraphParams,
+    start: int,
+    stop: int,
+    *,
+    progress: Callable[[int], None] | None = None,
+    searcher: IVFCandidates | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows start..stop of one facet's top-K graph (`facet_graph`) as (rows, cols, weights), sorted
+    by row then weight; `start` a multiple of `graph_block_rows` so that the numbers are those of the
+    whole graph's."""
+    n = items.n
+    cite_score = sp.csr_matrix(cite_score)
+    links = sp.csr_matrix(cite_links)
+    out_rows: list[np.ndarray] = [np.zeros(0, np.int64)]
+    out_cols: list[np.ndarray] = [np.zeros(0, np.int64)]
+    out_w: list[np.ndarray] = [np.zeros(0, np.float32)]
+    query = items.pooled[start:stop]
+    block = graph_block_rows(n, params)
+    if params.candidates.resolve(n) == "faiss":
+        searcher = searcher or IVFCandidates(items.pooled, params.candidates)
+        blocks = candidate_blocks(query, items.pooled, params.n_candidates, searcher, block_rows=block,
+                                  progress=progress, offset=start)
+    else:
+        blocks = prefilter_blocks(query, items.pooled, params.n_candidates, block_rows=block, progress=progress,
+                                  offset=start)
+    for first, cand in blocks:
+        b = cand.shape[0]
+        rows = np.repeat(np.arange(first, first + b), cand.shape[1])
+        cols = cand.ravel()
+        block_links = links[first : first + b].tocoo()
+        rows = np.concatenate([rows, block_links.row.astype(np.int64) + first])
+        cols = np.concatenate([cols, block_links.col.astype(np.int64)])
+        keys = _unique(rows * n + cols)
+        rows, cols = keys // n, keys % n
+        keep = rows != cols
+        rows, cols = rows[keep], cols[keep]
+        sim = np.clip(score_gathered(items, rows, cols), 0.0, 1.0)
+        w = params.alpha * sim + params.beta * _lookup(cite_score, rows, cols)
+        sel = _top_k_rows(rows, cols, w, params.top_k)
+        sel = sel[w[sel] > 0]
+        out_rows.append(rows[sel])
+        out_cols.append(cols[sel])
+        out_w.append(w[sel])
+    return np.concatenate(out_rows), np.concatenate(out_cols), np.concatenate(out_w).astype(np.float32)
+
+
+def graph_from_rows(n: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> sp.csr_matrix:
+    """The n x n CSR graph of the (rows, cols, weights) of `facet_graph_rows` over disjoint ranges."""
+    g = sp.csr_matrix((np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.float32),
+                       (np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64),
+                        np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64))),
+                      shape=(n, n), dtype=np.float32)
+    g.sort_indices()
+    return g
+
+
 def facet_graph(
     items: FacetItemsMatrix,
     cite_score: sp.csr_matrix,
@@ -90,45 +167,8 @@ def facet_graph(
     Returns:
         n x n CSR, row i = i's top-K out-edges, weights in [0, 1].
     """
-    n = items.n
-    cite_score = sp.csr_matrix(cite_score)
-    links = sp.csr_matrix(cite_links)
-    out_rows: list[np.ndarray] = []
-    out_cols: list[np.ndarray] = []
-    out_w: list[np.ndarray] = []
-    if params.candidates.resolve(n) == "faiss":
-        searcher = searcher or IVFCandidates(items.pooled, params.candidates)
-        blocks = candidate_blocks(items.pooled, items.pooled, params.n_candidates, searcher,
-                                  block_rows=params.block_rows, progress=progress)
-    else:
-        blocks = prefilter_blocks(items.pooled, items.pooled, params.n_candidates, block_rows=params.block_rows,
-                                  progress=progress)
-    for start, cand in blocks:
-        b = cand.shape[0]
-        rows = np.repeat(np.arange(start, start + b), cand.shape[1])
-        cols = cand.ravel()
-        block_links = links[start : start + b].tocoo()
-        rows = np.concatenate([rows, block_links.row.astype(np.int64) + start])
-        cols = np.concatenate([cols, block_links.col.astype(np.int64)])
-        keys = _unique(rows * n + cols)
-        rows, cols = keys // n, keys % n
-        keep = rows != cols
-        rows, cols = rows[keep], cols[keep]
-        sim = np.clip(score_gathered(items, rows, cols), 0.0, 1.0)
-        w = params.alpha * sim + params.beta * _lookup(cite_score, rows, cols)
-        sel = _top_k_rows(rows, cols, w, params.top_k)
-        sel = sel[w[sel] > 0]
-        out_rows.append(rows[sel])
-        out_cols.append(cols[sel])
-        out_w.append(w[sel])
-    g = sp.csr_matrix(
-        (np.concatenate(out_w) if out_w else np.zeros(0, np.float32),
-         (np.concatenate(out_rows) if out_rows else np.zeros(0, np.int64),
-          np.concatenate(out_cols) if out_cols else np.zeros(0, np.int64))),
-        shape=(n, n), dtype=np.float32,
-    )
-    g.sort_indices()
-    return g
+    return graph_from_rows(items.n, [facet_graph_rows(items, cite_score, cite_links, params, 0, items.n,
+                                                      progress=progress, searcher=searcher)])
 
 
 def external_facet_row(

@@ -221,12 +221,16 @@ def prefilter_blocks(
     exclude_self: bool = True,
     block_rows: int | None = None,
     progress: Callable[[int], None] | None = None,
+    offset: int = 0,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Top-`n_candidates` corpus rows by cosine of pooled vectors, one block of query rows at a time.
+    `offset`: the corpus row of query row 0 (a slice of the corpus's rows searched on its own, as a
+    distributed build's task does; its self matches are left out likewise).
 
     Yields:
-        (start, candidates) where candidates is (block, c) int64 of corpus rows, best first
-        (ties broken by lower row, `best_columns`); c = min(n_candidates, n - exclude_self).
+        (start, candidates) where start is the corpus row of the block's first query (offset + its
+        query row) and candidates is (block, c) int64 of corpus rows, best first (ties broken by
+        lower row, `best_columns`); c = min(n_candidates, n - exclude_self).
     """
     n = corpus.shape[0]
     c = max(0, min(n_candidates, n - (1 if exclude_self else 0)))
@@ -236,7 +240,7 @@ def prefilter_blocks(
         scores = q @ corpus.T
         if exclude_self:
             idx = np.arange(q.shape[0])
-            scores[idx, start + idx] = -np.inf
-        yield start, best_columns(scores, c)
+            scores[idx, offset + start + idx] = -np.inf
+        yield offset + start, best_columns(scores, c)
         if progress is not None:
             progress(q.shape[0])

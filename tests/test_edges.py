@@ -11,7 +11,14 @@ from graft.citations import (
     linkless_rows,
     text_coupling,
 )
-from graft.edges import GraphParams, external_facet_row, facet_graph
+from graft.edges import (
+    GraphParams,
+    external_facet_row,
+    facet_graph,
+    facet_graph_rows,
+    graph_from_rows,
+    graph_row_ranges,
+)
 from graft.similarity import (
     best_columns,
     group_items,
@@ -85,6 +92,58 @@ def test_blocked_top_k_equals_dense_argsort(seed: int, block_rows: int, monkeypa
     np.testing.assert_array_equal((got != 0).toarray(), (want != 0).toarray())
     np.testing.assert_allclose(got.toarray(), want.toarray(), atol=1e-5)
     assert np.all(np.diff(got.indptr) <= 7)
+
+
+@pytest.mark.parametrize("candidates", ["exact", "faiss"])
+def test_a_graph_made_in_row_ranges_equals_the_whole_graph(candidates: str) -> None:
+    """A distributed build's graph stage: ranges of whole candidate blocks, computed apart and put
+    together, give the very graph (same edges, same float32 weights) the whole build gives."""
+    from graft.ann import CandidateSearch, IVFCandidates
+
+    rng = np.random.default_rng(5)
+    n = 90
+    owner, vecs = random_items(rng, n)
+    a = citation_matrix(*np.nonzero(rng.random((n, n)) < 0.04), n)
+    sig = citation_signals(a)
+    links = citation_links(a, sig.score)
+    params = GraphParams(top_k=6, n_candidates=12, block_rows=8,
+                         candidates=CandidateSearch(method=candidates, nprobe=2))
+    items = group_items(owner, vecs, n)
+    searcher = IVFCandidates(items.pooled, params.candidates) if candidates == "faiss" else None
+    whole = facet_graph(items, sig.score, links, params, searcher=searcher)
+    ranges = graph_row_ranges(n, params, 4)
+    assert ranges[0][0] == 0 and ranges[-1][1] == n and all(s % 8 == 0 for s, _ in ranges)
+    assert all(b[0] == a_[1] for a_, b in zip(ranges, ranges[1:])) and len(ranges) == 4
+    parts = [facet_graph_rows(items, sig.score, links, params, s, e, searcher=searcher) for s, e in reversed(ranges)]
+    got = graph_from_rows(n, parts[::-1])
+    assert whole.nnz > 0 and (got != whole).nnz == 0
+    np.testing.assert_array_equal(got.indptr, whole.indptr)
+    np.testing.assert_array_equal(got.indices, whole.indices)
+    np.testing.assert_array_equal(got.data, whole.data)
+    assert graph_row_ranges(0, params, 3) == [] and graph_row_ranges(5, params, 3) == [(0, 5)]
+
+
+def test_citation_signals_from_row_blocks_of_counts_are_the_whole_ones() -> None:
+    import scipy.sparse as sp
+
+    from graft.citations import link_count_rows
+
+    rng = np.random.default_rng(3)
+    n = 70
+    edges = rng.random((n, n)) < 0.06
+    np.fill_diagonal(edges, False)
+    a = citation_matrix(*np.nonzero(edges), n)
+    a_t = sp.csr_matrix(a.T, dtype=np.float32)
+    blocks = [link_count_rows(a, a_t, s, min(n, s + 16)) for s in range(0, n, 16)]
+    counts = (sp.vstack([b[0] for b in blocks]).tocsr(), sp.vstack([b[1] for b in blocks]).tocsr())
+    whole, parts = citation_signals(a), citation_signals(a, counts=counts)
+    assert whole.score.nnz > 0 and counts[0].diagonal().sum() == 0 == counts[1].diagonal().sum()
+    for got, want in ((parts.score, whole.score),):
+        np.testing.assert_array_equal(got.indptr, want.indptr)
+        np.testing.assert_array_equal(got.indices, want.indices)
+        np.testing.assert_array_equal(got.data, want.data)
+    np.testing.assert_array_equal(parts.coupling_row_log, whole.coupling_row_log)
+    assert (parts.n_coupling_pairs, parts.n_cocitation_pairs) == (whole.n_coupling_pairs, whole.n_cocitation_pairs)
 
 
 def test_top_k_rows_and_unique_equal_numpy_s_own() -> None:

@@ -197,7 +197,7 @@ def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[
     against the papers of the other sections (`others`: their titles and abstracts) as class-based
     TF-IDF does: score = share inside x log(1 + 1 / (share outside + 0.05)), longer phrases preferred.
     A heading's content words occur in at least half of the section's papers, and a phrase two thirds
-    of them share is preferred to any that only half share; it repeats no word, is not the topic and
+    of them share is preferred to any that only half share (and then a phrase to one word); it repeats no word, is not the topic and
     not in `avoid`; a single word must not be generic nor the last word of a phrase in `avoid`; its first
     word is no verb of the texts (`verbs_of`). Returns (heading, share
     inside), or None when no phrase is shared by half of the papers (`min_papers`: by that many of
@@ -205,7 +205,7 @@ def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[
     docs = [content_stems(f"{t} {x}") for t, x in zip(titles, texts)]
     rest = [content_stems(o) for o in others]
     topic_stems = content_stems(topic)
-    best: tuple[int, float, str, float] | None = None
+    best: tuple[tuple[int, bool], float, str, float] | None = None
     seen: set[str] = set()
     # the phrases of the titles first (a title names its paper's theme best), then the noun phrases of
     # two or three words the abstracts share (two of them at least; a run between function words, its head kept)
@@ -238,8 +238,9 @@ def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[
         outside = sum(want <= d for d in rest) / max(len(rest), 1)
         score = weight * inside * math.log(1 + 1 / (outside + 0.05)) * (
             0.6 if len(ws) == 1 else 1 + 0.15 * (len(ws) - 2))
-        # a phrase two thirds of the papers share ranks above any that only half share
-        tier = 1 if min_papers or 3 * n_in >= 2 * len(docs) else 0
+        # a phrase two thirds of the papers share ranks above any that only half share, and within
+        # that, a phrase above one word alone ("Adversarial examples", not "Bounds")
+        tier = (1 if min_papers or 3 * n_in >= 2 * len(docs) else 0, len(ws) > 1)
         if best is None or (tier, score, phrase) > (best[0], best[1], best[2]):
             best = (tier, score, phrase, inside)
     return (_case(best[2]), best[3]) if best else None
