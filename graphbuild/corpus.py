@@ -18,7 +18,7 @@ import math
 import re
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ _SCHEMA: dict[str, Any] = {
     "arxiv": pl.Utf8,
 }
 # Bumped whenever the serialisation behind `Corpus.content_hash` changes, so old hashes never match.
-_HASH_VERSION = b"graft-corpus-v1\n"
+HASH_VERSION = b"graft-corpus-v1\n"
 
 # ACL Anthology venue letters of old-style ids ("P06-1112"); new-style ids carry the venue in words.
 _ACL_LETTERS = {
@@ -128,16 +128,24 @@ class Corpus:
         (`LINK_COLUMNS`) are appended only where it has one, so a corpus without them hashes as it
         did before they existed (its indexes stay up to date).
         """
-        digest = hashlib.sha256(_HASH_VERSION)
-        n_plain = len(PAPER_COLUMNS) - len(LINK_COLUMNS)
-        for row in self.papers.select(PAPER_COLUMNS).sort("paper_id").iter_rows():
-            values = list(row[:n_plain])
-            values[6] = sorted(values[6])
-            if any(v is not None for v in row[n_plain:]):
-                values.append(dict(zip(LINK_COLUMNS, row[n_plain:])))
-            digest.update(json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode())
+        digest = hashlib.sha256(HASH_VERSION)
+        for _, text in sorted(canonical_rows(self.papers)):
+            digest.update(text.encode())
             digest.update(b"\n")
         return digest.hexdigest()
+
+
+def canonical_rows(papers: pl.DataFrame) -> list[tuple[str, str]]:
+    """(paper_id, canonical JSON of the row) per paper, as `Corpus.content_hash` digests them."""
+    out = []
+    n_plain = len(PAPER_COLUMNS) - len(LINK_COLUMNS)
+    for row in papers.select(PAPER_COLUMNS).iter_rows():
+        values = list(row[:n_plain])
+        values[6] = sorted(values[6] or [])
+        if any(v is not None for v in row[n_plain:]):
+            values.append(dict(zip(LINK_COLUMNS, row[n_plain:])))
+        out.append((row[0], json.dumps(values, ensure_ascii=False, separators=(",", ":"))))
+    return out
 
 
 class _Bad(Exception):
@@ -238,12 +246,16 @@ def _load_openalex(spec: str, *, skip_bad: bool, limit: int | None) -> Corpus:
                                        f"({counts.works} works read, {counts.outside_filter} outside the filter, "
                                        f"{counts.no_abstract} without an abstract)")
         corpus = load_corpus(records, skip_bad=skip_bad)
-    report = corpus.report
+    add_openalex_counts(corpus.report, spec, counts)
+    return corpus
+
+
+def add_openalex_counts(report: LoadReport, spec: str, counts: Any) -> None:
+    """The OpenAlex reader's counts (`openalex.SliceCounts`) added to the load report of its slice."""
     report.source, report.n_read = spec, report.n_read + len(counts.bad_lines)
     report.skipped = [BadRecord(**bad) for bad in counts.bad_lines] + report.skipped
     report.dropped_references += counts.dropped_references
     report.details["openalex"] = dataclasses.asdict(counts)
-    return corpus
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
@@ -402,29 +414,48 @@ def _collect(
     Returns:
         (valid records, number of records read, skipped records).
     """
-    records: list[dict] = []
-    skipped: list[BadRecord] = []
-    first_seen: dict[str, str] = {}
-    n_read = 0
+    reading = Reading()
+    records = list(valid_records(items, skip_bad=skip_bad, limit=limit, reading=reading))
+    return records, reading.n_read, reading.skipped
+
+
+@dataclass
+class Reading:
+    """What `valid_records` has read so far: records read, the skipped ones, where each id was first."""
+
+    n_read: int = 0
+    skipped: list[BadRecord] = field(default_factory=list)
+    first_seen: dict[str, str] = field(default_factory=dict)
+
+
+def valid_records(items: Iterable[tuple[str, Any]], *, skip_bad: bool, limit: int | None,
+                  reading: Reading) -> Iterator[dict]:
+    """The valid records of `items` ((where, parsed object) pairs) in order, duplicates rejected,
+    stopping after `limit`; `reading` is updated as they stream.
+
+    Raises:
+        InputValidationError: an invalid record or a duplicate id without `skip_bad`.
+    """
+    loaded = 0
     for where, raw in items:
-        n_read += 1
+        reading.n_read += 1
         try:
             if isinstance(raw, _Bad):
                 raise raw
             rec = _validate(raw)
-            if rec["paper_id"] in first_seen:
-                raise _Bad(f"duplicate id {rec['paper_id']!r} (first at {first_seen[rec['paper_id']]})")
+            if rec["paper_id"] in reading.first_seen:
+                raise _Bad(f"duplicate id {rec['paper_id']!r} (first at {reading.first_seen[rec['paper_id']]})")
         except _Bad as bad:
             if not skip_bad:
                 required = f" (required: {', '.join(REQUIRED_FIELDS)})" if bad.required else ""
                 raise InputValidationError(f"{where}: {bad}{required}; pass --skip-bad to skip such records") from None
-            skipped.append(BadRecord(where=where, reason=str(bad)))
+            reading.skipped.append(BadRecord(where=where, reason=str(bad)))
             continue
-        first_seen[rec["paper_id"]] = where
-        records.append(rec)
-        if limit is not None and len(records) >= limit:
+        reading.first_seen[rec["paper_id"]] = where
+        yield rec
+        loaded += 1
+        if limit is not None and loaded >= limit:
             break
-    return records, n_read, skipped
 
 
 def _validate(raw: Any) -> dict:
