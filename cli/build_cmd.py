@@ -134,6 +134,16 @@ def build(
                                         help="Extractor llm: write the index even when most papers got no usable "
                                              "answer and have the heuristic extractor's facets (otherwise the "
                                              "build stops with exit 2)."),
+    engine: str = typer.Option("local", help="local (this process) or ray (the per-paper and graph stages on a "
+                               "Ray cluster; needs `pip install 'ray[data]'`; docs/scale.md)."),
+    address: str | None = typer.Option(None, "--address", help="--engine ray: the address of a running Ray "
+                                       "cluster (e.g. ray://head:10001 or auto); none starts a local Ray."),
+    shard_papers: int = typer.Option(2000, min=1, help="--engine ray: papers per shard (the unit mapped, "
+                                     "checkpointed and resumed)."),
+    actors: int | None = typer.Option(None, min=1, help="--engine ray: per-paper actors (default: the cluster's "
+                                      "CPUs but one)."),
+    actor_gpus: float = typer.Option(0.0, min=0.0, help="--engine ray: GPUs each per-paper actor holds (with "
+                                     "--device cuda)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -165,11 +175,27 @@ def build(
                              candidates=candidates, faiss_min_papers=faiss_min_papers, faiss_nprobe=faiss_nprobe,
                              text_coupling=(text_coupling if text_coupling is not None
                                             else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
-        summary = build_index(None if corpus == "aclsum" else corpus, out, config,
-                              reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from,
-                              allow_degraded=allow_degraded,
-                              # before any work, even with --quiet: what happens to a trained model
-                              on_note=lambda note: err.print(f"note: {note}", highlight=False, soft_wrap=True))
+        # before any work, even with --quiet: what happens to a trained model
+        def note(text: str) -> None:
+            err.print(f"note: {text}", highlight=False, soft_wrap=True)
+
+        if engine == "ray":
+            from graphbuild.ray_engine import RaySettings, build_index_ray
+
+            if cache_from is not None or allow_degraded:
+                raise GraftError("--cache-from and --allow-degraded are options of the local engine")
+            summary = build_index_ray(None if corpus == "aclsum" else corpus, out, config,
+                                      settings=RaySettings(address=address, shard_papers=shard_papers, actors=actors,
+                                                           actor_gpus=actor_gpus),
+                                      reporter=Reporter(quiet=quiet or as_json), fresh=fresh, on_note=note)
+        elif engine == "local":
+            if address is not None:
+                raise GraftError("--address is an option of --engine ray")
+            summary = build_index(None if corpus == "aclsum" else corpus, out, config,
+                                  reporter=Reporter(quiet=quiet or as_json), fresh=fresh, cache_from=cache_from,
+                                  allow_degraded=allow_degraded, on_note=note)
+        else:
+            raise GraftError(f"--engine {engine!r} is unknown; allowed: local, ray")
     except GraftError as exc:
         fail(exc)
     if as_json:

@@ -173,7 +173,8 @@ def _check_out(out: Path) -> None:
     """Refuse, before any work, an `out` the build must not write into: a file, or a folder with
     other content and no GRAFT index in it (the build would put its files among them and remove
     folders named like its later stages). An index whose manifest is damaged, or a build stopped
-    before it wrote the index (its stores under cache/build), is rebuilt in place.
+    before it wrote the index (its stores under cache/build, or the Ray engine's under cache/ray), is
+    rebuilt in place.
 
     Raises:
         GraftError: naming the folder and what to do.
@@ -185,7 +186,7 @@ def _check_out(out: Path) -> None:
         return
     _check_no_links(out)
     path = manifest_path(out)
-    ours = (out / "papers.parquet").is_file() or (out / "cache" / "build").is_dir()
+    ours = (out / "papers.parquet").is_file() or (out / "cache" / "build").is_dir() or (out / "cache" / "ray").is_dir()
     if path.is_file():
         try:
             manifest = read_json(path)
@@ -396,7 +397,6 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
     """`build_index` past loading the corpus, under the index's writer lock: facets, vectors,
     citations, graphs, the written index."""
     n = corpus.papers.height
-    paper_ids = corpus.papers["paper_id"].to_list()
 
     with reporter.stage("model", unit="") as adv:
         if encoder is None:
@@ -436,8 +436,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
     if config.extractor == "llm" and not allow_degraded:
         degraded_check(extractor_stats, n, getattr(extractor, "issues", []), out)
 
-    row_of = {pid: i for i, pid in enumerate(paper_ids)}
-    owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
+    titles = None
     with reporter.stage("embed", total=n, unit="titles") as adv:
         # the items in their paper's context (the graph's vectors)
         if config.title_weight > 0:
@@ -448,9 +447,6 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
             if seed_root is not None:
                 seeded["titles"] = stored.seeded
             compactions.append(stored.compact)
-            vectors = with_title(alone, titles[owner], config.title_weight)
-        else:
-            vectors = alone
         adv(n)
 
     papers_vec = None
@@ -465,20 +461,72 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
                 seeded["papers"] = stored.seeded
             compactions.append(stored.compact)
 
+    work = PaperWork(table=table, alone=alone, titles=titles, papers=papers_vec, extractor_stats=extractor_stats,
+                     model=encoder.name, backend=origin.backend(), reused=reused, seeded=seeded,
+                     compactions=compactions)
+    return finish_index(out, corpus, corpus.content_hash(), corpus_path, config, reporter, work, plan, LOCAL_GRAPH,
+                        extra={"cache_from": {"index": str(cache_from), "copied": seeded}} if seed_root else {},
+                        summary_extra={"encoder_export": getattr(encoder, "stored", None),
+                                       "seeded_from": Path(cache_from) if seed_root is not None else None})
+
+
+@dataclass
+class PaperWork:
+    """The per-paper stages' results, in corpus row order: facet items (`facets.parquet` rows) and
+    their own vectors, title vectors (None without `title_weight`), title + abstract vectors (None
+    without `paper_embeddings`), the extractor's counters, the encoder's name and backend."""
+
+    table: pl.DataFrame
+    alone: np.ndarray
+    titles: np.ndarray | None
+    papers: np.ndarray | None
+    extractor_stats: dict[str, int]
+    model: str
+    backend: str
+    reused: list[str] = field(default_factory=list)
+    seeded: dict[str, int] = field(default_factory=dict)
+    compactions: list[Callable[[], object]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GraphEngine:
+    """Where the citation counts and the facet graphs are computed: in this process (`LOCAL_GRAPH`),
+    or spread over a cluster (`graphbuild.ray_engine`). Both give the same numbers."""
+
+    name: str
+    signals: Callable[[sp.csr_matrix, str], CitationSignals]
+    graphs: Callable[..., dict[str, sp.csr_matrix]]
+
+
+LOCAL_GRAPH = GraphEngine("local", citation_signals, lambda *a, **k: facet_graphs(*a, **k))
+
+
+def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str | Path | None, config: BuildConfig,
+                 reporter: Reporter, work: PaperWork, plan: RebuildPlan, engine: GraphEngine, *,
+                 extra: dict[str, Any] | None = None, summary_extra: dict[str, Any] | None = None) -> BuildSummary:
+    """The build past the per-paper stages: citation signals, text coupling, the four graphs (by
+    `engine`), every artefact written, the manifest recorded, the stores compacted."""
+    n = corpus.papers.height
+    paper_ids = corpus.papers["paper_id"].to_list()
+    table, alone, papers_vec, reused = work.table, work.alone, work.papers, work.reused
+    row_of = {pid: i for i, pid in enumerate(paper_ids)}
+    owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
+    vectors = with_title(alone, work.titles[owner], config.title_weight) if work.titles is not None else alone
+
     cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
         citing = np.array([row_of[p] for p in cites["citing"].to_list()], dtype=np.int64)
         cited = np.array([row_of[p] for p in cites["cited"].to_list()], dtype=np.int64)
         a = citation_matrix(citing, cited, n)
-        signals = citation_signals(a, config.citation_rescale)
+        signals = engine.signals(a, config.citation_rescale)
         adv(int(a.nnz))
     text = None
     if config.text_coupling and papers_vec is not None:
         text = text_coupling(papers_vec, linkless_rows(a), config.text_coupling)
 
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
-        graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
-                              progress=adv, text=text, ann_dir=out / "cache" / "ann")
+        graphs = engine.graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
+                               progress=adv, text=text, ann_dir=out / "cache" / "ann")
 
     with reporter.stage("write", unit="files") as adv:
         _check_no_links(out)
@@ -525,13 +573,14 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
         "candidates": config.graph_params().candidates.resolve(n),
         "skipped_records": len(corpus.report.skipped),
         "dropped_references": corpus.report.dropped_references,
-        "extractor": extractor_stats,
+        "extractor": work.extractor_stats,
+        "engine": engine.name,
     }
-    manifest = new_manifest(corpus.content_hash())
+    manifest = new_manifest(corpus_hash)
     manifest["build_id"] = uuid.uuid4().hex  # tells this build's files from a later rebuild's (`graft.index`)
     manifest["corpus"] = {"source": str(corpus_path) if corpus_path is not None else "aclsum"}
-    manifest["embedding"] = {"model": encoder.name, "dim": int(vectors.shape[1]), "dtype": config.embedding_dtype,
-                             "backend": origin.backend()}
+    manifest["embedding"] = {"model": work.model, "dim": int(vectors.shape[1]), "dtype": config.embedding_dtype,
+                             "backend": work.backend}
     recorded = config_to_dict(config)
     if isinstance(recorded.get("llm"), dict) and recorded["llm"].get("base_url"):
         from graft.llm.client import redact_url
@@ -541,14 +590,13 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
     record_stage(out, manifest, "build", config=recorded, counts=counts,
                  timings=reporter.timings(),
                  extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict(),
-                        "reused_checkpoints": reused,
-                        **({"cache_from": {"index": str(cache_from), "copied": seeded}} if seed_root else {})})
+                        "reused_checkpoints": reused, **(extra or {})})
     read_manifest(out)  # the index must open after a build
-    for compact in compactions:
+    for compact in work.compactions:
         compact()
+    more = summary_extra or {}
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
-                        reused, getattr(encoder, "stored", None), removed, plan.aside,
-                        Path(cache_from) if seed_root is not None else None, seeded)
+                        reused, more.get("encoder_export"), removed, plan.aside, more.get("seeded_from"), work.seeded)
 
 
 def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store: RowStore,

@@ -489,6 +489,27 @@ def test_mark_unverified_labels_every_citation() -> None:
     assert gone.dropped
 
 
+def test_a_repaired_clause_restating_an_earlier_one_about_the_same_paper_is_dropped() -> None:
+    """The clause a repair restates from the paper's own sentence can be the one another clause came
+    from: the second is a duplicate however a symbol or a split word is printed; the paper's name,
+    in both, does not count."""
+    title = "Overfitting in adversarially robust deep learning"
+    said = _sentence(("*Overfitting in adversarially robust deep learning* finds that overfitting to the "
+                      r"training set does in fact harm robust performance under $\ell_\infty$ attacks", "p1"))
+    again = _sentence(("It finds that overfitting to the training set does in fact harm robust performance "
+                       "under ℓ_∞ attacks", "p1"))
+    other = _sentence(("It finds that overfitting to the training set does in fact harm robust performance "
+                       "under ℓ_∞ attacks", "p2"))  # the same words about another paper: kept
+    named = _sentence(("*Overfitting in adversarially robust deep learning* proposes early stopping as a "
+                       "baseline", "p1"))  # shares the title, not the claim: kept
+    sentences = [said, again, other, named]
+    verify_all(sentences, _verifier({(c.text, c.citation.paper_id) for s in sentences for c in s.clauses},
+                                    {"p1", "p2"}), corpus_ids={"p1", "p2"})
+    assert drop_duplicates(sentences, {"p1": title}) == 1
+    assert [s.dropped for s in sentences] == [False, True, False, False]
+    assert summarize(sentences)["sentences_duplicate"] == 1
+
+
 def test_duplicates_are_dropped_and_a_sentence_reads_clause_by_clause() -> None:
     first, again = _sentence(("A uses B", "p1")), _sentence(("A uses B", "p1"))
     v = _verifier({("A uses B", "p1")}, {"p1"})
@@ -785,6 +806,34 @@ def test_relations_between_a_sections_papers_come_from_facets_links_years_and_be
     unnamed = summary(section_relations(index, vectors, list("abcd")), ["a", "b"], names, "", 0)
     assert "cite" not in unnamed and "build" not in unnamed
     assert "D" not in text.replace("different", "")  # d is not printed: never named
+
+
+def test_a_summary_states_only_the_closest_groups_and_like_needs_shared_words() -> None:
+    from graft.survey.relate import MAX_GROUPS, summary
+    from graft.survey.types import Relation
+    from graft.survey.writer import Profile, shares_words
+
+    ids = list("abcdefgh")
+    # four disjoint pairs over the bar, the closest last: only the MAX_GROUPS closest are stated
+    rels = [Relation("similar_method", [ids[2 * k], ids[2 * k + 1]], score=0.71 + 0.05 * k) for k in range(4)]
+    text = summary(rels, ids, {p: p.upper() for p in ids}, "", 0)
+    assert text.count("take similar approaches") == MAX_GROUPS == 2
+    assert "G" in text and "E" in text and "A " not in text and "C " not in text
+    maml = Profile("m", None, "Model-Agnostic Meta-Learning for Fast Adaptation of Deep Networks",
+                   {"method": [("We propose a meta-learning algorithm trained with gradient descent steps.", 0)]})
+    sub = Profile("s", None, "Gradient Based Meta Learning with Learned Layerwise Metric and Subspace")
+    assert not shares_words("it demonstrates that the dimension of this learned subspace reflects the task", maml, sub)
+    assert shares_words("it adapts by a few gradient descent steps on each task", maml, sub)
+
+
+def test_the_header_counts_relations_not_the_theme_sentence() -> None:
+    from graft.survey.pipeline import relation_counts
+    from graft.survey.types import Section
+
+    sec = Section(title="Meta-learning", description="", papers=["a", "b"])
+    sec.summary = ("Both papers discussed here name meta-learning in their title or abstract. "
+                   "A [a] and B [b] take similar approaches.")
+    assert relation_counts([sec])["summary_sentences"] == 1
 
 
 def test_a_section_is_written_paper_by_paper_with_connectives_only_from_relations() -> None:

@@ -346,7 +346,10 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
         else:
             verification = mark_unverified(all_sentences, corpus_ids)
             adv(len(all_sentences))
-        if drop_duplicates(all_sentences):
+        cited = {c.citation.paper_id for s in all_sentences for c in s.clauses if c.citation.paper_id in corpus_ids}
+        names = {p: f"{index.papers['title'][index.row(p)]} {ctx.composer.name_of(ctx.composer.profile(p)).text}"
+                 for p in cited}
+        if drop_duplicates(all_sentences, names):
             verification = summarize(all_sentences)
     kept = [s for s in all_sentences if not s.dropped]
     if not kept:
@@ -466,7 +469,11 @@ def relation_counts(sections: list[Section]) -> dict[str, int]:
     from graft.survey.types import REF_CLOSE, REF_OPEN
 
     printed_ids = {p for sec in sections for s in sec.sentences() if not s.dropped for p in s.cited()}
-    summary = sum(len(re.findall(r"[.!?](?:\s|$)", sec.summary)) for sec in sections if sec.summary)
+    # the summary's sentences but the first, which names the section's theme ("6 of the 8 papers
+    # discussed here name ..."): a count, not a relation
+    summary = sum(len(re.findall(r"[.!?](?:\s|$)", re.sub(r"^[^.]*? discussed here names? [^.]*\.\s*", "",
+                                                            sec.summary)))
+                  for sec in sections if sec.summary)
     openers = 0
     for sec in sections:
         for s in sec.sentences():

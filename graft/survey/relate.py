@@ -17,6 +17,10 @@ import numpy as np
 from graft.survey.latex import plain_text
 from graft.survey.types import Relation, ref, unref
 
+#: Statements of one kind (same problem, similar methods) a section's summary makes at most: its
+#: closest groups of papers.
+MAX_GROUPS = 2
+
 #: Cosine of two papers' mean problem items above which they address the same problem.
 SAME_PROBLEM = 0.6
 #: Cosine of two papers' mean method items above which their methods are alike.
@@ -296,8 +300,15 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             out.append(f"{many} discussed here name {phrase} in their title or abstract.")
     for kind, text in (("same_problem", "address the same problem with different methods"),
                        ("similar_method", "take similar approaches")):
-        for g in cliques(_strongest([r for r in rel if r.kind == kind]), order):
-            out.append(f"{_join([who(p) for p in g])} {text}.")
+        of_kind = [r for r in rel if r.kind == kind]
+        score = {frozenset(r.papers): r.score for r in of_kind}
+        groups = cliques(_strongest(of_kind), order)
+        # the closest groups only: a list of every pair over the bar reads as a list, not a finding
+        strength = [min(score.get(frozenset((a, b)), 0.0) for i, a in enumerate(g) for b in g[i + 1:]) for g in groups]
+        keep = set(sorted(range(len(groups)), key=lambda i: (-strength[i], i))[:MAX_GROUPS])
+        for i, g in enumerate(groups):
+            if i in keep:
+                out.append(f"{_join([who(p) for p in g])} {text}.")
     chains: dict[str, list[str]] = {}
     for r in rel:  # a citation that does not name the cited paper is the table's, not a statement
         if r.kind == "builds_on":

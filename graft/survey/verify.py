@@ -19,9 +19,10 @@ verdict is logged on the clause.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -175,19 +176,47 @@ def mark_unverified(sentences: Sequence[Sentence], corpus_ids: set[str]) -> dict
     return summarize(sentences)
 
 
-def drop_duplicates(sentences: Sequence[Sentence]) -> int:
-    """Drop kept sentences whose text repeats an earlier kept one; returns how many."""
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _content(text: str) -> set[str]:
+    """A clause's content words (lower case, letters and digits; function words and one-letter
+    tokens left out): what two clauses stating the same thing share whatever their wording of a
+    symbol or a split word."""
+    from graft.survey.compose import STOPWORDS
+
+    return {w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS}
+
+
+def _repeats(words: set[str], earlier: list[set[str]]) -> bool:
+    """Whether a clause's words are mostly (3/4 of the shorter) those of an earlier clause."""
+    return len(words) >= 4 and any(2 * 2 * len(words & e) >= 3 * min(len(words), len(e)) for e in earlier
+                                   if len(e) >= 4)
+
+
+def drop_duplicates(sentences: Sequence[Sentence], names: Mapping[str, str] | None = None) -> int:
+    """Drop kept sentences that repeat earlier kept ones: the same text, or every clause restating a
+    clause already printed about the same paper (a repaired clause taken from the sentence another
+    clause was written from, "(right fully) become ..." after "(rightfully) become ..."); `names`:
+    each paper's title and short name, whose words are not what a clause states. Returns how many."""
     seen: set[str] = set()
+    said: dict[str, list[set[str]]] = {}
     n = 0
+    names = names or {}
     for s in sentences:
         if s.dropped:
             continue
         key = " ".join(s.text.lower().split())
-        if key in seen:
+        clauses = [(c.citation.paper_id, _content(c.text) - _content(names.get(c.citation.paper_id, "")))
+                   for c in s.kept_clauses()]
+        if key in seen or (clauses and all(_repeats(w, said.get(p, [])) for p, w in clauses)):
             s.dropped = True
             s.note = "duplicate of an earlier sentence"
             n += 1
+            continue
         seen.add(key)
+        for p, w in clauses:
+            said.setdefault(p, []).append(w)
     return n
 
 

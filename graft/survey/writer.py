@@ -256,8 +256,12 @@ class Composer:
             # papers that share it with no other (else each paper of a chain would open with it)
             pair = len(same_problem) == 1 and all(
                 sum(r.kind == "same_problem" and p in r.papers for r in relations) == 1 for p in (pid, same_problem[0]))
+            # "Like X," only where the clause says what X's own method sentences say (two shared
+            # content words beyond the field's generic ones): a similar method overall is not a
+            # similar claim ("Like MAML, it demonstrates that the dimension of this subspace ...")
+            alike = [q for q in similar if shares_words(method[1], self.profile(q), prof)]
             kind, to = (("builds_on", earlier) if earlier else ("same_problem", same_problem) if pair
-                        else ("similar_method", similar) if similar else ("", []))
+                        else ("similar_method", alike) if alike else ("", []))
             sentence(method, self.opener(kind, to) if kind else "", kind)
         if result:
             bench = [(b, q) for b, q in shared if b in plain_text(result[1])]
@@ -305,6 +309,25 @@ class Composer:
                      "builds_on": ", ".join(ref(p) for p in builds.get(pid, [])[:4])}
             rows.append(TableRow(paper_id=pid, name=self.name_of(prof).text, cells=cells))
         return rows
+
+
+_WORDS = re.compile(r"[a-z][a-z0-9-]+")
+
+
+def _words(text: str) -> set[str]:
+    from graft.survey.compose import STOPWORDS
+    from graft.survey.outline import GENERIC_WORDS
+
+    return {w for w in _WORDS.findall(plain_text(text).lower()) if w not in STOPWORDS and w not in GENERIC_WORDS
+            and len(w) > 2}
+
+
+def shares_words(text: str, other: Profile, own: Profile, least: int = 2) -> bool:
+    """Whether a clause about `own` shares `least` content words with `other`'s method and
+    contribution sentences, neither paper's title words counted."""
+    theirs = set().union(*(_words(t) for f in ("method", "contribution") for t, _ in other.clauses.get(f, [])))
+    names = _words(other.title) | _words(own.title)
+    return len((_words(text) - names) & (theirs - names)) >= least
 
 
 def title_name(title: str) -> PaperName:
