@@ -124,7 +124,8 @@ def build(
     llm_max_retries: int | None = typer.Option(None, "--llm-max-retries", min=0, max=20,
                                                help="Re-sends of a failed LLM request (default 5)."),
     fresh: bool = typer.Option(False, "--fresh", help="Recompute every paper's facets and embeddings instead "
-                               "of reusing what an earlier or interrupted build kept in OUT/cache/build."),
+                               "of reusing what an earlier or interrupted build kept in OUT/cache/build (OUT/cache/ray with "
+                               "--engine ray)."),
     cache_from: Path | None = typer.Option(None, "--cache-from",
                                            help="Another index (same model and extractor) whose stored facets "
                                                 "and embeddings of this corpus's papers are copied into "

@@ -974,3 +974,16 @@ cli_app.main()
                          text=True, timeout=120)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert f"error: {tmp_path / 'idx' / 'papers.parquet'}: Read-only file system" in res.stderr
+
+
+def test_build_engine_options_are_checked_before_any_work(tmp_path) -> None:
+    """An unknown engine, a cluster address for the local engine and local-only options for the Ray
+    engine are refused with a message, and nothing is written."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "a", "title": "A", "abstract": "B"}) + "\n")
+    for extra, message in ((["--engine", "spark"], "--engine 'spark' is unknown"),
+                           (["--address", "auto"], "--address is an option of --engine ray"),
+                           (["--engine", "ray", "--cache-from", str(tmp_path)], "options of the local engine")):
+        res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "idx"), *extra])
+        assert res.exit_code == 2 and message in res.output, res.output
+        assert not (tmp_path / "idx").exists()
