@@ -143,8 +143,9 @@ def build(
                                      "checkpointed and resumed)."),
     actors: int | None = typer.Option(None, min=1, help="--engine ray: per-paper actors (default: the cluster's "
                                       "CPUs but one)."),
-    actor_gpus: float = typer.Option(0.0, min=0.0, help="--engine ray: GPUs each per-paper actor holds (with "
-                                     "--device cuda)."),
+    actor_gpus: float = typer.Option(0.0, parser=finite(0, 64), metavar="FLOAT",
+                                     help="In [0, 64], --engine ray: GPUs each per-paper actor holds (with "
+                                          "--device cuda; a fraction shares one GPU between actors)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:

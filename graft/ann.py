@@ -116,6 +116,15 @@ class IVFCandidates:
         index.nprobe = int(min(search.nprobe, index.nlist))
         self.index = index
 
+    def to_bytes(self) -> bytes:
+        """The trained, filled index as bytes (FAISS's own format), for another process to search."""
+        return _faiss().serialize_index(self.index).tobytes()
+
+    @classmethod
+    def from_bytes(cls, corpus: np.ndarray, search: CandidateSearch, data: bytes) -> IVFCandidates:
+        """The searcher of `to_bytes` over the same `corpus` vectors."""
+        return cls(corpus, search, index=_faiss().deserialize_index(np.frombuffer(data, dtype=np.uint8)))
+
     @property
     def lists(self) -> int:
         return int(self.index.nlist)

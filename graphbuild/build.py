@@ -169,7 +169,7 @@ def facet_graphs(
     return graphs
 
 
-def _check_out(out: Path) -> None:
+def check_out(out: Path) -> None:
     """Refuse, before any work, an `out` the build must not write into: a file, or a folder with
     other content and no GRAFT index in it (the build would put its files among them and remove
     folders named like its later stages). An index whose manifest is damaged, or a build stopped
@@ -356,7 +356,7 @@ def build_index(
         counts, per-stage timings and peak memory, the corpus load report and the stages reused.
     Raises:
         InputValidationError: bad corpus records (unless `skip_bad`).
-        GraftError: `out` is a file or a folder with other content and no index (`_check_out`);
+        GraftError: `out` is a file or a folder with other content and no index (`check_out`);
             `cache_from` is no index with stores, is `out` itself, or comes with `fresh`; with the
             LLM extractor, most papers got no usable answer and `allow_degraded` is off (the old
             index, if any, is left as it was).
@@ -364,7 +364,7 @@ def build_index(
     config = config or BuildConfig()
     reporter = reporter or Reporter(quiet=True)
     out = Path(out)
-    _check_out(out)
+    check_out(out)
     if encoder is None:  # the build makes its encoder: an unknown device or an absent GPU before any work
         resolve_device(config.embedding_device)
     seed_root = _seed_root(cache_from, out, fresh)

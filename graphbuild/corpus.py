@@ -580,34 +580,41 @@ def _build(
             f"a corpus needs records with non-empty {', '.join(REQUIRED_FIELDS)}"
         )
     ids = {rec["paper_id"] for rec in records}
-    self_refs = dup_refs = kept = 0
+    counts = {"dropped": dropped, "self": 0, "duplicate": 0, "kept": 0}
     for rec in records:
-        seen: set[str] = set()
-        refs = []
-        for ref in rec["references"]:
-            if ref == rec["paper_id"]:
-                self_refs += 1
-            elif ref not in ids:
-                dropped += 1
-            elif ref in seen:
-                dup_refs += 1
-            else:
-                seen.add(ref)
-                refs.append(ref)
-        rec["references"] = refs
-        kept += len(refs)
+        rec["references"] = keep_references(rec["paper_id"], rec["references"], ids, counts)
     papers = pl.DataFrame({c: [rec[c] for rec in records] for c in PAPER_COLUMNS}, schema=_SCHEMA)
     report = LoadReport(
         source=source,
         n_read=n_read,
         n_loaded=len(records),
         skipped=skipped,
-        dropped_references=dropped,
-        resolved_references=kept,
-        self_references=self_refs,
-        duplicate_references=dup_refs,
+        dropped_references=counts["dropped"],
+        resolved_references=counts["kept"],
+        self_references=counts["self"],
+        duplicate_references=counts["duplicate"],
     )
     return Corpus(papers=papers, report=report)
+
+
+def keep_references(paper_id: str, references: list[str] | None, ids: set[str] | dict[str, Any],
+                    counts: dict[str, int]) -> list[str]:
+    """A paper's references to corpus papers (`ids`), each once, never itself; `counts` ("dropped",
+    "self", "duplicate", "kept") is added to."""
+    seen: set[str] = set()
+    keep = []
+    for ref in references or []:
+        if ref == paper_id:
+            counts["self"] += 1
+        elif ref not in ids:
+            counts["dropped"] += 1
+        elif ref in seen:
+            counts["duplicate"] += 1
+        else:
+            seen.add(ref)
+            keep.append(ref)
+    counts["kept"] += len(keep)
+    return keep
 
 
 def _check_limit(limit: int | None) -> None:

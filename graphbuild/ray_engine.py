@@ -278,13 +278,10 @@ def _count_rows(a: sp.csr_matrix, a_t: sp.csr_matrix, start: int, stop: int) -> 
 
 def _graph_rows(items: Any, score: sp.csr_matrix, links: sp.csr_matrix, params: Any, start: int, stop: int,
                 ann: bytes | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from graft.ann import IVFCandidates, _faiss
+    from graft.ann import IVFCandidates
     from graft.edges import facet_graph_rows
 
-    searcher = None
-    if ann is not None:
-        index = _faiss().deserialize_index(np.frombuffer(ann, dtype=np.uint8))
-        searcher = IVFCandidates(items.pooled, params.candidates, index=index)
+    searcher = IVFCandidates.from_bytes(items.pooled, params.candidates, ann) if ann is not None else None
     return facet_graph_rows(items, score, links, params, start, stop, searcher=searcher)
 
 
@@ -311,7 +308,7 @@ def ray_graph_engine(session: Session, cache: Path, settings: RaySettings) -> An
     def graphs(owner: np.ndarray, facet_of_item: np.ndarray, vectors: np.ndarray, a: sp.csr_matrix,
                signals: CitationSignals, params: Any, *, progress: Any = None, text: Any = None,
                ann_dir: Path | None = None) -> dict[str, sp.csr_matrix]:
-        from graft.ann import IVFCandidates, _faiss
+        from graft.ann import IVFCandidates
         from graft.citations import citation_links
         from graft.edges import graph_from_rows, graph_row_ranges
         from graft.similarity import group_items
@@ -338,7 +335,7 @@ def ray_graph_engine(session: Session, cache: Path, settings: RaySettings) -> An
                 out[facet] = sp.load_npz(kept).tocsr()
             else:
                 items_ref = ray.put(items)
-                ann = _faiss().serialize_index(searcher.index).tobytes() if searcher is not None else None
+                ann = searcher.to_bytes() if searcher is not None else None
                 ann_ref = ray.put(ann)
                 ranges = graph_row_ranges(n, params, parts)
                 futures = [graph_task.remote(items_ref, score_ref, links_ref, params, s, e, ann_ref)
@@ -375,13 +372,13 @@ def build_index_ray(corpus_path: str | Path | None, out: str | Path, config: Bui
     """
     import shutil
 
-    from graphbuild.build import _check_out, finish_index, plan_rebuild
+    from graphbuild.build import check_out, finish_index, plan_rebuild
 
     config = config or BuildConfig()
     settings = settings or RaySettings()
     reporter = reporter or Reporter(quiet=True)
     out = Path(out)
-    _check_out(out)
+    check_out(out)
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "cache" / "ray"
     if fresh:

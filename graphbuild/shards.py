@@ -219,31 +219,19 @@ def _resolve_references(folder: Path, files: list[str], ids: set[str], source: s
                         skipped: list[BadRecord]) -> LoadReport:
     """Keep each paper's references to corpus papers, once, never itself (as `load_corpus`), shard by
     shard; the load report with the same counts."""
-    dropped = self_refs = dup_refs = kept = loaded = 0
+    counts = {"dropped": 0, "self": 0, "duplicate": 0, "kept": 0}
+    loaded = 0
     for name in files:
         frame = pl.read_parquet(folder / name)
-        out = []
-        for pid, refs in zip(frame["paper_id"].to_list(), frame["references"].to_list()):
-            seen: set[str] = set()
-            keep = []
-            for ref in refs or []:
-                if ref == pid:
-                    self_refs += 1
-                elif ref not in ids:
-                    dropped += 1
-                elif ref in seen:
-                    dup_refs += 1
-                else:
-                    seen.add(ref)
-                    keep.append(ref)
-            kept += len(keep)
-            out.append(keep)
+        out = [corpus_mod.keep_references(pid, refs, ids, counts)
+               for pid, refs in zip(frame["paper_id"].to_list(), frame["references"].to_list())]
         loaded += frame.height
         frame = frame.with_columns(pl.Series("references", out, dtype=pl.List(pl.Utf8)))
         with atomic_path(folder / name) as tmp:
             frame.write_parquet(tmp)
-    return LoadReport(source=source, n_read=n_read, n_loaded=loaded, skipped=skipped, dropped_references=dropped,
-                      resolved_references=kept, self_references=self_refs, duplicate_references=dup_refs)
+    return LoadReport(source=source, n_read=n_read, n_loaded=loaded, skipped=skipped,
+                      dropped_references=counts["dropped"], resolved_references=counts["kept"],
+                      self_references=counts["self"], duplicate_references=counts["duplicate"])
 
 
 def _content_hash(folder: Path, files: list[str]) -> str:
