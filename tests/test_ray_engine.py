@@ -86,21 +86,24 @@ def test_the_ray_engine_writes_the_local_build_s_index(corpus, local_index, tmp_
 def test_a_lost_worker_node_and_a_killed_driver_change_nothing(corpus, local_index, tmp_path) -> None:
     from ray.cluster_utils import Cluster
 
-    # a head without CPUs and two worker nodes: the per-paper actors and graph tasks run on the workers
+    # a head without CPUs and three worker nodes: the per-paper actors and graph tasks run on the workers;
+    # one of them is removed mid-build, two remain
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    nodes = [cluster.add_node(num_cpus=1) for _ in range(3)]
     cluster.wait_for_nodes()
     out = tmp_path / "lost-node"
     try:
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         papers_dir = out / "cache" / "ray" / "papers"
 
+        killed: list[str] = []
+
         def kill_when_busy() -> None:
             deadline = time.time() + 300
             while time.time() < deadline and not (papers_dir.is_dir() and any(papers_dir.iterdir())):
                 time.sleep(0.5)
-            cluster.remove_node(nodes[0], allow_graceful=False)  # a node dies mid-stage
-            cluster.add_node(num_cpus=1)
+            cluster.remove_node(nodes[0], allow_graceful=False)  # a node dies mid-build
+            killed.append("before the index was written" if not (out / "manifest.json").exists() else "too late")
 
         import threading
 
@@ -108,6 +111,7 @@ def test_a_lost_worker_node_and_a_killed_driver_change_nothing(corpus, local_ind
         killer.start()
         build_index_ray(corpus, out, CONFIG, settings=RaySettings(shard_papers=20, batch_papers=10, actors=1))
         killer.join(timeout=60)
+        assert killed == ["before the index was written"]
     finally:
         ray.shutdown()
         cluster.shutdown()
