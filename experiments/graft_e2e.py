@@ -155,7 +155,7 @@ def render(args: Any, rows: list[dict[str, Any]], ceilings: dict[str, Any], fina
              f"Recall@20 of `graft` (graph-RRF, {args.beams} beams) on the first {args.curve_queries} in-corpus test "
              "and out-of-corpus queries.", "",
              "| epoch | step | loss | taught targets in beams | top beam taught | distinct top beams / prompt | "
-             "R@20 in corpus | ceiling | of ceiling | R@20 out of corpus | train s |",
+             "R@20 in corpus | ceiling | of ceiling | R@20 out of corpus | train s (this call) |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ceil = r.get("ceiling R@20 in corpus") or 0.0
