@@ -139,6 +139,7 @@ def facet_graphs(
     progress: Any = None,
     text: sp.csr_matrix | None = None,
     ann_dir: Path | None = None,
+    one_graph: Callable[..., sp.csr_matrix] | None = None,
 ) -> dict[str, sp.csr_matrix]:
     """The four typed top-K graphs from item embeddings and citation signals.
 
@@ -149,6 +150,9 @@ def facet_graphs(
             for their (empty) citation score rows and adds their text neighbours as candidates.
         ann_dir: where the FAISS index of each facet is written as `{facet}.faiss` when the
             candidates are approximate (`graft.ann`), for queries outside the corpus to search.
+        one_graph: what makes one facet's graph, called as `one_graph(facet, items, score, links,
+            params, progress=, searcher=)`: `local_facet_graph` (this process) by default, or a
+            distributed engine's (`graphbuild.ray_engine`).
     """
     n = a.shape[0]
     links = citation_links(a, signals.score, direct=params.direct_links)  # candidates beyond the facet prefilter
@@ -163,10 +167,17 @@ def facet_graphs(
         searcher = IVFCandidates(items.pooled, params.candidates) if params.candidates.resolve(n) == "faiss" else None
         if ann_dir is not None:  # an earlier, stopped build's index of this facet is not this one's
             (ann_dir / f"{facet}.faiss").unlink(missing_ok=True)
-        graphs[facet] = facet_graph(items, score, links, params, progress=progress, searcher=searcher)
+        graphs[facet] = (one_graph or local_facet_graph)(facet, items, score, links, params, progress=progress,
+                                                        searcher=searcher)
         if searcher is not None and ann_dir is not None:
             searcher.write(ann_dir / f"{facet}.faiss")
     return graphs
+
+
+def local_facet_graph(facet: str, items: Any, score: sp.csr_matrix, links: sp.csr_matrix, params: GraphParams, *,
+                      progress: Any = None, searcher: IVFCandidates | None = None) -> sp.csr_matrix:
+    """One facet's graph made in this process (`graft.edges.facet_graph`)."""
+    return facet_graph(items, score, links, params, progress=progress, searcher=searcher)
 
 
 def check_out(out: Path) -> None:
@@ -466,8 +477,8 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
                      compactions=compactions)
     return finish_index(out, corpus, corpus.content_hash(), corpus_path, config, reporter, work, plan, LOCAL_GRAPH,
                         extra={"cache_from": {"index": str(cache_from), "copied": seeded}} if seed_root else {},
-                        summary_extra={"encoder_export": getattr(encoder, "stored", None),
-                                       "seeded_from": Path(cache_from) if seed_root is not None else None})
+                        encoder_export=getattr(encoder, "stored", None),
+                        seeded_from=Path(cache_from) if seed_root is not None else None)
 
 
 @dataclass
@@ -490,22 +501,24 @@ class PaperWork:
 
 @dataclass(frozen=True)
 class GraphEngine:
-    """Where the citation counts and the facet graphs are computed: in this process (`LOCAL_GRAPH`),
-    or spread over a cluster (`graphbuild.ray_engine`). Both give the same numbers."""
+    """Where the citation counts and each facet's graph are computed: in this process
+    (`LOCAL_GRAPH`), or spread over a cluster (`graphbuild.ray_engine`). Both give the same numbers."""
 
     name: str
     signals: Callable[[sp.csr_matrix, str], CitationSignals]
-    graphs: Callable[..., dict[str, sp.csr_matrix]]
+    one_graph: Callable[..., sp.csr_matrix]  # as `local_facet_graph`
 
 
-LOCAL_GRAPH = GraphEngine("local", citation_signals, lambda *a, **k: facet_graphs(*a, **k))
+LOCAL_GRAPH = GraphEngine("local", citation_signals, local_facet_graph)
 
 
 def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str | Path | None, config: BuildConfig,
                  reporter: Reporter, work: PaperWork, plan: RebuildPlan, engine: GraphEngine, *,
-                 extra: dict[str, Any] | None = None, summary_extra: dict[str, Any] | None = None) -> BuildSummary:
+                 extra: dict[str, Any] | None = None, encoder_export: Path | None = None,
+                 seeded_from: Path | None = None) -> BuildSummary:
     """The build past the per-paper stages: citation signals, text coupling, the four graphs (by
-    `engine`), every artefact written, the manifest recorded, the stores compacted."""
+    `engine`), every artefact written, the manifest recorded (with `extra` in its build stage), the
+    stores compacted. `encoder_export` and `seeded_from` are passed on to the summary."""
     n = corpus.papers.height
     paper_ids = corpus.papers["paper_id"].to_list()
     table, alone, papers_vec, reused = work.table, work.alone, work.papers, work.reused
@@ -525,8 +538,8 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
         text = text_coupling(papers_vec, linkless_rows(a), config.text_coupling)
 
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
-        graphs = engine.graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
-                               progress=adv, text=text, ann_dir=out / "cache" / "ann")
+        graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
+                              progress=adv, text=text, ann_dir=out / "cache" / "ann", one_graph=engine.one_graph)
 
     with reporter.stage("write", unit="files") as adv:
         _check_no_links(out)
@@ -594,9 +607,8 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
     read_manifest(out)  # the index must open after a build
     for compact in work.compactions:
         compact()
-    more = summary_extra or {}
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
-                        reused, more.get("encoder_export"), removed, plan.aside, more.get("seeded_from"), work.seeded)
+                        reused, encoder_export, removed, plan.aside, seeded_from, work.seeded)
 
 
 def _facets(papers: pl.DataFrame, extractor: FacetExtractor, encoder: Any, store: RowStore,

@@ -41,7 +41,7 @@ REQUIRED_FIELDS = ("id", "title", "abstract")
 ACCEPTED_FORMATS = ("*.jsonl, *.jsonl.gz, *.parquet, a *.json file (an array of records, one record or an S2ORC "
                     "document) or a directory of them, OpenAlex works (openalex:PATH), or 'aclsum'")
 
-_SCHEMA: dict[str, Any] = {
+SCHEMA: dict[str, Any] = {
     "paper_id": pl.Utf8,
     "title": pl.Utf8,
     "abstract": pl.Utf8,
@@ -109,7 +109,7 @@ class LoadReport:
 class Corpus:
     """A validated corpus; row i of `papers` is node i of every graph built from it."""
 
-    papers: pl.DataFrame  # columns PAPER_COLUMNS, dtypes as in `_SCHEMA`
+    papers: pl.DataFrame  # columns PAPER_COLUMNS, dtypes as in `SCHEMA`
     report: LoadReport
 
     def citations(self) -> pl.DataFrame:
@@ -192,9 +192,9 @@ def load_corpus(path: str | Path | None, *, skip_bad: bool = False, limit: int |
     if path.is_dir():
         return _load_json(path, source=str(path), skip_bad=skip_bad, limit=limit)
     if name.endswith((".jsonl", ".jsonl.gz")):
-        items: Iterator[tuple[str, Any]] = _iter_jsonl(path)
+        items: Iterator[tuple[str, Any]] = iter_jsonl(path)
     elif name.endswith(".parquet"):
-        items = _iter_parquet(path)
+        items = iter_parquet(path)
     elif name.endswith(".json"):
         return _load_json(path, source=str(path), skip_bad=skip_bad, limit=limit)
     else:
@@ -258,7 +258,7 @@ def add_openalex_counts(report: LoadReport, spec: str, counts: Any) -> None:
     report.details["openalex"] = dataclasses.asdict(counts)
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+def iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
     """Yield (where, parsed object or _Bad) per non-blank line."""
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
@@ -281,14 +281,19 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
         raise InputValidationError(f"{path}: cannot read the file ({exc})") from None
 
 
-def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
-    """Yield (where, row dict) per Parquet row."""
+def iter_parquet(path: Path, batch_rows: int = 4096) -> Iterator[tuple[str, Any]]:
+    """Yield (where, row dict) per Parquet row, one record batch of the file in memory at a time."""
+    import pyarrow.parquet as pq
+
     try:
-        frame = pl.read_parquet(path)
-    except Exception as exc:  # polars raises several unrelated types for a broken file
+        reader = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for a broken file
         raise InputValidationError(f"{path}: not a readable Parquet file ({exc})") from None
-    for i, row in enumerate(frame.iter_rows(named=True), start=1):
-        yield f"{path.name} row {i}", row
+    i = 0
+    for batch in reader.iter_batches(batch_size=batch_rows):
+        for row in batch.to_pylist():
+            i += 1
+            yield f"{path.name} row {i}", row
 
 
 def _load_json(path: Path, *, source: str, skip_bad: bool, limit: int | None) -> Corpus:
@@ -583,7 +588,7 @@ def _build(
     counts = {"dropped": dropped, "self": 0, "duplicate": 0, "kept": 0}
     for rec in records:
         rec["references"] = keep_references(rec["paper_id"], rec["references"], ids, counts)
-    papers = pl.DataFrame({c: [rec[c] for rec in records] for c in PAPER_COLUMNS}, schema=_SCHEMA)
+    papers = pl.DataFrame({c: [rec[c] for rec in records] for c in PAPER_COLUMNS}, schema=SCHEMA)
     report = LoadReport(
         source=source,
         n_read=n_read,

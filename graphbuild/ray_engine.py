@@ -43,7 +43,6 @@ from graft.build_config import BuildConfig
 from graft.citations import CitationSignals, citation_signals, link_count_rows
 from graft.config import config_to_dict
 from graft.errors import GraftError
-from graft.facets import FACETS
 from graft.progress import Reporter
 from graft.store import atomic_path, index_lock, read_json, write_json
 from graphbuild.shards import SHARD_PAPERS, Shards, write_shards
@@ -305,52 +304,34 @@ def ray_graph_engine(session: Session, cache: Path, settings: RaySettings) -> An
         counts = (sp.vstack([b[0] for b in blocks]).tocsr(), sp.vstack([b[1] for b in blocks]).tocsr())
         return citation_signals(a, rescale, counts=counts)
 
-    def graphs(owner: np.ndarray, facet_of_item: np.ndarray, vectors: np.ndarray, a: sp.csr_matrix,
-               signals: CitationSignals, params: Any, *, progress: Any = None, text: Any = None,
-               ann_dir: Path | None = None) -> dict[str, sp.csr_matrix]:
-        from graft.ann import IVFCandidates
-        from graft.citations import citation_links
+    put: dict[int, Any] = {}  # the score and link matrices, shared by the four facets: put once
+
+    def one_graph(facet: str, items: Any, score: sp.csr_matrix, links: sp.csr_matrix, params: Any, *,
+                  progress: Any = None, searcher: Any = None) -> sp.csr_matrix:
+        """A facet's graph from Ray tasks over row ranges, kept in INDEX/cache/ray/graph once made."""
         from graft.edges import graph_from_rows, graph_row_ranges
-        from graft.similarity import group_items
 
-        n = a.shape[0]
-        links = citation_links(a, signals.score, direct=params.direct_links)
-        score = signals.score
-        if text is not None and text.nnz:
-            score = (sp.csr_matrix(score, dtype=np.float32) + text).tocsr()
-            links = ((links + text) > 0).astype(np.float32).tocsr()
-        score_ref, links_ref = ray.put(sp.csr_matrix(score)), ray.put(sp.csr_matrix(links))
-        folder = cache / "graph"
-        folder.mkdir(parents=True, exist_ok=True)
-        out = {}
-        for facet in FACETS:
-            kept = folder / f"{facet}.npz"
-            sel = facet_of_item == facet
-            items = group_items(owner[sel], np.asarray(vectors[sel], dtype=np.float32), n)
-            approximate = params.candidates.resolve(n) == "faiss"
-            if ann_dir is not None:
-                (ann_dir / f"{facet}.faiss").unlink(missing_ok=True)
-            searcher = IVFCandidates(items.pooled, params.candidates) if approximate else None
-            if kept.is_file():
-                out[facet] = sp.load_npz(kept).tocsr()
-            else:
-                items_ref = ray.put(items)
-                ann = searcher.to_bytes() if searcher is not None else None
-                ann_ref = ray.put(ann)
-                ranges = graph_row_ranges(n, params, parts)
-                futures = [graph_task.remote(items_ref, score_ref, links_ref, params, s, e, ann_ref)
-                           for s, e in ranges]
-                pieces = ray.get(futures)
-                out[facet] = graph_from_rows(n, pieces)
-                with atomic_path(kept, ".npz") as tmp:
-                    sp.save_npz(tmp, out[facet])
-            if progress is not None:
-                progress(n)
-            if searcher is not None and ann_dir is not None:
-                searcher.write(ann_dir / f"{facet}.faiss")
-        return out
+        kept = cache / "graph" / f"{facet}.npz"
+        n = items.n
+        if kept.is_file():
+            graph = sp.load_npz(kept).tocsr()
+        else:
+            for m in (score, links):
+                if id(m) not in put:
+                    put[id(m)] = ray.put(sp.csr_matrix(m))
+            ann = ray.put(searcher.to_bytes() if searcher is not None else None)
+            items_ref = ray.put(items)
+            pieces = ray.get([graph_task.remote(items_ref, put[id(score)], put[id(links)], params, s, e, ann)
+                              for s, e in graph_row_ranges(n, params, parts)])
+            graph = graph_from_rows(n, pieces)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(kept, ".npz") as tmp:
+                sp.save_npz(tmp, graph)
+        if progress is not None:
+            progress(n)
+        return graph
 
-    return GraphEngine("ray", signals, graphs)
+    return GraphEngine("ray", signals, one_graph)
 
 
 # ---- the build ----------------------------------------------------------------------------------

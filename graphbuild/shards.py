@@ -61,7 +61,7 @@ class Shards:
     def table(self, columns: list[str] | None = None) -> pl.DataFrame:
         """The corpus table (or some of its columns) in row order, read from the shards."""
         return pl.concat([pl.read_parquet(p, columns=columns) for p in self.paths]) if self.files else \
-            pl.DataFrame(schema={c: corpus_mod._SCHEMA[c] for c in (columns or PAPER_COLUMNS)})
+            pl.DataFrame(schema={c: corpus_mod.SCHEMA[c] for c in (columns or PAPER_COLUMNS)})
 
     def corpus(self) -> Corpus:
         """The whole corpus in memory, as `load_corpus` returns it."""
@@ -112,7 +112,7 @@ def _stream(path: str | Path | None, skip_bad: bool, limit: int | None, scratch:
         records = scratch / "openalex-slice.jsonl"
         counts = openalex.write_slice(root, records, works_filter, skip_bad=skip_bad, limit=limit)
         details["openalex"] = counts
-        return corpus_mod._iter_jsonl(records), None, str(path)
+        return corpus_mod.iter_jsonl(records), None, str(path)
     p = Path(path)
     if not p.exists():
         raise InputValidationError(f"corpus not found: {p} (accepted: {corpus_mod.ACCEPTED_FORMATS})")
@@ -120,25 +120,10 @@ def _stream(path: str | Path | None, skip_bad: bool, limit: int | None, scratch:
     if p.is_dir() or name.endswith(".json"):
         return None, corpus_mod.load_corpus(p, skip_bad=skip_bad, limit=limit), str(p)
     if name.endswith((".jsonl", ".jsonl.gz")):
-        return corpus_mod._iter_jsonl(p), None, str(p)
+        return corpus_mod.iter_jsonl(p), None, str(p)
     if name.endswith(".parquet"):
-        return _iter_parquet_batches(p), None, str(p)
+        return corpus_mod.iter_parquet(p), None, str(p)
     raise InputValidationError(f"{p}: unknown corpus format (accepted: {corpus_mod.ACCEPTED_FORMATS})")
-
-
-def _iter_parquet_batches(path: Path, batch_rows: int = 4096) -> Iterator[tuple[str, Any]]:
-    """Yield (where, row dict) per Parquet row, one record batch in memory at a time."""
-    import pyarrow.parquet as pq
-
-    try:
-        reader = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises several unrelated types for a broken file
-        raise InputValidationError(f"{path}: not a readable Parquet file ({exc})") from None
-    i = 0
-    for batch in reader.iter_batches(batch_size=batch_rows):
-        for row in batch.to_pylist():
-            i += 1
-            yield f"{path.name} row {i}", row
 
 
 def write_shards(path: str | Path | None, folder: str | Path, *, skip_bad: bool = False, limit: int | None = None,
@@ -172,7 +157,7 @@ def write_shards(path: str | Path | None, folder: str | Path, *, skip_bad: bool 
         if not buffer:
             return
         name = f"part-{len(files):05d}.parquet"
-        frame = pl.DataFrame({c: [r[c] for r in buffer] for c in PAPER_COLUMNS}, schema=corpus_mod._SCHEMA)
+        frame = pl.DataFrame({c: [r[c] for r in buffer] for c in PAPER_COLUMNS}, schema=corpus_mod.SCHEMA)
         with atomic_path(folder / name) as tmp:
             frame.write_parquet(tmp)
         files.append(name)
