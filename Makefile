@@ -97,16 +97,17 @@ demo: $(STAMP)
 
 # The whole suite (what CI runs) over TEST_WORKERS processes (pytest-xdist): most tests run on one
 # thread, so one process would leave the second core of a 2-core machine idle. Each test file runs
-# on one worker, so a fixture built once for its module is built once.
+# on one worker, so a fixture built once for its module is built once; the longest files go first
+# (tests/conftest.py: LONG_FILES), in that order.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(BROWSER_STAMP) $(BIBTEX_STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The quick lane while editing: lint, then every test not marked slow (integration tests that build
 # indexes, load the sentence encoder or train a model; `make test` runs them too).
 check: $(STAMP) $(BIBTEX_STAMP)
 	$(VENV)/bin/ruff check .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

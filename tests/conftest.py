@@ -33,12 +33,21 @@ CS768 = REPO.parent / "shared" / "data" / "cs768" / "papers.jsonl.gz"
 SLOW_FIXTURES = {"encoder", "onnx_encoder", "built", "split", "stored"}
 
 
+#: The test files that take longest (`pytest --durations`), longest first: they run first, so that
+#: with `--dist loadfile --no-loadscope-reorder` (make test) the two workers finish on short files
+#: rather than one of them starting a long one last.
+LONG_FILES = ("test_eval_runner.py", "test_ray_engine.py", "test_training.py", "test_build.py", "test_cli.py",
+              "test_encoder.py", "test_survey_suite.py", "test_retriever.py")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark `slow` every test that asks for one of `SLOW_FIXTURES` (`make check` leaves them out;
-    `make test` runs them)."""
+    `make test` runs them), and put the tests of `LONG_FILES` first, in that order."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: file order kept otherwise
 
 
 #: What a built fixture depends on besides its inputs: the code that builds it and the libraries

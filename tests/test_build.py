@@ -452,10 +452,10 @@ def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monke
     """An index rebuilt from a corpus with papers added, one edited and the rows shuffled extracts
     and embeds only the new and edited papers, and equals a build from scratch of that corpus; on
     ONNX Runtime bit for bit."""
-    records = [json.loads(line) for line in write_slice(cs768_path(), 60, tmp_path).read_text().splitlines()]
-    known = {r["id"] for r in records[:45]}
+    records = [json.loads(line) for line in write_slice(cs768_path(), 30, tmp_path).read_text().splitlines()]
+    known = {r["id"] for r in records[:22]}
     (tmp_path / "old.jsonl").write_text("".join(json.dumps({**r, "references": [x for x in r["references"]
-                                                             if x in known]}) + "\n" for r in records[:45]))
+                                                             if x in known]}) + "\n" for r in records[:22]))
     records[7]["abstract"] += " We also release the code."
     rng = np.random.default_rng(0)
     grown = [records[i] for i in rng.permutation(len(records))]
@@ -470,8 +470,8 @@ def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monke
         extracted.clear()
         counting = CountingEncoder(encoder) if backend == "torch" else None
         summary = build_index(tmp_path / "new.jsonl", out, config, **({"encoder": counting} if counting else {}))
-        assert sorted(extracted) == sorted([records[7]["id"]] + [r["id"] for r in records[45:]])
-        assert summary.reused == ["facets (44 of 60 papers)", "titles (45 of 60)", "papers (44 of 60)"]
+        assert sorted(extracted) == sorted([records[7]["id"]] + [r["id"] for r in records[22:]])
+        assert summary.reused == ["facets (21 of 30 papers)", "titles (22 of 30)", "papers (21 of 30)"]
         if counting is not None:  # the new papers' sentences, items, titles and texts, nothing else
             assert 0 < counting.texts < 16 * 20
         build_index(tmp_path / "new.jsonl", scratch, config, **use)
@@ -498,7 +498,7 @@ def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(
     that corpus bit for bit (ONNX Runtime), and leaves the other index as it was."""
     from graft.errors import GraftError
 
-    records = [json.loads(line) for line in write_slice(cs768_path(), 66, tmp_path).read_text().splitlines()]
+    records = [json.loads(line) for line in write_slice(cs768_path(), 33, tmp_path).read_text().splitlines()]
 
     def write(name, part):
         ids = {r["id"] for r in part}
@@ -507,7 +507,7 @@ def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(
                                 for r in part))
         return path
 
-    whole, part = write("whole.jsonl", records[:60]), write("part.jsonl", records[10:50] + records[60:])
+    whole, part = write("whole.jsonl", records[:30]), write("part.jsonl", records[5:25] + records[30:])
     extracted = _count_extractions(monkeypatch)
     config = BuildConfig(embedding_backend="onnx")
     build_index(whole, tmp_path / "whole", config)
@@ -515,11 +515,11 @@ def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(
     before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in other_cache.rglob("*")}
     extracted.clear()
     summary = build_index(part, tmp_path / "part", config, cache_from=tmp_path / "whole")
-    assert sorted(extracted) == sorted(r["id"] for r in records[60:])
-    titles = {r["title"] for r in records[10:50]}
-    assert summary.seeded == {"facets": 40, "titles": len(titles), "papers": 40}
+    assert sorted(extracted) == sorted(r["id"] for r in records[30:])
+    titles = {r["title"] for r in records[5:25]}
+    assert summary.seeded == {"facets": 20, "titles": len(titles), "papers": 20}
     assert summary.seeded_from == tmp_path / "whole"
-    assert summary.reused == ["facets (40 of 46 papers)", f"titles ({len(titles)} of 46)", "papers (40 of 46)"]
+    assert summary.reused == ["facets (20 of 23 papers)", f"titles ({len(titles)} of 23)", "papers (20 of 23)"]
     recorded = Index.open(tmp_path / "part").manifest["stages"]["build"]["cache_from"]
     assert recorded == {"index": str(tmp_path / "whole"), "copied": summary.seeded}
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in other_cache.rglob("*")} == before

@@ -1349,11 +1349,11 @@ def test_the_end_to_end_experiment_trains_measures_each_epoch_then_evaluates(bui
     shutil.copytree(split, copy, ignore=shutil.ignore_patterns(".graft-lock*"))
     work, results = tmp_path / "work", tmp_path / "results"
     argv = ["--split", str(copy), "--work", str(work), "--results", str(results), "--base-model", "tiny",
-            "--epochs", "0.5", "--measure-every", "0.25", "--batch-size", "32", "--held-papers", "3", "--held-beams", "3", "--curve-queries", "4",
+            "--epochs", "0.1", "--measure-every", "0.05", "--batch-size", "32", "--held-papers", "3", "--held-beams", "3", "--curve-queries", "4",
             "--beams", "3", "--systems", "bm25,teacher,graft", "--threads", "1", "--name", "smoke"]
     assert graft_e2e.main(argv) == 0
     rows = [json.loads(x) for x in (work / "curve.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in rows] == [0.25, 0.5] and rows[0]["step"] < rows[1]["step"]
+    assert [r["epoch"] for r in rows] == [0.05, 0.1] and rows[0]["step"] < rows[1]["step"]
     for r in rows:
         assert r["held_pairs"] >= r["held_prompts"] > 0 and r["held_beams"] == 3
         for key in ("held_target_in_beams", "held_top_beam_taught", "R@20 in corpus", "R@20 out of corpus",
@@ -1363,7 +1363,7 @@ def test_the_end_to_end_experiment_trains_measures_each_epoch_then_evaluates(bui
     assert rows[0]["ceiling R@20 in corpus"] > 0  # the pairs reach some of the queries' links
     report = (results / "e2e_smoke.md").read_text()
     assert report == (work / "e2e_smoke.md").read_text()
-    assert report.count("\n| 0.25 | ") == 1 and report.count("\n| 0.5 | ") == 1
+    assert report.count("\n| 0.05 | ") == 1 and report.count("\n| 0.1 | ") == 1
     for suite in ("### incorpus", "### ooc", "### attribution"):
         assert suite in report
     assert report.count("| graft |") >= 3 and "graft / teacher R@20" in report
