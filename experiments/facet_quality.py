@@ -16,7 +16,15 @@ Systems: `lead` (the first abstract sentence for every facet), `position` (first
 Problem, second = Method, last = Result), `rules` (the hand-weighted scorer, the default before the
 classifier), `learned` (the classifier, `graft.facet_classifier`, with the default settings) and the
 learned variants of `VARIANTS`. Variants are chosen on **val**; test is reported, never tuned on.
-Results: docs/results/facet_quality_aclsum.{md,json}.
+
+With `--llm-url URL --llm-model NAME` (any OpenAI-compatible server) or `--llm-local MODEL` (a local
+Hugging Face chat-model folder run in process through transformers; `smollm2-135m` = the packaged
+SmolLM2-135M-Instruct) a system `llm MODEL` joins: `graft build --extractor llm`'s extractor itself
+(same prompt, same strict answer check), with the learned heuristic for the papers whose answer is
+discarded, as in a build; the share of valid answers is reported beside it. Answers are cached in
+`--llm-cache` (SQLite) so a rerun asks nothing again.
+
+Results: docs/results/facet_quality_aclsum[_NAME].{md,json}.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -93,6 +102,64 @@ def systems_for(papers: pl.DataFrame, encoder: Encoder) -> tuple[dict[str, list[
     return out, seconds
 
 
+class LocalChatClient:
+    """`ChatClient`'s batch interface over `graft.survey.backends.LocalChat` (a transformers chat
+    model in this process, greedy, answers cached): what `LLMFacetExtractor` calls."""
+
+    def __init__(self, chat: Any) -> None:
+        self.chat = chat
+        self._stats = {"calls": 0, "requests": 0, "cache_hits": 0, "retries": 0, "failures": 0}
+
+    def complete_many(self, requests: Any, progress: Any = None) -> list[str | Exception]:
+        out: list[str | Exception] = []
+        for r in requests:
+            self._stats["calls"] += 1
+            self._stats["requests"] += 1
+            out.append(self.chat.complete(r.messages, response_format=r.response_format))
+            if progress is not None:
+                progress(1)
+        return out
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+
+def llm_client(args: argparse.Namespace) -> tuple[str, Any] | None:
+    """(system name, chat client) for `--llm-url`/`--llm-model` or `--llm-local`; None without them."""
+    from graft.llm import LLMCache
+
+    cache = LLMCache(args.llm_cache) if args.llm_cache else None
+    if args.llm_local:
+        from graft.survey.backends import LocalChat
+
+        path = args.llm_local
+        if path == "smollm2-135m":
+            from training.base_models import ensure_smollm2
+
+            path = str(ensure_smollm2(quiet=True))
+        return f"llm {args.llm_local}", LocalChatClient(LocalChat(path, cache, max_new_tokens=args.llm_max_tokens))
+    if args.llm_url:
+        from graft.llm import ChatClient, LLMConfig
+
+        config = LLMConfig(model=args.llm_model, base_url=args.llm_url, max_tokens=args.llm_max_tokens)
+        return f"llm {args.llm_model}", ChatClient(config, cache=cache)
+    return None
+
+
+def llm_items(papers: pl.DataFrame, encoder: Encoder, client: Any) -> tuple[list[FacetItems], dict[str, Any]]:
+    """The LLM extractor's items per paper (the learned heuristic for discarded answers) and its
+    counters, with a few of the discarded answers' reasons."""
+    from graphbuild.facets_llm import LLMFacetExtractor
+
+    extractor = LLMFacetExtractor(client, fallback=HeuristicFacetExtractor(encoder, HeuristicConfig()))
+    t0 = time.perf_counter()
+    items = extractor.extract(papers, progress=lambda _: print(".", end="", file=sys.stderr, flush=True))
+    print(file=sys.stderr)
+    stats = {**extractor.stats(), "seconds": round(time.perf_counter() - t0, 1),
+             "issues": [f"{pid}: {why[:160]}" for pid, why in extractor.issues[:5]]}
+    return items, stats
+
+
 def timing(papers: pl.DataFrame, repeats: int = 2) -> dict[str, float]:
     """Seconds per extraction of `papers`, rules vs learned, alternating, each run on a fresh encoder
     (no vectors of an earlier run; warmed up on other texts so the ONNX export is not timed): the best of
@@ -149,6 +216,11 @@ def markdown(report: dict) -> str:
                                  f"{m['f1']:.3f} | {m['rouge1']:.3f} | {m['rouge2']:.3f} | {m['rougeL']:.3f} | "
                                  f"{m['items_per_paper']:.2f} | {shared} |")
             lines.append("")
+    for scope, stats in report.get("llm", {}).items():
+        lines += [f"`{stats['system']}`, {scope} scope: {stats['llm_ok']} of {stats['papers']} answers passed the "
+                  f"extractor's check, {stats['discarded']} discarded and {stats['failed']} failed (those papers "
+                  f"take the learned heuristic's items, as in a build); {stats['seconds']:.0f} s.", ""]
+        lines += [f"- discarded: {why}" for why in stats["issues"]] + [""]
     if "timing" in report:
         sec = report["timing"]["seconds"]
         lines += [f"Extraction time, {report['timing']['papers']} abstracts, fresh encoder each, best of 2 "
@@ -158,7 +230,7 @@ def markdown(report: dict) -> str:
 
 
 def run(splits: list[str], *, command: str, limit: int | None = None, cache: Path | None = None,
-        scopes: tuple[str, ...] = tuple(SCOPES), timed: bool = False) -> dict:
+        scopes: tuple[str, ...] = tuple(SCOPES), timed: bool = False, llm: tuple[str, Any] | None = None) -> dict:
     from graft.facet_classifier import packaged
 
     load = os.getloadavg()[0]
@@ -180,6 +252,12 @@ def run(splits: list[str], *, command: str, limit: int | None = None, cache: Pat
     for scope, frame in inputs.items():
         print(f"{scope}: extracting {frame.height} papers ...", file=sys.stderr, flush=True)
         systems, seconds = systems_for(frame, encoder)
+        if llm is not None:
+            name, client = llm
+            print(f"{scope}: {name} on {frame.height} papers ", end="", file=sys.stderr, flush=True)
+            systems[name], stats = llm_items(frame, encoder, client)
+            report.setdefault("llm", {})[scope] = {"system": name, **stats}
+            seconds[name] = stats["seconds"]
         report["seconds"][scope] = seconds
         index = {pid: k for k, pid in enumerate(frame["paper_id"])}
         by_scope[scope] = (systems, index)
@@ -208,15 +286,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--embedding-cache", type=Path, metavar="NPZ",
                         help="sentence vectors kept between runs (read if present, written after)")
+    parser.add_argument("--llm-url", help="an OpenAI-compatible server (http://host:port/v1) for the `llm` system")
+    parser.add_argument("--llm-model", help="with --llm-url: the model name the server knows")
+    parser.add_argument("--llm-local", metavar="MODEL",
+                        help="a local Hugging Face chat-model folder, or smollm2-135m (the packaged SmolLM2-135M-Instruct)")
+    parser.add_argument("--llm-max-tokens", type=int, default=512, help="tokens per answer (default 512)")
+    parser.add_argument("--llm-cache", type=Path, metavar="SQLITE", help="answers kept between runs")
+    parser.add_argument("--name", help="write facet_quality_aclsum_NAME.{md,json} (default: facet_quality_aclsum)")
     args = parser.parse_args(argv)
+    if args.llm_url and not args.llm_model:
+        parser.error("--llm-url needs --llm-model")
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["python -m experiments.facet_quality", shlex.join(argv)]).strip()
     report = run(args.splits.split(","), command=command, limit=args.limit, cache=args.embedding_cache,
-                 scopes=tuple(args.scopes.split(",")), timed=args.timing)
+                 scopes=tuple(args.scopes.split(",")), timed=args.timing, llm=llm_client(args))
     md = markdown(report)
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "facet_quality_aclsum.md").write_text(md, encoding="utf-8")
-    (args.results_dir / "facet_quality_aclsum.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    stem = "facet_quality_aclsum" + (f"_{args.name}" if args.name else "")
+    (args.results_dir / f"{stem}.md").write_text(md, encoding="utf-8")
+    (args.results_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(md)
     return 0
 

@@ -17,6 +17,7 @@ index has no `train/pairs.parquet` (nothing is written into it).
     python -m experiments.trainer_speed --index INDEX [--base-model smollm2-135m] [--batch-size 16] \\
         [--warmup 1] [--steps 6] [--repeats 3] [--threads 2]
     python -m experiments.trainer_speed --index CS768_INDEX --epoch-only --name cs768
+    python -m experiments.trainer_speed --index INDEX --variants old,new --breakdown 8   # + where a step goes
 
 INDEX holds a built index (with `graft train`'s DocIDs and pairs, or they are made in memory).
 Writes docs/results/trainer_speed.{md,json} (--epoch-only: trainer_speed_epoch_NAME.{md,json}).
@@ -115,18 +116,64 @@ def loss_check(model: Any, tokenizer: Any, data: Any, micro: int, batches: int =
 
 
 def time_variant(base: Any, tokenizer: Any, data: Any, fields: dict[str, Any], batch: int, warmup: int,
-                 steps: int) -> dict[str, float]:
-    """Train a fresh copy of `base` for warmup + steps steps; pairs/s and tokens/s after the warm-up."""
+                 steps: int, data_seed: int = 0) -> dict[str, float]:
+    """Train a fresh copy of `base` for warmup + steps steps; pairs/s and tokens/s after the warm-up.
+    `data_seed` picks the batch order: each round times other batches of the epoch, so the medians
+    are not those of one sample of a few batches."""
     from training.trainer import TrainConfig, fit
 
     marks: list[tuple[float, int]] = []
     config = TrainConfig(max_steps=warmup + steps, batch_size=batch, save_every_steps=0,
-                         logging_steps=warmup + steps, **fields)
+                         logging_steps=warmup + steps, data_seed=data_seed, **fields)
     fit(copy.deepcopy(base), tokenizer, data, None, config, quiet=True, save_final=False,
         on_step=lambda step, info: marks.append((time.perf_counter(), int(info["tokens"]))))
     (t0, k0), (t1, k1) = marks[warmup - 1], marks[-1]
     return {"seconds": t1 - t0, "pairs_per_s": steps * batch / (t1 - t0), "tokens_per_s": (k1 - k0) / (t1 - t0),
             "seconds_per_step": (t1 - t0) / steps}
+
+
+def breakdown(base: Any, tokenizer: Any, data: Any, micro: int, batches: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Where a step's time goes: forward, backward, gradient clipping and the fused AdamW update,
+    timed apart (medians) on the same `batches` prompt-grouped micro-batches laid out one row per
+    pair and packed, after one untimed step of each."""
+    import torch
+
+    from training.data import Collator
+    from training.packing import PackedCollator, packed_loss, prompt_grouped_batches
+
+    order = prompt_grouped_batches(data.prompt_groups(), micro, seed=seed)[1 : batches + 2]
+    pad = tokenizer.pad_token_id
+    rows = []
+    for layout, collate in (("one row per pair", Collator(pad, None, target_logits_only=True)),
+                            ("packed", PackedCollator(pad))):
+        model = copy.deepcopy(base).train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=1e-5, fused=True)
+        times: dict[str, list[float]] = {"forward": [], "backward": [], "clip": [], "adamw": []}
+        tokens = []
+        for k, b in enumerate(order):
+            batch = collate([data.example(i) for i in b])
+            marks = [time.perf_counter()]
+            if layout == "packed":
+                loss = packed_loss(model, batch)
+            else:
+                loss = model(**{key: v for key, v in batch.items() if key != "tokens"}).loss
+            marks.append(time.perf_counter())
+            loss.backward()
+            marks.append(time.perf_counter())
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            marks.append(time.perf_counter())
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            marks.append(time.perf_counter())
+            if k:  # the first step warms up
+                for name, a, z in zip(times, marks, marks[1:]):
+                    times[name].append(z - a)
+                tokens.append(int(batch["input_ids"].numel()))
+        med = {name: statistics.median(v) for name, v in times.items()}
+        rows.append({"layout": layout, **{f"{k}_s": round(v, 3) for k, v in med.items()},
+                     "step_s": round(sum(med.values()), 3), "tokens_per_step": statistics.median(tokens)})
+    return rows
 
 
 EPOCH_HEADER = ["| index | pairs | prompts | micro-batch | plain tokens | plain with padding | packed tokens | "
@@ -141,7 +188,8 @@ def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
 
 
 def write_speed_table(args: Any, command: str, data: Any, threads: int, worst: float,
-                      epochs: list[dict[str, Any]], chosen: list[str], runs: dict[str, list[dict[str, float]]]) -> None:
+                      epochs: list[dict[str, Any]], chosen: list[str], runs: dict[str, list[dict[str, float]]],
+                      phases: list[dict[str, Any]] | None = None) -> None:
     """trainer_speed.{md,json}: medians of the runs so far and their ratio to the first variant's."""
     import torch
 
@@ -158,11 +206,12 @@ def write_speed_table(args: Any, command: str, data: Any, threads: int, worst: f
     meta = {"command": command, "date": str(dt.date.today()), "index": str(args.index), "pairs": len(data),
             "base_model": args.base_model, "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps,
             "rounds": rounds, "torch_threads": threads, "torch": torch.__version__, "loss_max_rel_diff": worst,
-            "epoch_tokens": epochs}
+            "epoch_tokens": epochs, "breakdown": phases}
     lines = [f"# Trainer speed on the CPU: {args.base_model}", "",
              f"Command: `{command}`  ", f"Date: {meta['date']} · {len(data):,} pairs of `{args.index}` · batch "
              f"{args.batch_size} · {threads} torch threads · {rounds} interleaved round(s) of {args.steps} timed "
-             f"steps (after {args.warmup}) per trainer · medians", "",
+             f"steps (after {args.warmup}) per trainer (round r on its trainer's batch order for data seed r, so "
+             "rounds time different batches) · medians", "",
              "| trainer | pairs/s | tokens/s | s/step | × old | pairs/s per round |",
              "|---|---:|---:|---:|---:|---|"]
     lines += [f"| {r['trainer']} | {r['pairs_per_s']:.3f} | {r['tokens_per_s']:,.1f} | {r['seconds_per_step']:.1f} | "
@@ -170,6 +219,14 @@ def write_speed_table(args: Any, command: str, data: Any, threads: int, worst: f
     lines += ["", "tokens/s counts each pair's prompt and target tokens (the work one row per pair does), so every "
               "row measures the same pairs. Packed loss vs plain loss of the base model on 2 real micro-batches: "
               f"largest relative difference {worst:.1e}.", "", "## Tokens per epoch", "", *epoch_lines(epochs)]
+    if phases:
+        lines += ["", "## Where a step's time goes", "",
+                  f"The same {args.breakdown} prompt-grouped micro-batches of {args.batch_size} pairs (after one "
+                  "untimed step) in each layout, fused AdamW, each phase timed apart; medians in seconds.", "",
+                  "| layout | tokens / step (with padding) | forward | backward | clip | AdamW | step |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['layout']} | {r['tokens_per_step']:.0f} | {r['forward_s']:.2f} | {r['backward_s']:.2f} | "
+                  f"{r['clip_s']:.2f} | {r['adamw_s']:.2f} | {r['step_s']:.2f} |" for r in phases]
     write_tables(args.results, "trainer_speed", meta, rows, lines)
 
 
@@ -186,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=6, help="timed steps per run")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds of every variant")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads, the same for every variant")
+    p.add_argument("--breakdown", type=int, default=0, metavar="N",
+                   help="also time forward, backward, clipping and AdamW apart on N micro-batches, both layouts")
     p.add_argument("--variants", default="old,new,pack,fused",
                    help="comma-separated, the first is the baseline: old (one row per pair, foreach AdamW), new "
                         "(packed prompts, fused AdamW), pack (packing alone), fused (fused AdamW alone)")
@@ -218,14 +277,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base, _ = resolve_base_model(args.base_model, seed=0)
     worst = loss_check(base, tokenizer, data, args.batch_size)
+    phases = breakdown(base, tokenizer, data, args.batch_size, args.breakdown) if args.breakdown else None
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in chosen}
     for r in range(args.repeats):
         for v in chosen:
             label, fields = VARIANTS[v]
-            runs[v].append(time_variant(base, tokenizer, data, fields, args.batch_size, args.warmup, args.steps))
+            runs[v].append(time_variant(base, tokenizer, data, fields, args.batch_size, args.warmup, args.steps,
+                                        data_seed=r))
             print(f"round {r + 1}: {label}: {runs[v][-1]['pairs_per_s']:.3f} pairs/s", flush=True)
             # the table so far after every run: a run stopped early still leaves its finished rounds
-            write_speed_table(args, command, data, torch.get_num_threads(), worst, epochs, chosen, runs)
+            write_speed_table(args, command, data, torch.get_num_threads(), worst, epochs, chosen, runs, phases)
     return 0
 
 

@@ -163,3 +163,40 @@ def test_weights_file_and_settings(tmp_path) -> None:
     assert BuildConfig().heuristic_config().scorer == "learned"
     assert BuildConfig.from_dict({}).heuristic_config().scorer == "rules"
     assert set(FACETS[:3]) == set(GOLD_ASPECT)
+
+
+def test_facet_quality_scores_an_llm_extractor_and_falls_back_where_its_answer_is_discarded(encoder, tmp_path) -> None:
+    """experiments/facet_quality.py with an LLM system: `graft build`'s LLM extractor reads each
+    answer strictly; a paper whose answer is not the four-facet JSON takes the learned heuristic's
+    items, and the report counts both. The stand-in model copies each paper's first sentences."""
+    import json
+
+    from experiments import facet_quality
+    from graft.text import split_sentences as sentences
+
+    class Scripted:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def complete_many(self, requests, progress=None):
+            out = []
+            for r in requests:
+                self.asked += 1
+                paper = json.loads(r.messages[-1]["content"].split("<data>")[1].split("</data>")[0])
+                first = sentences(paper["abstract"])
+                answer = {f: [first[min(k, len(first) - 1)]] for k, f in enumerate(FACETS)}
+                out.append("Sure! " + json.dumps(answer) if self.asked == 2 else json.dumps(answer))
+            return out
+
+        def stats(self):
+            return {"calls": self.asked}
+
+    client = Scripted()
+    report = facet_quality.run(["test"], command="test", limit=3, scopes=("abstract",), llm=("llm scripted", client))
+    stats = report["llm"]["abstract"]
+    assert client.asked == 3 and (stats["papers"], stats["llm_ok"], stats["discarded"], stats["fallback"]) == (3, 2, 1, 1)
+    scored = report["splits"]["test"]["scopes"]["abstract"]
+    assert set(scored) >= {"lead", "learned", "llm scripted"}
+    assert 0.0 <= scored["llm scripted"]["mean"]["f1"] <= 1.0
+    md = facet_quality.markdown(report)
+    assert "| **llm scripted** | mean |" in md and "2 of 3 answers passed the extractor's check, 1 discarded" in md
