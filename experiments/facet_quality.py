@@ -156,7 +156,7 @@ def llm_items(papers: pl.DataFrame, encoder: Encoder, client: Any) -> tuple[list
     items = extractor.extract(papers, progress=lambda _: print(".", end="", file=sys.stderr, flush=True))
     print(file=sys.stderr)
     stats = {**extractor.stats(), "seconds": round(time.perf_counter() - t0, 1),
-             "issues": [f"{pid}: {why[:160]}" for pid, why in extractor.issues[:5]]}
+             "issues": [why[:200] for _, why in extractor.issues[:5]]}
     return items, stats
 
 
@@ -220,7 +220,7 @@ def markdown(report: dict) -> str:
         lines += [f"`{stats['system']}`, {scope} scope: {stats['llm_ok']} of {stats['papers']} answers passed the "
                   f"extractor's check, {stats['discarded']} discarded and {stats['failed']} failed (those papers "
                   f"take the learned heuristic's items, as in a build); {stats['seconds']:.0f} s.", ""]
-        lines += [f"- discarded: {why}" for why in stats["issues"]] + [""]
+        lines += [f"- {why}" for why in stats["issues"]] + [""]
     if "timing" in report:
         sec = report["timing"]["seconds"]
         lines += [f"Extraction time, {report['timing']['papers']} abstracts, fresh encoder each, best of 2 "

@@ -193,8 +193,8 @@ def papers_stage(session: Session, shards: Shards, folder: Path, config: BuildCo
     for k in todo:
         ids = pl.read_parquet(shards.paths[k], columns=["paper_id"])["paper_id"].to_list()
         order[shards.files[k]] = {pid: i for i, pid in enumerate(ids)}
-    ds = ray.data.read_parquet([str(shards.paths[k]) for k in todo], include_paths=True,
-                               columns=["paper_id", "title", "abstract", "full_text"])
+    ds = ray.data.read_parquet([str(shards.paths[k]) for k in todo], include_paths=True).select_columns(
+        ["paper_id", "title", "abstract", "full_text", "path"])  # Ray pushes the projection into the read
     ds = ds.map_batches(
         PaperWorker, fn_constructor_args=(config, str(index_dir), max(1, int(settings.actor_cpus))),
         batch_size=settings.batch_papers, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=actors),

@@ -693,6 +693,11 @@ def test_glued_words_are_split_by_the_corpus_vocabulary() -> None:
     assert vocab.repair("Humanengineered features") == "Human-engineered features"
     for kept in ("we outperform the baselines", "MAML and BERT", "a benchmark", "theorem"):
         assert vocab.repair(kept) == kept
+    broken = Vocabulary(["a discourse model", "discourse coherence", "high-resource and low-resource languages",
+                         "pre-training", "pre-training helps", "we train models"])
+    assert broken.repair("a dis- course coherence model") == "a discourse coherence model"
+    for kept in ("high- and low-resource", "pre- training", "un- seen"):  # a suspended hyphen; a compound; unknown
+        assert broken.repair(kept) == kept
 
 
 def test_a_paper_is_named_by_a_name_it_defines_and_never_shares_one() -> None:
@@ -949,13 +954,30 @@ def test_a_clause_that_leans_on_context_it_does_not_give_is_not_used() -> None:
                "secret from a channel perspective.",
                "Conditional Neural Processes are a family of neural models that combine the benefits of both.",
                "We look into this special evaluation method and take a step towards putting it into practice.",
-               "This allows training on large graphs."]
+               "This allows training on large graphs.",
+               "When facing novel few-shot tasks in the test-time datasets, this transformation can greatly "
+               "improve the generalization ability of learned image representations.",
+               "To better understand this development, we decompose the variance of the policy gradient estimator.",
+               "We present applications of this learning scenario to convex and non-convex objectives."]
     standing = ["We propose a hierarchically structured meta-learning (HSML) algorithm that tailors the "
                 "transferable knowledge to different clusters of tasks.",
                 "To this end, we propose a conditional neural process based approach to multi-task classification.",
-                "Current methods share one limitation, slow inference; this limitation is removed by caching."]
-    assert not any(self_contained(t) for t in leaning)
+                "Current methods share one limitation, slow inference; this limitation is removed by caching.",
+                "In this paper, we study graph kernels such as the Weisfeiler-Lehman kernel on molecules.",
+                "We propose a sparse transformation and show that this sparse transformation halves the error."]
+    assert [t for t in leaning if self_contained(t)] == []
     assert all(self_contained(t) for t in standing)
+
+
+def test_a_citation_left_in_an_abstract_is_not_part_of_a_clause() -> None:
+    from graft.survey.prose import clean_clause
+
+    assert clean_clause("Verifying a ReLU network is an NP-complete problem [Katz, Barrett, Dill, Julian and "
+                        "Kochenderfer CAV17].") == "Verifying a ReLU network is an NP-complete problem"
+    assert clean_clause("We follow prior work (Smith et al., 2019) closely.") == "We follow prior work closely"
+    # brackets that are not citations stay: intervals, dataset names, numbered references without a name
+    kept = "We bound the loss on [0, 10] for CIFAR-10 [12] and [CIFAR-100] (see Section 2)"
+    assert clean_clause(kept + ".") == kept
 
 
 def test_a_section_of_alike_papers_names_each_papers_closest_ones() -> None:

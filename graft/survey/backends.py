@@ -43,7 +43,7 @@ from graft.survey.compose import claim_facet, document_frequencies, heading, key
 from graft.survey.config import SurveyConfig, SurveyError
 from graft.survey.latex import plain_text
 from graft.survey.outline import content_stems, noun_phrase, phrase_heading, theme_heading
-from graft.survey.prose import as_clause, clean_clause
+from graft.survey.prose import as_clause, clean_clause, self_contained
 from graft.survey.retrieve import PaperVectors, papers_until
 from graft.survey.support import SupportSettings, SupportTest
 from graft.survey.types import Candidate, ClauseDraft, Relation, SentenceDraft
@@ -243,13 +243,15 @@ class OfflineBackend:
         return None
 
     def rewrite(self, text: str, facet: str, paper_id: str, evidence: Sequence[str]) -> ClauseDraft | None:
-        """The clause restated from the cited paper's sentence closest to it (`evidence[0]`)."""
-        if not evidence or not clean_clause(evidence[0]):
+        """The clause restated from the cited paper's sentence closest to it that stands alone
+        (`evidence`, best first; "To better understand this phenomenon, ..." is passed over)."""
+        usable = [e for e in evidence if clean_clause(e) and self_contained(e)]
+        if not usable:
             return None
         prof = self.ctx.composer.profile(paper_id)
         name = self.ctx.composer.name_of(prof, 0)
-        kind = claim_facet(evidence[0], default=facet)
-        return ClauseDraft(text=as_clause(evidence[0], name, kind), paper_id=paper_id, facet=kind, source="evidence")
+        kind = claim_facet(usable[0], default=facet)
+        return ClauseDraft(text=as_clause(usable[0], name, kind), paper_id=paper_id, facet=kind, source="evidence")
 
 
 # ---- LLM backends ----------------------------------------------------------------------------

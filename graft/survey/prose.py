@@ -86,10 +86,18 @@ _ANAPHOR = re.compile(r"^(?:this|these|those|such|it|its|they|their|them|he|she|
                       r"(?!\s+(?:paper|work|study|article|note|thesis|report|survey|tutorial)\b)", re.I)
 
 
+#: A citation left in an abstract's text: "[Katz, Barrett and Dill CAV17]", "(Smith et al., 2019)" —
+#: a bracket holding a capitalised word and two digits, or a parenthesis holding "et al".
+_TEXT_CITATION = re.compile(r"\s*\[(?=[^\]]*[A-Z][a-z])(?=[^\]]*\d\d)[^\[\]]{4,120}\]"
+                            r"|\s*\((?=[^)]*\bet al\b)[^()]{4,120}\)")
+
+
 def clean_clause(text: str) -> str:
-    """A sentence as a stand-alone clause: whitespace folded, LaTeX kept, leading connectives
-    ("However,", "To address this issue,") removed, no final stop or colon."""
+    """A sentence as a stand-alone clause: whitespace folded, LaTeX kept, citations left in the
+    text ("[Katz et al. CAV17]") and leading connectives ("However,", "To address this issue,")
+    removed, no final stop or colon."""
     text = " ".join(str(text).split())
+    text = _TEXT_CITATION.sub("", text)
     text = _LEAD.sub("", text, count=1)
     text = text.rstrip(" .;:,")
     return text[:1].upper() + text[1:] if text else text
@@ -105,9 +113,18 @@ _BACK = re.compile(r"\b(?:this|these|those|such|that)\s+(?:\w+\s+)?(limitations?
 _BOTH = re.compile(r"\b(?:of|from|with|between)\s+both\s*$|\b(?:the former|the latter)\b", re.I)
 
 
+#: "this / these / those / such" and the two words after it (the noun, or its modifier and the noun).
+_DEMONSTRATIVE = re.compile(r"\b(?:this|these|those|such)\s+([\w-]+)(?:\s+([\w-]+))?", re.I)
+#: Words after a demonstrative that point at nothing before it ("this paper", "such as", "such a").
+_POINTS_AT_NOTHING = {"paper", "work", "study", "article", "note", "thesis", "report", "survey", "tutorial", "as",
+                      "that", "a", "an"}
+
+
 def refers_back(text: str) -> bool:
     """Whether a clause leans on context it does not give: "This allows ...", "to address this
-    limitation", "the benefits of both" (a noun after "this" that the clause has not named before)."""
+    limitation", "the benefits of both", "this transformation improves ...": a demonstrative whose
+    noun the clause has not named before (neither of the two words after it), "this paper" and
+    "such as" aside."""
     clause = clean_clause(text)
     if _ANAPHOR.match(clause) or _BOTH.search(clause):
         return True
@@ -115,6 +132,12 @@ def refers_back(text: str) -> bool:
         noun = m.group(1).lower()
         stem = noun[:5]
         if stem not in clause[: m.start()].lower():
+            return True
+    for m in _DEMONSTRATIVE.finditer(clause):
+        if m.group(1).lower() in _POINTS_AT_NOTHING:
+            continue
+        before = clause[: m.start()].lower()
+        if not any(w.lower()[:5] in before for w in m.groups() if w):
             return True
     return False
 
@@ -374,11 +397,18 @@ _TOKEN = re.compile(r"[A-Za-z]+(?:-[A-Za-z]+)*")
 _PLAIN_WORD = re.compile(r"[a-z]+")
 
 
+#: A word broken at a line end and kept apart by PDF extraction ("dis- course"); the hyphen of "high-
+#: and low-resource" is no break (`_AFTER_SUSPENDED_HYPHEN`).
+_BROKEN_WORD = re.compile(r"\b([A-Za-z]+)- ([a-z]+)\b")
+_AFTER_SUSPENDED_HYPHEN = {"and", "or", "nor", "to", "as", "versus", "vs"}
+
+
 class Vocabulary:
     """Word and word-pair counts of a corpus's own text, to repair the words PDF extraction glued
     together ("state-ofthe-art", "onesentence", "humanengineered"): a rare word that splits into two
     words the corpus uses, as a pair ("of the") or a hyphenated compound ("human-engineered"), is
-    written split.
+    written split; and the words it broke at a line end ("dis- course") that the corpus writes whole
+    are joined.
 
     Args:
         texts: the corpus's titles and abstracts.
@@ -443,7 +473,15 @@ class Vocabulary:
             parts = m.group(0).split("-")
             return "-".join(fix_part(p, len(parts) > 1) for p in parts)
 
-        return _TOKEN.sub(one, text)
+        def rejoin(m: re.Match[str]) -> str:  # "dis- course": a word broken at a line end
+            a, b = m.group(1), m.group(2)
+            whole = (a + b).lower()
+            if b in _AFTER_SUSPENDED_HYPHEN or self.words.get(whole, 0) < 2 \
+                    or self.words.get(whole, 0) <= self.words.get(f"{a.lower()}-{b}", 0):
+                return m.group(0)
+            return a + b
+
+        return _TOKEN.sub(one, _BROKEN_WORD.sub(rejoin, text))
 
 
 #: A sentence that reports earlier work rather than the paper's own contribution ("Previous work
