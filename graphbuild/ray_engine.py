@@ -45,6 +45,15 @@ from graft.config import config_to_dict
 from graft.errors import GraftError
 from graft.progress import Reporter
 from graft.store import atomic_path, index_lock, read_json, write_json
+from graphbuild.build import (
+    GraphEngine,
+    PaperWork,
+    check_out,
+    facets_table,
+    finish_index,
+    make_extractor,
+    plan_rebuild,
+)
 from graphbuild.shards import SHARD_PAPERS, Shards, write_shards
 
 #: Papers per batch handed to a per-paper actor.
@@ -128,7 +137,6 @@ class PaperWorker:
 
         from graft.encoder import Encoder
         from graft.encoder_store import default_store
-        from graphbuild.build import make_extractor
 
         torch.set_num_threads(max(1, threads))
         self.config = config
@@ -142,7 +150,6 @@ class PaperWorker:
 
         from graft.encoder import title_vectors
         from graft.text import paper_texts
-        from graphbuild.build import facets_table
 
         papers = pl.from_arrow(batch)
         ids = papers["paper_id"].to_list()
@@ -230,8 +237,6 @@ def read_paper_work(files: list[Path], config: BuildConfig) -> Any:
     """The per-paper results of every shard in order, as the local build's `PaperWork`."""
     import pyarrow.parquet as pq
 
-    from graphbuild.build import PaperWork
-
     rows: dict[str, list[Any]] = {"paper_id": [], "facet": [], "item_idx": [], "text": []}
     vecs, titles, papers = [], [], []
     stats: dict[str, int] = {}
@@ -286,8 +291,6 @@ def _graph_rows(items: Any, score: sp.csr_matrix, links: sp.csr_matrix, params: 
 
 def ray_graph_engine(session: Session, cache: Path, settings: RaySettings) -> Any:
     """The `graphbuild.build.GraphEngine` whose counts and graphs are Ray tasks over row ranges."""
-    from graphbuild.build import GraphEngine
-
     ray = session.ray
     count_task = ray.remote(max_retries=3)(_count_rows)
     graph_task = ray.remote(max_retries=3)(_graph_rows)
@@ -352,8 +355,6 @@ def build_index_ray(corpus_path: str | Path | None, out: str | Path, config: Bui
         the `BuildSummary` of `graphbuild.build.build_index`.
     """
     import shutil
-
-    from graphbuild.build import check_out, finish_index, plan_rebuild
 
     config = config or BuildConfig()
     settings = settings or RaySettings()
