@@ -824,6 +824,10 @@ def test_a_summary_states_only_the_closest_groups_and_like_needs_shared_words() 
     text = summary(rels, ids, {p: p.upper() for p in ids}, "", 0)
     assert text.count("take similar approaches") == MAX_GROUPS == 2
     assert "G" in text and "E" in text and "A " not in text and "C " not in text
+    # the two closest pairs share a paper: one statement about it, not the same sentence twice
+    star = [Relation("same_problem", ["a", "b"], score=0.9), Relation("same_problem", ["a", "c"], score=0.8)]
+    said = summary(star, list("abc"), {p: p.upper() for p in "abc"}, "", 0)
+    assert said == "A ⟦a⟧ addresses the same problem as B ⟦b⟧ and C ⟦c⟧, each with a different method."
     maml = Profile("m", None, "Model-Agnostic Meta-Learning for Fast Adaptation of Deep Networks",
                    {"method": [("We propose a meta-learning algorithm trained with gradient descent steps.", 0)]})
     sub = Profile("s", None, "Gradient Based Meta Learning with Learned Layerwise Metric and Subspace")

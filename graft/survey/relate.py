@@ -298,17 +298,28 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             many = (f"{theme_papers} of the {len(order)} papers" if theme_papers < len(order)
                     else "Both papers" if len(order) == 2 else f"All {len(order)} papers")
             out.append(f"{many} discussed here name {phrase} in their title or abstract.")
-    for kind, text in (("same_problem", "address the same problem with different methods"),
-                       ("similar_method", "take similar approaches")):
+    for kind, text, star in (("same_problem", "address the same problem with different methods",
+                              ("addresses the same problem as", "address the same problem as", ", each with a different method")),
+                             ("similar_method", "take similar approaches",
+                              ("takes an approach similar to those of", "take an approach similar to those of", ""))):
         of_kind = [r for r in rel if r.kind == kind]
         score = {frozenset(r.papers): r.score for r in of_kind}
         groups = cliques(_strongest(of_kind), order)
         # the closest groups only: a list of every pair over the bar reads as a list, not a finding
         strength = [min(score.get(frozenset((a, b)), 0.0) for i, a in enumerate(g) for b in g[i + 1:]) for g in groups]
-        keep = set(sorted(range(len(groups)), key=lambda i: (-strength[i], i))[:MAX_GROUPS])
-        for i, g in enumerate(groups):
-            if i in keep:
-                out.append(f"{_join([who(p) for p in g])} {text}.")
+        keep = sorted(sorted(range(len(groups)), key=lambda i: (-strength[i], i))[:MAX_GROUPS])
+        kept = [groups[i] for i in keep]
+        # two pairs with a paper in common are one statement about that paper ("A addresses the
+        # same problem as B and C"), not the same sentence twice
+        pairs = [g for g in kept if len(g) == 2]
+        hub = next((p for p in order if sum(p in g for g in pairs) >= 2), None)
+        if hub is not None:
+            others = [q for q in order if any(hub in g and q in g and q != hub for g in pairs)]
+            verb = star[1] if _plural(names[hub]) else star[0]
+            out.append(f"{who(hub)} {verb} {_join([who(q) for q in others])}{star[2]}.")
+            kept = [g for g in kept if not (len(g) == 2 and hub in g)]
+        for g in kept:
+            out.append(f"{_join([who(p) for p in g])} {text}.")
     chains: dict[str, list[str]] = {}
     for r in rel:  # a citation that does not name the cited paper is the table's, not a statement
         if r.kind == "builds_on":
