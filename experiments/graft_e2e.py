@@ -151,6 +151,9 @@ def render(args: Any, rows: list[dict[str, Any]], ceilings: dict[str, Any], fina
              f"Date: {dt.date.today()} · base model {args.base_model}, {f'first {args.layers}' if args.layers else 'all'} decoder layers"
              f"{', frozen embeddings' if args.freeze_embeddings else ''} · lr {args.lr:g} · batch {args.batch_size} · "
              f"{args.epochs:g} epochs · trained on `{args.split}/incorpus/test/index`", "",
+             *([] if final else [f"**In progress: {len(rows)} of {len(curve_points(args.epochs, args.measure_every))} "
+                                 "curve points measured** (a rerun of the command resumes from the last checkpoint; "
+                                 "the evaluation tables come at the end). Not a result yet.", ""]),
              "## Memorisation curve", "",
              f"Held training pairs: every pair of {args.held_papers} seeded source papers; {args.held_beams} beams. "
              f"Recall@20 of `graft` (graph-RRF, {args.beams} beams) on the first {args.curve_queries} in-corpus test "
