@@ -123,10 +123,14 @@ class Curve:
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         self.on_row()
-        loss = "n/a" if info["loss"] is None else f"{info['loss']:.3f}"  # None: before the first logged loss
-        log(f"epoch {epoch}: loss {loss}, taught targets in beams {memo.target_in_beams:.3f}, "
+        log(f"epoch {epoch}: loss {loss_text(info['loss'])}, taught targets in beams {memo.target_in_beams:.3f}, "
             f"R@20 {recall['incorpus']:.3f} in corpus (ceiling {self.ceiling.get('R@20', float('nan')):.3f}), "
             f"{recall['ooc']:.3f} out of corpus ({row['measure_s']:.0f} s)")
+
+
+def loss_text(loss: float | None) -> str:
+    """A curve point's loss as printed: "n/a" for a point before the first logged loss."""
+    return "n/a" if loss is None else f"{loss:.3f}"
 
 
 def curve_points(epochs: float, every: float) -> list[float | int]:
@@ -164,8 +168,7 @@ def render(args: Any, rows: list[dict[str, Any]], ceilings: dict[str, Any], fina
     for r in rows:
         ceil = r.get("ceiling R@20 in corpus") or 0.0
         share = f"{r['R@20 in corpus'] / ceil:.2f}" if ceil else "n/a"
-        loss = "n/a" if r["loss"] is None else f"{r['loss']:.3f}"  # None: a point before the first logged loss
-        lines.append(f"| {r['epoch']} | {r['step']} | {loss} | {r['held_target_in_beams']:.3f} | "
+        lines.append(f"| {r['epoch']} | {r['step']} | {loss_text(r['loss'])} | {r['held_target_in_beams']:.3f} | "
                      f"{r['held_top_beam_taught']:.3f} | {r['held_distinct_top_beams']:.2f} | "
                      f"{r['R@20 in corpus']:.3f} | {ceil:.3f} | {share} | {r['R@20 out of corpus']:.3f} | "
                      f"{r['train_s']:.0f} |")

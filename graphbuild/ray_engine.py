@@ -43,6 +43,7 @@ from graft.build_config import BuildConfig
 from graft.citations import CitationSignals, citation_signals, link_count_rows
 from graft.config import config_to_dict
 from graft.errors import GraftError
+from graft.facets import FACETS
 from graft.progress import Reporter
 from graft.store import atomic_path, index_lock, read_json, write_json
 from graphbuild.build import (
@@ -191,7 +192,7 @@ def papers_stage(session: Session, shards: Shards, folder: Path, config: BuildCo
     done = [folder / f for f in shards.files]
     todo = [k for k, p in enumerate(done) if not p.is_file()]
     if progress is not None:
-        progress(sum(shards.papers[k] for k in range(len(done)) if k not in set(todo)))
+        progress(sum(shards.papers[k] for k, p in enumerate(done) if p.is_file()))
     if not todo:
         return done
     actors = settings.actors or max(1, int(session.cpus // settings.actor_cpus) - 1)
@@ -209,6 +210,7 @@ def papers_stage(session: Session, shards: Shards, folder: Path, config: BuildCo
     pending: dict[str, list[Any]] = {}
     got: dict[str, int] = {}
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         paths = batch.column("path").to_pylist()
@@ -224,8 +226,6 @@ def papers_stage(session: Session, shards: Shards, folder: Path, config: BuildCo
                 rank = [order[name][p] for p in whole.column("paper_id").to_pylist()]
                 whole = whole.take(pa.array(np.argsort(rank, kind="stable")))
                 with atomic_path(folder / name) as tmp:
-                    import pyarrow.parquet as pq
-
                     pq.write_table(whole, tmp)
     missing = [n for n in expected if not (folder / n).is_file()]
     if missing:
@@ -237,7 +237,8 @@ def read_paper_work(files: list[Path], config: BuildConfig) -> Any:
     """The per-paper results of every shard in order, as the local build's `PaperWork`."""
     import pyarrow.parquet as pq
 
-    rows: dict[str, list[Any]] = {"paper_id": [], "facet": [], "item_idx": [], "text": []}
+    ids: list[str] = []
+    facets: list[dict[str, list[str]]] = []
     vecs, titles, papers = [], [], []
     stats: dict[str, int] = {}
     meta: dict[str, Any] = {}
@@ -247,11 +248,10 @@ def read_paper_work(files: list[Path], config: BuildConfig) -> Any:
         dim = int(meta.get("dim", 0))
         for pid, items, iv, tv, pv, counts in zip(*(t.column(c).to_pylist() for c in (
                 "paper_id", "items", "item_vectors", "title_vector", "paper_vector", "counts"))):
-            for facet, idx, text in json.loads(items):
-                rows["paper_id"].append(pid)
-                rows["facet"].append(facet)
-                rows["item_idx"].append(idx)
-                rows["text"].append(text)
+            ids.append(pid)
+            facets.append({facet: [] for facet in FACETS})
+            for facet, _, text in json.loads(items):  # in facets_table's order: facet, then item
+                facets[-1][facet].append(text)
             vecs.append(np.frombuffer(iv, dtype=np.float32).reshape(-1, dim))
             if tv:
                 titles.append(np.frombuffer(tv, dtype=np.float32))
@@ -259,14 +259,9 @@ def read_paper_work(files: list[Path], config: BuildConfig) -> Any:
                 papers.append(np.frombuffer(pv, dtype=np.float32))
             for k, v in json.loads(counts).items():
                 stats[k] = stats.get(k, 0) + v
-    from graft.text import normalize_text
-
-    table = pl.DataFrame(rows, schema={"paper_id": pl.Utf8, "facet": pl.Utf8, "item_idx": pl.Int32,
-                                       "text": pl.Utf8})
-    table = table.with_columns(pl.col("text").map_elements(normalize_text, return_dtype=pl.Utf8).alias("docid"))
     dim = int(meta.get("dim", 0))
     return PaperWork(
-        table=table, alone=np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32),
+        table=facets_table(ids, facets), alone=np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32),
         titles=np.stack(titles) if config.title_weight > 0 and titles else None,
         papers=np.stack(papers) if config.paper_embeddings and papers else None,
         extractor_stats=stats, model=str(meta.get("model", config.embedding_model)),
@@ -274,10 +269,6 @@ def read_paper_work(files: list[Path], config: BuildConfig) -> Any:
 
 
 # ---- citation and graph stages ------------------------------------------------------------------
-
-
-def _count_rows(a: sp.csr_matrix, a_t: sp.csr_matrix, start: int, stop: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    return link_count_rows(a, a_t, start, stop)
 
 
 def _graph_rows(items: Any, score: sp.csr_matrix, links: sp.csr_matrix, params: Any, start: int, stop: int,
@@ -292,7 +283,7 @@ def _graph_rows(items: Any, score: sp.csr_matrix, links: sp.csr_matrix, params: 
 def ray_graph_engine(session: Session, cache: Path, settings: RaySettings) -> Any:
     """The `graphbuild.build.GraphEngine` whose counts and graphs are Ray tasks over row ranges."""
     ray = session.ray
-    count_task = ray.remote(max_retries=3)(_count_rows)
+    count_task = ray.remote(max_retries=3)(link_count_rows)
     graph_task = ray.remote(max_retries=3)(_graph_rows)
     parts = settings.graph_tasks or 2 * session.cpus
 

@@ -81,9 +81,11 @@ _LEAD = re.compile(
     r"more specifically|more precisely|in other words|as such|to this aim|but|yet|still|again|"
     r"in (?:our|their|this|the proposed) (?:approach|method|framework|setting|model|analysis|case))\s*,?\s+)+",
     re.I)
+#: Nouns a demonstrative can name without anything said before it ("this paper", "this work").
+_SELF_NOUNS = ("paper", "work", "study", "article", "note", "thesis", "report", "survey", "tutorial")
 #: Openers that refer back to something the clause does not say (not self-contained).
 _ANAPHOR = re.compile(r"^(?:this|these|those|such|it|its|they|their|them|he|she|both|the latter|the former)\b"
-                      r"(?!\s+(?:paper|work|study|article|note|thesis|report|survey|tutorial)\b)", re.I)
+                      rf"(?!\s+(?:{'|'.join(_SELF_NOUNS)})\b)", re.I)
 
 
 #: A citation left in an abstract's text: "[Katz, Barrett and Dill CAV17]", "(Smith et al., 2019)" —
@@ -116,8 +118,7 @@ _BOTH = re.compile(r"\b(?:of|from|with|between)\s+both\s*$|\b(?:the former|the l
 #: "this / these / those / such" and the two words after it (the noun, or its modifier and the noun).
 _DEMONSTRATIVE = re.compile(r"\b(?:this|these|those|such)\s+([\w-]+)(?:\s+([\w-]+))?", re.I)
 #: Words after a demonstrative that point at nothing before it ("this paper", "such as", "such a").
-_POINTS_AT_NOTHING = {"paper", "work", "study", "article", "note", "thesis", "report", "survey", "tutorial", "as",
-                      "that", "a", "an"}
+_POINTS_AT_NOTHING = {*_SELF_NOUNS, "as", "that", "a", "an"}
 
 
 def refers_back(text: str) -> bool:
