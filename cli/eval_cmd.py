@@ -91,6 +91,11 @@ def build_split(
                                       help="Build the graphs with direct citation links as candidates."),
     facet_scorer: str = typer.Option("learned", "--facet-scorer",
                                      help="Offline extractor's sentence scorer: learned or rules (the old one)."),
+    embedding_model: str | None = typer.Option(None, "--embedding-model",
+                                               help="Local sentence-transformers model folder that embeds the "
+                                                    "items and papers (e.g. one adapted to the corpus: "
+                                                    "docs/facets.md); the learned facet scorer still reads the "
+                                                    "packaged encoder."),
     force: bool = typer.Option(False, "--force", help="Rebuild indexes that are up to date."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -107,7 +112,8 @@ def build_split(
         console.print(f"{name}: {index} {'built' if built else 'is up to date'}", highlight=False, markup=False)
 
     try:
-        build_split_indexes(split_dir, BuildConfig(direct_links=direct_links, facet_scorer=facet_scorer),
+        build_split_indexes(split_dir, BuildConfig(direct_links=direct_links, facet_scorer=facet_scorer,
+                                                        embedding_model=embedding_model),
                             cache_from=cache_from, force=force,
                             reporter=Reporter(quiet=quiet), on_index=say)
     except GraftError as exc:

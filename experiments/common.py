@@ -193,14 +193,16 @@ def save_embedding_cache(encoder: Any, path: str | Path | None, texts: list[str]
              encoder=np.asarray(str(getattr(encoder, "name", ""))))
 
 
-def copy_split_queries(split: str | Path, target: str | Path) -> Path:
+def copy_split_queries(split: str | Path, target: str | Path, *, corpora: bool = False) -> Path:
     """A copy of a split's query and gold files with a runs folder of its own (only the nearest-paper
     sets, `runs/*.obvious.json`, are copied into it), so that an experiment's runs never replace the
-    split's; indexes, corpora and tables stay behind. An existing copy is kept."""
+    split's; indexes and tables stay behind, and the corpora too unless `corpora` (to build the
+    copy's own indexes with other settings). An existing copy is kept."""
     split, target = Path(split), Path(target)
     if (target / "split.json").is_file():
         return target
-    shutil.copytree(split, target, ignore=shutil.ignore_patterns("index", "corpus.jsonl", "runs", "results"))
+    left = ("index", "runs", "results") if corpora else ("index", "corpus.jsonl", "runs", "results")
+    shutil.copytree(split, target, ignore=shutil.ignore_patterns(*left))
     (target / "runs").mkdir(exist_ok=True)
     for f in (split / "runs").glob("*.obvious.json"):
         shutil.copy2(f, target / "runs" / f.name)

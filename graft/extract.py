@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from graft.config import type_problems
-from graft.encoder import Encoder
+from graft.encoder import DEFAULT_MODEL, Encoder
 from graft.errors import ConfigError
 from graft.facet_classifier import FacetClassifier, features, packaged
 from graft.facets import FACETS, FacetItems, check_facet_items
@@ -493,6 +493,7 @@ class HeuristicFacetExtractor:
         self.config = config or HeuristicConfig()
         self._prototypes: np.ndarray | None = None  # (4, k, dim)
         self._classifier: FacetClassifier | None = None
+        self._scorer_encoder: Encoder | None = None  # the learned scorer's, where the items' encoder differs
         self._counts = {"papers": 0, "sentences": 0, "fallback_items": 0, "shared_items": 0,
                         "title_only_papers": 0}
 
@@ -526,18 +527,33 @@ class HeuristicFacetExtractor:
 
     @property
     def classifier(self) -> FacetClassifier:
-        """The packaged facet classifier, checked against this extractor's encoder once."""
+        """The packaged facet classifier, checked against its scoring encoder once."""
         if self._classifier is None:
             clf = packaged()
-            clf.check_encoder(getattr(self.encoder, "name", None), int(self.encoder.dim))
+            encoder = self.scoring_encoder(clf)
+            clf.check_encoder(getattr(encoder, "name", None), int(encoder.dim))
             self._classifier = clf
         return self._classifier
+
+    def scoring_encoder(self, clf: FacetClassifier) -> Encoder:
+        """The encoder whose sentence vectors the learned scorer reads: this extractor's own when it
+        is the model the classifier was trained on (or an unnamed test encoder), else that model (the
+        packaged MiniLM) on the same device, loaded once. So a build may embed its items and papers
+        with another model (a corpus-adapted one) while its facets stay those of the packaged scorer."""
+        name = getattr(self.encoder, "name", None)
+        if name is None or name == clf.encoder or clf.encoder != DEFAULT_MODEL:
+            return self.encoder
+        if self._scorer_encoder is None:
+            self._scorer_encoder = Encoder(device=getattr(self.encoder, "device", "cpu"),
+                                           batch_size=getattr(self.encoder, "batch_size", None))
+        return self._scorer_encoder
 
     def _classify(self, prepared: list[PaperCandidates]) -> list[PaperCandidates]:
         """Fill each paper's Problem / Method / Result probabilities (all its candidates embedded at once)."""
         clf = self.classifier
+        encoder = self.scoring_encoder(clf)
         texts = [t for p in prepared for t in p.texts]
-        emb = self.encoder.encode(texts) if texts else np.zeros((0, clf.dim), np.float32)
+        emb = encoder.encode(texts) if texts else np.zeros((0, clf.dim), np.float32)
         start = 0
         for p in prepared:
             k = len(p.texts)

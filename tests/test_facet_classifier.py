@@ -200,3 +200,32 @@ def test_facet_quality_scores_an_llm_extractor_and_falls_back_where_its_answer_i
     assert 0.0 <= scored["llm scripted"]["mean"]["f1"] <= 1.0
     md = facet_quality.markdown(report)
     assert "| **llm scripted** | mean |" in md and "2 of 3 answers passed the extractor's check, 1 discarded" in md
+
+
+class _OtherModel:
+    """An encoder of another model (as a corpus-adapted one is): its own name, other vectors."""
+
+    def __init__(self, base: Encoder) -> None:
+        self.base, self.name, self.dim = base, "/models/corpus-adapted", base.dim
+        self.device, self.batch_size, self.calls = base.device, base.batch_size, 0
+
+    def encode(self, texts: list[str], **kwargs) -> np.ndarray:
+        self.calls += 1
+        return -self.base.encode(texts, **kwargs)
+
+
+def test_learned_scorer_reads_its_own_encoder_when_the_items_use_another(encoder: Encoder, test_papers) -> None:
+    """A build whose items are embedded by another model keeps the packaged scorer's facets: the
+    sentences are scored with the packaged MiniLM the classifier was trained on, never with the
+    other model's vectors (which would score them as noise)."""
+    _, rows = test_papers
+    frame = rows.head(8).with_columns(pl.lit(None, dtype=pl.Utf8).alias("full_text"))
+    plain = HeuristicFacetExtractor(encoder).extract(frame)
+    other = _OtherModel(encoder)
+    extractor = HeuristicFacetExtractor(other)
+    assert extractor.extract(frame) == plain
+    assert other.calls == 0 and extractor.scoring_encoder(packaged()).name == packaged().encoder
+    # with the other model's vectors the same classifier picks other items: the check above can fail
+    wrong = HeuristicFacetExtractor(other)
+    wrong._scorer_encoder, wrong._classifier = other, packaged()
+    assert wrong.extract(frame) != plain
