@@ -693,6 +693,12 @@ def test_glued_words_are_split_by_the_corpus_vocabulary() -> None:
     assert vocab.repair("Humanengineered features") == "Human-engineered features"
     for kept in ("we outperform the baselines", "MAML and BERT", "a benchmark", "theorem"):
         assert vocab.repair(kept) == kept
+    small = Vocabulary(["features and effort", "a summary of the data"])  # attests neither glued word
+    assert small.repair("humanengineered features and highquality data") == \
+        "human-engineered features and high-quality data"  # the English lexicon knows the halves
+    for kept in ("many datasets", "hyperparameters", "a benchmark", "counterfactual", "understandability"):
+        assert small.repair(kept) == kept, kept  # real words: a known ending ("##mark"), a closed prefix
+    assert Vocabulary(["x"], lexicon=frozenset()).repair("highquality data") == "highquality data"
     broken = Vocabulary(["a discourse model", "discourse coherence", "high-resource and low-resource languages",
                          "pre-training", "pre-training helps", "we train models"])
     assert broken.repair("a dis- course coherence model") == "a discourse coherence model"
@@ -997,3 +1003,14 @@ def test_a_section_of_alike_papers_names_each_papers_closest_ones() -> None:
     said = text.count("address the same problem")
     assert said == 2, text
     assert f"A {ref('a')} and B {ref('b')} address" in text and f"C {ref('c')} and D {ref('d')} address" in text
+
+
+def test_footnote_marks_are_dropped_and_numbers_of_names_kept() -> None:
+    """A footnote digit PDF extraction left after a stop or glued to a word ("task.3", "datasets1,")
+    is removed from a clause; numbers that belong to names and values are kept."""
+    from graft.survey.prose import clean_clause
+
+    assert clean_clause("We improve on the metrics of the initial task.3") == "We improve on the metrics of the initial task"
+    assert clean_clause("on three datasets1, and two more") == "On three datasets, and two more"
+    for kept in ("ResNet50 and CIFAR10 in 3.5 hours", "Word2vec beats GPT-3", "Results in Table 3", "A layer4 block"):
+        assert clean_clause(kept) == kept

@@ -9,9 +9,12 @@ the whole sentence it came from (`full_sentence`).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from graft.errors import GraftError
 from graft.survey.latex import plain_text
 
 #: Abbreviations whose full stop does not end a sentence (lower case, without the stop).
@@ -94,12 +97,19 @@ _TEXT_CITATION = re.compile(r"\s*\[(?=[^\]]*[A-Z][a-z])(?=[^\]]*\d\d)[^\[\]]{4,1
                             r"|\s*\((?=[^)]*\bet al\b)[^()]{4,120}\)")
 
 
+#: A footnote mark PDF extraction left in the text: digits after a word's final stop or comma
+#: ("the initial task.3 We"), or one digit glued to the end of a lower-case word before a stop
+#: ("datasets1."); never a number of a name ("CIFAR10", "word2vec", "GPT-3", "3.5").
+_FOOTNOTE = re.compile(r"(?<=[a-z][.,;:])\d{1,2}(?=\s|$)|\b([a-z]{4,})\d(?=[.,;:](?:\s|$)|$)")
+
+
 def clean_clause(text: str) -> str:
     """A sentence as a stand-alone clause: whitespace folded, LaTeX kept, citations left in the
     text ("[Katz et al. CAV17]") and leading connectives ("However,", "To address this issue,")
     removed, no final stop or colon."""
     text = " ".join(str(text).split())
     text = _TEXT_CITATION.sub("", text)
+    text = _FOOTNOTE.sub(lambda m: m.group(1) or "", text)
     text = _LEAD.sub("", text, count=1)
     text = text.rstrip(" .;:,")
     return text[:1].upper() + text[1:] if text else text
@@ -404,6 +414,26 @@ _BROKEN_WORD = re.compile(r"\b([A-Za-z]+)- ([a-z]+)\b")
 _AFTER_SUSPENDED_HYPHEN = {"and", "or", "nor", "to", "as", "versus", "vs"}
 
 
+#: First halves of closed compounds English writes as one word ("counterfactual", "hyperparameters").
+_CLOSED_PREFIXES = frozenset({"counter", "under", "inter", "super", "hyper", "multi", "over", "trans", "with"})
+
+
+@functools.cache
+def english_words() -> frozenset[str]:
+    """The packaged encoder's WordPiece vocabulary, lower case: its whole English words (~20k) and
+    its word-continuation pieces (`##mark`: a half that ends real words such as "benchmark", so a
+    word ending in it is no glued pair); numbers and symbols left out. Empty when the encoder
+    package is missing."""
+    try:
+        from graft.encoder import default_model_path
+
+        text = (Path(default_model_path()) / "vocab.txt").read_text(encoding="utf-8")
+    except (GraftError, OSError):
+        return frozenset()
+    return frozenset(w for w in text.split()
+                     if w.removeprefix("##").isalpha() and w.islower() and w.isascii() and len(w) > 1)
+
+
 class Vocabulary:
     """Word and word-pair counts of a corpus's own text, to repair the words PDF extraction glued
     together ("state-ofthe-art", "onesentence", "humanengineered"): a rare word that splits into two
@@ -415,8 +445,11 @@ class Vocabulary:
         texts: the corpus's titles and abstracts.
     """
 
-    def __init__(self, texts: list[str]) -> None:
+    def __init__(self, texts: list[str], lexicon: frozenset[str] | None = None) -> None:
         from collections import Counter
+
+        #: whole English words for one-off glued words (`english_words()` when None)
+        self.lexicon = lexicon
 
         words_: Counter[str] = Counter()
         pairs: Counter[tuple[str, str]] = Counter()
@@ -454,7 +487,20 @@ class Vocabulary:
                 score = evidence * 1000 + min(ca, cb)
                 if best is None or score > best[0]:
                     best = (score, (a, "-" if hyphen and hyphen >= spaced else " ", b))
-        return best[1] if best else None
+        return best[1] if best else self._lexicon_split(word, n)
+
+    def _lexicon_split(self, word: str, n: int) -> tuple[str, str, str] | None:
+        """A one-off word the corpus is too small to attest ("highquality" in a few hundred abstracts)
+        split where the English lexicon knows both halves as whole words and not the glued word: a
+        compound, joined by a hyphen ("high-quality"). Both halves have 4 letters or more, one 5 or
+        more ("datasets" is never "data-sets")."""
+        lexicon = self.lexicon if self.lexicon is not None else english_words()
+        if n > 1 or not lexicon or word in lexicon or len(word) < 9:
+            return None
+        splits = [(word[:i], word[i:]) for i in range(4, len(word) - 3)]
+        found = [(a, b) for a, b in splits if a in lexicon and b in lexicon and max(len(a), len(b)) >= 5
+                 and f"##{b}" not in lexicon and a not in _CLOSED_PREFIXES]
+        return (found[0][0], "-", found[0][1]) if len(found) == 1 else None
 
     def repair(self, text: str) -> str:
         """`text` with glued words split (`split`); a part of a hyphenated word is re-joined by a
