@@ -699,6 +699,9 @@ def test_glued_words_are_split_by_the_corpus_vocabulary() -> None:
     for kept in ("many datasets", "hyperparameters", "a benchmark", "counterfactual", "understandability"):
         assert small.repair(kept) == kept, kept  # real words: a known ending ("##mark"), a closed prefix
     assert Vocabulary(["x"], lexicon=frozenset()).repair("highquality data") == "highquality data"
+    assert small.repair("superior perfor-mance on both experi-ments") == "superior performance on both experiments"
+    for kept in ("pre-training", "co-occurrence", "k-means", "self-attention", "non-linear", "BERT-base"):
+        assert small.repair(kept) == kept, kept  # compounds: a half is a word, or the whole is none
     broken = Vocabulary(["a discourse model", "discourse coherence", "high-resource and low-resource languages",
                          "pre-training", "pre-training helps", "we train models"])
     assert broken.repair("a dis- course coherence model") == "a discourse coherence model"

@@ -454,9 +454,11 @@ class Vocabulary:
         words_: Counter[str] = Counter()
         pairs: Counter[tuple[str, str]] = Counter()
         joined: Counter[tuple[str, str]] = Counter()  # adjacent parts of hyphenated words ("the", "art")
+        alone: Counter[str] = Counter()
         for text in texts:
             toks = _TOKEN.findall(str(text).lower())
             words_.update(toks)
+            alone.update(t for t in toks if "-" not in t)
             for tok in toks:
                 if "-" in tok:
                     parts = tok.split("-")
@@ -464,6 +466,8 @@ class Vocabulary:
                     joined.update(zip(parts, parts[1:]))
             pairs.update(zip(toks, toks[1:]))
         self.words, self.pairs, self.joined = words_, pairs, joined
+        #: words the corpus writes standing alone (not as a part of a hyphenated word)
+        self.alone = alone
 
     def split(self, word: str) -> tuple[str, str, str] | None:
         """(left, joiner, right) when `word` (lower case) is two glued words, else None."""
@@ -502,6 +506,19 @@ class Vocabulary:
                  and f"##{b}" not in lexicon and a not in _CLOSED_PREFIXES]
         return (found[0][0], "-", found[0][1]) if len(found) == 1 else None
 
+    def _broken_at_hyphen(self, a: str, b: str) -> bool:
+        """Whether "a-b" is one word a line end broke ("perfor-mance"): neither half is a word
+        (the English lexicon's, or a lower-case one the corpus writes alone twice), and the joined
+        word is one. Compounds keep their hyphen ("pre-training", "co-occurrence", "k-means")."""
+        lexicon = self.lexicon if self.lexicon is not None else english_words()
+        low_a, low_b = a.lower(), b.lower()
+        if not (_PLAIN_WORD.fullmatch(low_a) and _PLAIN_WORD.fullmatch(low_b)) or a != low_a and a[1:] != low_a[1:]:
+            return False
+        if any(h in lexicon or self.alone.get(h, 0) >= 2 for h in (low_a, low_b)):
+            return False
+        whole = low_a + low_b
+        return whole in lexicon or self.words.get(whole, 0) >= 2
+
     def repair(self, text: str) -> str:
         """`text` with glued words split (`split`); a part of a hyphenated word is re-joined by a
         hyphen ("state-ofthe-art" -> "state-of-the-art"); case kept."""
@@ -518,6 +535,8 @@ class Vocabulary:
 
         def one(m: re.Match[str]) -> str:
             parts = m.group(0).split("-")
+            if len(parts) == 2 and self._broken_at_hyphen(*parts):
+                return parts[0] + parts[1]
             return "-".join(fix_part(p, len(parts) > 1) for p in parts)
 
         def rejoin(m: re.Match[str]) -> str:  # "dis- course": a word broken at a line end
