@@ -391,6 +391,9 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
                 base = first[:-1]
             rest = f"{base or first} {tail}".strip()
         return _third(f"{name.text} {rest}", name.plural)
+    bare = name.text.strip("*")
+    if clause[: len(bare)].lower() == bare.lower() and clause[len(bare) : len(bare) + 1] in (" ", ","):
+        return _third(clause, name.plural)  # "CNPs are inspired by ...": the paper already the subject
     # "Experiments show that X": the paper's experiments, not a report about its experiments
     if _EXPERIMENTS.match(clause):
         return _third(f"in {name.text}, {_lower_first(clause)}", name.plural)
