@@ -294,6 +294,9 @@ def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
     assert paper_name("BERT: Pre-training of deep bidirectional transformers") == PaperName("BERT")
     assert paper_name("x", ["Jake Snell", "Kevin Swersky", "Richard Zemel"]) == snell
     assert paper_name("A long title", [], "We propose a network, called MixNet, for x.") == PaperName("MixNet")
+    cnps = paper_name("CNPs: Conditional Neural Processes")
+    assert cnps == PaperName("CNPs", plural=True) and paper_name("HSML: x") == PaperName("HSML")
+    assert as_clause("However, labels remain scarce.", cnps, "problem") == "CNPs note that labels remain scarce"
 
 
 def test_headings_are_shared_title_phrases_without_repeats_or_fragments() -> None:

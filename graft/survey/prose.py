@@ -259,7 +259,11 @@ def paper_name(title: str, authors: list[str] | None = None, abstract: str = "")
             return PaperName(f"{last[0]} and {last[1]}", True)
         return PaperName(f"{last[0]} et al.", True)
     name = defined_name(title, abstract)
-    return PaperName(name, False) if name else None
+    return PaperName(name, bool(_PLURAL_ACRONYM.fullmatch(name))) if name else None
+
+
+#: An acronym in the plural ("CNPs", "GANs"): the verb after it agrees ("CNPs note").
+_PLURAL_ACRONYM = re.compile(r"[A-Z][A-Z0-9-]*[A-Z0-9]s")
 
 
 _IRREGULAR = {"have": "has", "are": "is", "were": "was", "do": "does", "go": "goes"}
