@@ -289,6 +289,11 @@ def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
     assert as_clause("This paper studies the X problem.", snell, "problem") == "Snell et al. study the X problem"
     assert as_clause("However, labels remain scarce.", proto, "problem") == "ProtoNet notes that labels remain scarce"
     assert as_clause("Experiments show gains.", proto, "result") == "in ProtoNet, experiments show gains"
+    assert as_clause("Spurred by that, we develop a defense.", proto, "method") == "ProtoNet develops a defense"
+    assert as_clause("As a first step towards designing such a class, we identify conditions.", proto,
+                     "method") == "ProtoNet identifies conditions"
+    assert as_clause("Based on metric learning, we propose X.", proto, "method") == \
+        "ProtoNet, based on metric learning, proposes X"
     assert as_clause("ProtoNet is inspired by GPs, but trained by gradient descent.", proto, "method") == \
         "ProtoNet is inspired by GPs, but trained by gradient descent"  # never "in ProtoNet, ProtoNet is"
     assert paper_name("BERT: Pre-training of deep bidirectional transformers") == PaperName("BERT")

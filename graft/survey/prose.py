@@ -327,6 +327,9 @@ _WE = re.compile(r"^(?:in this (?:paper|work|study|article|note)\s*,?\s*)?we\s+"
 #: A short opening phrase before "we" ("Based on X, we propose"): it can stand after the paper's name.
 _LEAD_THEN_WE = re.compile(r"^([^,;:()$]{3,80}?),\s+we\s+(?=[a-z])")
 _THIS = re.compile(r"^(?:this|the present|our) (?:paper|work|study|article|note)\s+", re.I)
+#: A lead before "we" that points back at what the abstract said before ("spurred by that",
+#: "motivated by this", "towards designing such a class").
+_LEAD_BACK = re.compile(r"\b(?:this|that|these|those|it|them)\s*$|\bsuch an?\s+\w+", re.I)
 _LATER_WE = ((re.compile(r"\bwe\b"), "they"), (re.compile(r"\bWe\b"), "They"), (re.compile(r"\bour\b"), "their"),
              (re.compile(r"\bOur\b"), "Their"), (re.compile(r"\bus\b"), "them"),
              (re.compile(r"\bourselves\b"), "themselves"))
@@ -380,6 +383,8 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
     m = _LEAD_THEN_WE.match(clause)
     if m:  # "Based on X, we propose Y" -> "HSML, based on X, proposes Y"
         lead = _lower_first(m.group(1))
+        if _LEAD_BACK.search(lead) or refers_back(lead):  # "Spurred by that, we ...": the lead is left out
+            return _third(_conjugate_after(name.text, clause[m.end():], name.plural), name.plural)
         return _third(_conjugate_after(f"{name.text}, {lead},", clause[m.end():], name.plural), name.plural)
     m = _THIS.match(clause)
     if m:
