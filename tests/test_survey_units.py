@@ -290,6 +290,9 @@ def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
     assert as_clause("However, labels remain scarce.", proto, "problem") == "ProtoNet notes that labels remain scarce"
     assert as_clause("Experiments show gains.", proto, "result") == "in ProtoNet, experiments show gains"
     assert as_clause("Spurred by that, we develop a defense.", proto, "method") == "ProtoNet develops a defense"
+    assert as_clause("Machine learning models are often susceptible to adversarial perturbations.", proto,
+                     "method") == "ProtoNet notes that machine learning models are often susceptible to adversarial perturbations"
+    assert as_clause("Our models are often faster.", proto, "result") == "ProtoNet reports that its models are often faster"
     assert as_clause("As a first step towards designing such a class, we identify conditions.", proto,
                      "method") == "ProtoNet identifies conditions"
     assert as_clause("Based on metric learning, we propose X.", proto, "method") == \

@@ -364,6 +364,14 @@ _FRAMES = {"problem": "{name} {notes} that {text}",
            "contribution": "{name} {reports} that {text}"}
 
 
+#: A statement about a field rather than about the paper's own work ("models are often susceptible").
+_GENERAL_CLAIM = re.compile(r"\b(?:is|are|remains?|have been|has been)\s+(?:often|usually|typically|commonly|"
+                            r"widely|generally|increasingly|well|still|notoriously|known)\b", re.I)
+#: Words by which a clause speaks of the paper's own work.
+_OWN_WORK = re.compile(r"\b(?:we|our|its|their|this paper|this work|proposed|propose[sd]?|present(?:s|ed)?|"
+                       r"introduce[sd]?)\b", re.I)
+
+
 _EXPERIMENTS = re.compile(r"^(?:(?:extensive|empirical|numerical|comprehensive|experimental|our|the|further)\s+)*"
                           r"(?:experiments|experimental results|results|evaluations?|simulations|analyses|"
                           r"ablations|studies)\b", re.I)
@@ -406,6 +414,8 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
     # "Experiments show that X": the paper's experiments, not a report about its experiments
     if _EXPERIMENTS.match(clause):
         return _third(f"in {name.text}, {_lower_first(clause)}", name.plural)
+    if facet in ("method", "result") and _GENERAL_CLAIM.search(clause) and not _OWN_WORK.search(clause):
+        facet = "problem"  # a general statement ("models are often susceptible to ..."): what the paper notes
     frame = _FRAMES.get(facet, _FRAMES["method"])
     return _third(frame.format(name=name.text, text=_lower_first(clause),
                                reports="report" if name.plural else "reports",
