@@ -292,6 +292,8 @@ def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
     assert as_clause("Spurred by that, we develop a defense.", proto, "method") == "ProtoNet develops a defense"
     assert as_clause("Machine learning models are often susceptible to adversarial perturbations.", proto,
                      "method") == "ProtoNet notes that machine learning models are often susceptible to adversarial perturbations"
+    assert as_clause("Information Extraction (IE) finds entities.", proto, "problem") == \
+        "ProtoNet notes that Information Extraction (IE) finds entities"  # a name's words keep their case
     assert as_clause("Our models are often faster.", proto, "result") == "ProtoNet reports that its models are often faster"
     assert as_clause("As a first step towards designing such a class, we identify conditions.", proto,
                      "method") == "ProtoNet identifies conditions"

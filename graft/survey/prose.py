@@ -351,7 +351,10 @@ def _third(text: str, plural: bool) -> str:
 
 def _lower_first(text: str) -> str:
     """Lower-case the first word unless it is a name or an acronym ("Transformers" stays)."""
-    first = text.split(" ", 1)[0]
+    words = text.split(" ", 2)
+    first = words[0]
+    if len(words) > 1 and re.match(r"[A-Z][a-z]", words[1]) and not first.endswith(","):
+        return text  # the first words of a name ("Information Extraction (IE) is ...")
     if re.fullmatch(r"[A-Z][a-z]*(?:-[a-z]+)*[,]?", first) and first.rstrip(",") not in ("I",):
         return text[:1].lower() + text[1:]
     return text
