@@ -301,9 +301,14 @@ def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
         "ProtoNet, based on metric learning, proposes X"
     assert as_clause("ProtoNet is inspired by GPs, but trained by gradient descent.", proto, "method") == \
         "ProtoNet is inspired by GPs, but trained by gradient descent"  # never "in ProtoNet, ProtoNet is"
+    assert as_clause("Inspired by X, ProtoNet disentangles the learner.", proto, "method") == \
+        "Inspired by X, ProtoNet disentangles the learner"
     assert paper_name("BERT: Pre-training of deep bidirectional transformers") == PaperName("BERT")
     assert paper_name("x", ["Jake Snell", "Kevin Swersky", "Richard Zemel"]) == snell
     assert paper_name("A long title", [], "We propose a network, called MixNet, for x.") == PaperName("MixNet")
+    assert paper_name("Online Structured Meta-learning", [], "Inspired by X, OSML disentangles the learner.") == \
+        PaperName("OSML")  # the title's initials, used in the abstract
+    assert paper_name("Deep Neural Networks for Speech", [], "A DNN is trained.") is None  # not the whole title
     cnps = paper_name("CNPs: Conditional Neural Processes")
     assert cnps == PaperName("CNPs", plural=True) and paper_name("HSML: x") == PaperName("HSML")
     assert as_clause("However, labels remain scarce.", cnps, "problem") == "CNPs note that labels remain scarce"

@@ -244,7 +244,17 @@ def defined_name(title: str, abstract: str = "") -> str | None:
                     break
                 if _expands(m.group(1), before):
                     return m.group(1)
+    spelled = initials([w for w in plain_text(title).split() if w.lower() not in _TITLE_SMALL_WORDS])
+    for m in _ACRONYM.finditer(plain_text(abstract)):  # "OSML ..." in *Online Structured Meta-learning*
+        if len(spelled) >= 3 and re.sub(r"[^A-Z]", "", m.group(0)) == spelled:
+            return m.group(0)
     return None
+
+
+#: Title words an acronym of the title skips.
+_TITLE_SMALL_WORDS = frozenset("a an and as at by for from in into of on or the to via with".split())
+#: A word in capitals (and digits), maybe in the plural: a candidate acronym.
+_ACRONYM = re.compile(r"\b[A-Z][A-Z0-9-]*[A-Z0-9]s?\b")
 
 
 def paper_name(title: str, authors: list[str] | None = None, abstract: str = "") -> PaperName | None:
@@ -412,8 +422,9 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
             rest = f"{base or first} {tail}".strip()
         return _third(f"{name.text} {rest}", name.plural)
     bare = name.text.strip("*")
-    if clause[: len(bare)].lower() == bare.lower() and clause[len(bare) : len(bare) + 1] in (" ", ","):
-        return _third(clause, name.plural)  # "CNPs are inspired by ...": the paper already the subject
+    if re.search(rf"(?<![\w-]){re.escape(bare)}(?![\w-])", clause, flags=re.I):
+        # "CNPs are inspired by ...", "Inspired by X, OSML disentangles ...": the clause names the paper
+        return _third(clause, name.plural)
     # "Experiments show that X": the paper's experiments, not a report about its experiments
     if _EXPERIMENTS.match(clause):
         return _third(f"in {name.text}, {_lower_first(clause)}", name.plural)
