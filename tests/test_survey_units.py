@@ -713,9 +713,13 @@ def test_glued_words_are_split_by_the_corpus_vocabulary() -> None:
     assert vocab.repair("Humanengineered features") == "Human-engineered features"
     for kept in ("we outperform the baselines", "MAML and BERT", "a benchmark", "theorem"):
         assert vocab.repair(kept) == kept
-    small = Vocabulary(["features and effort", "a summary of the data"])  # attests neither glued word
+    small = Vocabulary(["features and effort", "a summary of the data", "keyphrase-relevant keyphrase",
+                        "a treebank", "the treebank"])
+    for kept in ("alphabets", "treebanking"):  # inflections of a known word
+        assert small.repair(kept) == kept, kept
     assert small.repair("humanengineered features and highquality data") == \
         "human-engineered features and high-quality data"  # the English lexicon knows the halves
+    assert small.repair("a keyphraseaware model") == "a keyphrase-aware model"  # a half the corpus writes
     for kept in ("many datasets", "hyperparameters", "a benchmark", "counterfactual", "understandability"):
         assert small.repair(kept) == kept, kept  # real words: a known ending ("##mark"), a closed prefix
     assert Vocabulary(["x"], lexicon=frozenset()).repair("highquality data") == "highquality data"

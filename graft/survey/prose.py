@@ -450,6 +450,8 @@ _BROKEN_WORD = re.compile(r"\b([A-Za-z]+)- ([a-z]+)\b")
 _AFTER_SUSPENDED_HYPHEN = {"and", "or", "nor", "to", "as", "versus", "vs"}
 
 
+#: Endings that inflect a word ("alphabet-s", "treebank-ing").
+_INFLECTIONS = ("s", "es", "ed", "d", "ing", "er", "ers", "ly")
 #: First halves of closed compounds English writes as one word ("counterfactual", "hyperparameters").
 _CLOSED_PREFIXES = frozenset({"counter", "under", "inter", "super", "hyper", "multi", "over", "trans", "with"})
 
@@ -531,14 +533,21 @@ class Vocabulary:
 
     def _lexicon_split(self, word: str, n: int) -> tuple[str, str, str] | None:
         """A one-off word the corpus is too small to attest ("highquality" in a few hundred abstracts)
-        split where the English lexicon knows both halves as whole words and not the glued word: a
-        compound, joined by a hyphen ("high-quality"). Both halves have 4 letters or more, one 5 or
-        more ("datasets" is never "data-sets")."""
+        split where both halves are words (the English lexicon's, or the corpus's: "keyphraseaware")
+        and the lexicon does not know the glued word: a compound, joined by a hyphen ("high-quality").
+        Both halves have 4 letters or more, one 5 or more ("datasets" is never "data-sets")."""
         lexicon = self.lexicon if self.lexicon is not None else english_words()
         if n > 1 or not lexicon or word in lexicon or len(word) < 9:
             return None
+
+        def known(half: str) -> bool:  # an English word, or one the corpus writes (alone or in a compound)
+            return half in lexicon or self.words.get(half, 0) >= 2
+
+        if any(word.endswith(end) and known(word[: -len(end)]) for end in _INFLECTIONS):
+            return None  # an inflection of a known word ("alphabets", "treebanking")
+
         splits = [(word[:i], word[i:]) for i in range(4, len(word) - 3)]
-        found = [(a, b) for a, b in splits if a in lexicon and b in lexicon and max(len(a), len(b)) >= 5
+        found = [(a, b) for a, b in splits if known(a) and known(b) and max(len(a), len(b)) >= 5
                  and f"##{b}" not in lexicon and a not in _CLOSED_PREFIXES]
         return (found[0][0], "-", found[0][1]) if len(found) == 1 else None
 
