@@ -132,6 +132,29 @@ def _shared_prefix_cache(model: Any, ids: torch.Tensor, att: torch.Tensor, num_b
     return cache
 
 
+#: Bytes one `generate` call's beams may hold: their key/value cache (every layer, prompt and DocID
+#: tokens) and the (rows x vocab) float32 scores `generate` keeps of every step to return the beams'
+#: scores. 64 items x 20 beams of SmolLM2 with 100-token prompts held ~6 GB of cache and 3 GB of
+#: scores, and the beam reordering copies the cache: a long evaluation ran out of 23 GB.
+CALL_BYTES = 2 * 2**30
+
+
+def items_per_call(model: Any, num_beams: int, max_new_tokens: int, prompt_tokens: int) -> int:
+    """Items one `generate` call decodes at most, so that its beams fit in `CALL_BYTES` (at least
+    one item)."""
+    config = getattr(model, "config", None)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    width = int(getattr(config, "head_dim", None) or (getattr(config, "hidden_size", 0) or 0) // max(1, heads))
+    kv = 2 * layers * kv_heads * width  # key and value floats of one token
+    row = 4 * (vocab * max_new_tokens + kv * (prompt_tokens + max_new_tokens))
+    if row <= 0:
+        return 1 << 30
+    return max(1, CALL_BYTES // (row * max(1, num_beams)))
+
+
 @torch.inference_mode()
 def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], items: Sequence[tuple[str, str]],
                  num_beams: int, max_new_tokens: int = MAX_NEW_TOKENS, *, batch_size: int = 64,
@@ -164,6 +187,7 @@ def decode_items(model: Any, tokenizer: Any, tries: Mapping[str, DocidTrie], ite
     model.eval()
     device = next(model.parameters()).device
     prompts = [encode_prompt(tokenizer, f, t, max_tokens=MAX_PROMPT_TOKENS) for f, t in items]
+    batch_size = min(batch_size, items_per_call(model, num_beams, max_new_tokens, max(map(len, prompts))))
     out: list[list[Beam]] = []
     with attention_kernels():  # never cuDNN's attention: see graft.devices.SDPA_BACKENDS
         for start in range(0, len(items), batch_size):

@@ -123,3 +123,29 @@ def test_one_beam_decodes_greedily_with_the_probability_beam_search_gives_it(tok
             matched += 1
             assert same[0].prob == pytest.approx(one.prob, rel=1e-4)
     assert matched >= 6
+
+
+def test_generate_calls_are_capped_by_the_memory_their_beams_hold(tokenizer, monkeypatch) -> None:
+    """A call's items are capped so that its beams' key/value cache and kept step scores fit in
+    `CALL_BYTES` (SmolLM2's shape: 13 items of 100-token prompts at 20 beams, not 64); decoding in
+    capped calls returns the same beams as one call."""
+    from types import SimpleNamespace
+
+    import graft.decoding as decoding
+
+    smollm2 = SimpleNamespace(config=SimpleNamespace(vocab_size=49152, num_hidden_layers=30, num_attention_heads=9,
+                                                     num_key_value_heads=3, hidden_size=576, head_dim=None))
+    assert decoding.items_per_call(smollm2, 20, 13, 100) == 13
+    assert decoding.items_per_call(smollm2, 20, 13, 256) < decoding.items_per_call(smollm2, 10, 13, 256)
+    assert decoding.items_per_call(smollm2, 2000, 13, 256) == 1
+    model, tries, items = _model_tries_items(tokenizer, 4, n_items=7, growth=2)
+    whole = decode_items(model, tokenizer, tries, items, num_beams=4)
+    monkeypatch.setattr(decoding, "CALL_BYTES", 1)  # one item a call
+    calls = []
+    real_generate = model.generate
+    monkeypatch.setattr(model, "generate", lambda **kw: calls.append(kw["input_ids"].shape[0]) or real_generate(**kw))
+    capped = decode_items(model, tokenizer, tries, items, num_beams=4)
+    assert calls == [1] * len(items)
+    assert [[b.token_ids for b in x] for x in capped] == [[b.token_ids for b in x] for x in whole]
+    for xs, ys in zip(capped, whole):
+        np.testing.assert_allclose([b.prob for b in xs], [b.prob for b in ys], rtol=1e-4)

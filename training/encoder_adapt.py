@@ -183,8 +183,10 @@ def adapt_encoder(texts: list[str], pairs: list[tuple[int, int]], out: str | Pat
     warmup = max(1, round(config.warmup * len(plan)))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _schedule(s, len(plan), warmup))
 
+    prepare = getattr(model, "preprocess", None) or model.tokenize  # `tokenize` before sentence-transformers 6
+
     def embed(rows: list[int]) -> torch.Tensor:
-        features = model.tokenize([texts[r] for r in rows])
+        features = prepare([texts[r] for r in rows])
         return F.normalize(model(features)["sentence_embedding"], dim=-1)
 
     losses: list[float] = []
