@@ -55,9 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     queries = {json.loads(line)["paper_id"] for line in (split / "incorpus" / "queries.jsonl").open()
                if line.strip()}
     ids = corpus.papers["paper_id"].to_list()
-    citations = corpus.citations().iter_rows()
+    citations = list(corpus.citations().iter_rows())
     pairs = link_pairs(ids, citations, exclude=queries)
-    all_links = len(link_pairs(ids, corpus.citations().iter_rows()))
+    all_links = len(link_pairs(ids, citations))
     texts = paper_texts(corpus.papers)
     config = AdaptConfig(epochs=args.epochs, batch_size=args.batch_size, max_tokens=args.max_tokens, lr=args.lr,
                          hard_negatives=not args.no_hard_negatives, max_pairs=args.max_pairs)
@@ -92,20 +92,18 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _stored_paper_vectors(index: Path, ids: list[str]) -> np.ndarray | None:
-    """The generic title + abstract vectors of the split's index when it holds exactly these papers
-    in this order (else None: they are encoded)."""
-    import polars as pl
+    """The generic title + abstract vectors of the split's index when it was built with the packaged
+    encoder and holds exactly these papers in this order (else None: they are encoded)."""
+    from graft.errors import GraftError
+    from graft.index import Index
 
     try:
-        manifest = json.loads((index / "manifest.json").read_text())
-        if (manifest["stages"]["build"].get("config") or {}).get("embedding_model"):
-            return None  # built with another model than the packaged one
-        stored = pl.read_parquet(index / "papers.parquet", columns=["paper_id"])["paper_id"].to_list()
-        if stored != ids:
-            return None
-        return np.load(index / "embeddings" / "papers.npy")
-    except (OSError, ValueError, KeyError, TypeError):
+        opened = Index.open(index)
+    except GraftError:
         return None
+    if opened.build_setting("embedding_model", None) or opened.paper_ids != ids:
+        return None  # another model's vectors, or another corpus
+    return opened.paper_embeddings
 
 
 if __name__ == "__main__":

@@ -13,7 +13,14 @@ from graft.errors import ConfigError, GraftError
 from graft.text import paper_texts
 from graphbuild.corpus import load_corpus
 from tests.conftest import cs768_path
-from training.encoder_adapt import AdaptConfig, adapt_encoder, batches, link_pairs, near_negatives
+from training.encoder_adapt import (
+    AdaptConfig,
+    adapt_encoder,
+    batches,
+    link_pairs,
+    linked_papers,
+    near_negatives,
+)
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -51,7 +58,7 @@ def test_fine_tuning_pulls_linked_papers_together_and_saves_a_loadable_model(c30
     ids, texts, citations = c300
     pairs = link_pairs(ids, citations)
     base = encoder.encode(texts)
-    near = near_negatives(base, pairs, (2, 10), random.Random(0))
+    near = near_negatives(base, linked_papers(pairs), (2, 10))
     linked = {p: {b for a, b in pairs if a == p} | {a for a, b in pairs if b == p} for p in near}
     assert near and all(not set(v) & linked[k] and k not in v for k, v in near.items())
 

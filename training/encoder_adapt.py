@@ -97,14 +97,19 @@ def batches(pairs: list[tuple[int, int]], batch_size: int, rng: random.Random) -
     return out
 
 
-def near_negatives(vectors: np.ndarray, pairs: list[tuple[int, int]], ranks: tuple[int, int],
-                   rng: random.Random, block: int = 1024) -> dict[int, list[int]]:
-    """For every paper of `pairs`: its nearest papers by `vectors` (unit rows) at ranks
-    [low, high), less the papers it is linked to: the candidates of its hard negatives."""
+def linked_papers(pairs: list[tuple[int, int]]) -> dict[int, set[int]]:
+    """Every paper of `pairs` -> the papers it is linked to."""
     linked: dict[int, set[int]] = {}
     for a, b in pairs:
         linked.setdefault(a, set()).add(b)
         linked.setdefault(b, set()).add(a)
+    return linked
+
+
+def near_negatives(vectors: np.ndarray, linked: dict[int, set[int]], ranks: tuple[int, int],
+                   block: int = 1024) -> dict[int, list[int]]:
+    """For every paper of `linked` (`linked_papers`): its nearest papers by `vectors` (unit rows) at
+    ranks [low, high), less the papers it is linked to: the candidates of its hard negatives."""
     nodes = np.array(sorted(linked), dtype=np.int64)
     lo, hi = ranks
     out: dict[int, list[int]] = {}
@@ -160,14 +165,11 @@ def adapt_encoder(texts: list[str], pairs: list[tuple[int, int]], out: str | Pat
     if config.max_pairs is not None and len(pairs) > config.max_pairs:
         pairs = rng.sample(pairs, config.max_pairs)
     near: dict[int, list[int]] = {}
-    linked: dict[int, set[int]] = {}
-    for a, b in pairs:
-        linked.setdefault(a, set()).add(b)
-        linked.setdefault(b, set()).add(a)
+    linked = linked_papers(pairs)
     if config.hard_negatives:
         if vectors is None:
             vectors = Encoder(base).encode(texts)
-        near = near_negatives(np.asarray(vectors, dtype=np.float32), pairs, config.negative_ranks, rng)
+        near = near_negatives(np.asarray(vectors, dtype=np.float32), linked, config.negative_ranks)
 
     plan: list[list[tuple[int, int]]] = []
     passes = math.ceil(config.epochs)

@@ -269,11 +269,8 @@ def paper_name(title: str, authors: list[str] | None = None, abstract: str = "")
             return PaperName(f"{last[0]} and {last[1]}", True)
         return PaperName(f"{last[0]} et al.", True)
     name = defined_name(title, abstract)
-    return PaperName(name, bool(_PLURAL_ACRONYM.fullmatch(name))) if name else None
-
-
-#: An acronym in the plural ("CNPs", "GANs"): the verb after it agrees ("CNPs note").
-_PLURAL_ACRONYM = re.compile(r"[A-Z][A-Z0-9-]*[A-Z0-9]s")
+    # an acronym in the plural ("CNPs", "GANs"): the verb after it agrees ("CNPs note")
+    return PaperName(name, bool(_ACRONYM.fullmatch(name)) and name.endswith("s")) if name else None
 
 
 _IRREGULAR = {"have": "has", "are": "is", "were": "was", "do": "does", "go": "goes"}
@@ -486,8 +483,8 @@ class Vocabulary:
     def __init__(self, texts: list[str], lexicon: frozenset[str] | None = None) -> None:
         from collections import Counter
 
-        #: whole English words for one-off glued words (`english_words()` when None)
-        self.lexicon = lexicon
+        #: English words and word endings for one-off glued words (`english_words()` unless given)
+        self.lexicon = english_words() if lexicon is None else lexicon
 
         words_: Counter[str] = Counter()
         pairs: Counter[tuple[str, str]] = Counter()
@@ -536,7 +533,7 @@ class Vocabulary:
         split where both halves are words (the English lexicon's, or the corpus's: "keyphraseaware")
         and the lexicon does not know the glued word: a compound, joined by a hyphen ("high-quality").
         Both halves have 4 letters or more, one 5 or more ("datasets" is never "data-sets")."""
-        lexicon = self.lexicon if self.lexicon is not None else english_words()
+        lexicon = self.lexicon
         if n > 1 or not lexicon or word in lexicon or len(word) < 9:
             return None
 
@@ -555,7 +552,7 @@ class Vocabulary:
         """Whether "a-b" is one word a line end broke ("perfor-mance"): neither half is a word
         (the English lexicon's, or a lower-case one the corpus writes alone twice), and the joined
         word is one. Compounds keep their hyphen ("pre-training", "co-occurrence", "k-means")."""
-        lexicon = self.lexicon if self.lexicon is not None else english_words()
+        lexicon = self.lexicon
         low_a, low_b = a.lower(), b.lower()
         if not (_PLAIN_WORD.fullmatch(low_a) and _PLAIN_WORD.fullmatch(low_b)) or a != low_a and a[1:] != low_a[1:]:
             return False
