@@ -289,6 +289,10 @@ def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
     assert as_clause("This paper studies the X problem.", snell, "problem") == "Snell et al. study the X problem"
     assert as_clause("However, labels remain scarce.", proto, "problem") == "ProtoNet notes that labels remain scarce"
     assert as_clause("Experiments show gains.", proto, "result") == "in ProtoNet, experiments show gains"
+    assert as_clause("The goal of this paper is to design classifiers that adapt at test time.", proto, "problem") == \
+        "ProtoNet aims to design classifiers that adapt at test time"  # never "In ProtoNet, the goal of this paper"
+    assert as_clause("Our main aim of this work is to bound our error.", snell, "problem") == \
+        "Snell et al. aim to bound their error"
     assert as_clause("Spurred by that, we develop a defense.", proto, "method") == "ProtoNet develops a defense"
     assert as_clause("Machine learning models are often susceptible to adversarial perturbations.", proto,
                      "method") == "ProtoNet notes that machine learning models are often susceptible to adversarial perturbations"
@@ -536,10 +540,10 @@ def test_duplicates_are_dropped_and_a_sentence_reads_clause_by_clause() -> None:
     verify_all([first, again], v, corpus_ids={"p1"})
     assert drop_duplicates([first, again]) == 1 and again.dropped and not first.dropped
     assert summarize([first, again])["citations_kept"] == {"verified": 1}
-    s = Sentence([Clause("A frames the problem", Citation("p1", status="verified"), "problem"),
-                  Clause("B solves it", Citation("p2", status="verified"), "method", lead="while")], "problem",
-                 opener="Relatedly,")
-    assert s.text == "Relatedly, A frames the problem [p1], while B solves it [p2]."
+    s = Sentence([Clause("MAML frames the problem", Citation("p1", status="verified"), "problem"),
+                  Clause("Reptile solves it", Citation("p2", status="verified"), "method", lead="while")], "problem",
+                 opener="Building on X [p0],")
+    assert s.text == "Building on X [p0], MAML frames the problem [p1], while Reptile solves it [p2]."
 
 
 # ---- hostile text reaching the survey's prompts and files ------------------------------------
@@ -876,6 +880,11 @@ def test_the_header_counts_relations_not_the_theme_sentence() -> None:
     sec.summary = ("Both papers discussed here name meta-learning in their title or abstract. "
                    "A [a] and B [b] take similar approaches.")
     assert relation_counts([sec])["summary_sentences"] == 1
+    # names with "et al." are not sentence ends (ACLSum's papers are named by their authors)
+    sec.summary = ("All 3 papers discussed here name summarization in their title or abstract. "
+                   "Li et al. [a] addresses the same problem as Hirao et al. [b] and J. Smith [c], each with a "
+                   "different method. Li et al. [a] builds on Hirao et al. [b].")
+    assert relation_counts([sec])["summary_sentences"] == 2
 
 
 def test_a_section_is_written_paper_by_paper_with_connectives_only_from_relations() -> None:
@@ -1041,3 +1050,15 @@ def test_footnote_marks_are_dropped_and_numbers_of_names_kept() -> None:
     assert clean_clause("on three datasets1, and two more") == "On three datasets, and two more"
     for kept in ("ResNet50 and CIFAR10 in 3.5 hours", "Word2vec beats GPT-3", "Results in Table 3", "A layer4 block"):
         assert clean_clause(kept) == kept
+
+
+def test_a_clause_after_an_opener_continues_its_sentence() -> None:
+    """An opener's clause goes on in lower case ("..., inspired by"), a name or acronym keeps its case."""
+    from graft.survey.types import join_clauses
+
+    opener = "Addressing the same problem as HSML [h] with a different method,"
+    assert join_clauses([("", "Inspired by human knowledge, OSML disentangles the meta-learner", "o")], opener) == (
+        "Addressing the same problem as HSML [h] with a different method, inspired by human knowledge, OSML "
+        "disentangles the meta-learner [o].")
+    assert join_clauses([("", "CNAPs adapts to new tasks", "c")], "Like MAML [m],") == "Like MAML [m], CNAPs adapts to new tasks [c]."
+    assert join_clauses([("", "we show a bound", "a"), ("while", "they test it", "b")]) == "We show a bound [a], while they test it [b]."

@@ -462,6 +462,11 @@ def name_first_mentions(sections: list[Section], composer: Any) -> None:
                     c.text = composer.name_of(composer.profile(pid)).text + c.text[m.end() - 1:]
 
 
+#: a sentence's end in a section summary: not the period of "et al.", "e.g.", "i.e.", "cf.", "vs." or
+#: an initial ("J. Smith"), which the papers' names carry
+_SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)(?<!\bvs)(?<!\b[A-Z])[.!?](?:\s|$)")
+
+
 def relation_counts(sections: list[Section]) -> dict[str, int]:
     """How many computed statements relating papers the survey prints: the sentences of the
     sections' summaries, and the openers (a relation) of printed sentences whose papers are all
@@ -471,8 +476,7 @@ def relation_counts(sections: list[Section]) -> dict[str, int]:
     printed_ids = {p for sec in sections for s in sec.sentences() if not s.dropped for p in s.cited()}
     # the summary's sentences but the first, which names the section's theme ("6 of the 8 papers
     # discussed here name ..."): a count, not a relation
-    summary = sum(len(re.findall(r"[.!?](?:\s|$)", re.sub(r"^[^.]*? discussed here names? [^.]*\.\s*", "",
-                                                            sec.summary)))
+    summary = sum(len(_SENTENCE_END.findall(re.sub(r"^[^.]*? discussed here names? [^.]*\.\s*", "", sec.summary)))
                   for sec in sections if sec.summary)
     openers = 0
     for sec in sections:

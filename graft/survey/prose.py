@@ -356,7 +356,7 @@ def _third(text: str, plural: bool) -> str:
     return text
 
 
-def _lower_first(text: str) -> str:
+def lower_first(text: str) -> str:
     """Lower-case the first word unless it is a name or an acronym ("Transformers" stays)."""
     words = text.split(" ", 2)
     first = words[0]
@@ -387,6 +387,11 @@ _EXPERIMENTS = re.compile(r"^(?:(?:extensive|empirical|numerical|comprehensive|e
                           r"ablations|studies)\b", re.I)
 
 
+#: A paper stating its own goal ("The goal of this paper is to ..."), said of the paper by its name.
+_GOAL = re.compile(r"^(?:the|our)\s+(?:main\s+|primary\s+|overall\s+)?(?:goal|aim|objective|purpose)\s+of\s+"
+                   r"(?:this|the present|our)\s+(?:paper|work|study|article)\s+is\s+to\s+", re.I)
+
+
 def as_clause(text: str, name: PaperName, facet: str) -> str:
     """A paper's own statement as a clause about that paper, in the third person with the paper's
     name as subject: "We propose X." -> "Snell et al. propose X"; "This paper studies Y" ->
@@ -400,10 +405,13 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
         return _third(_conjugate_after(name.text, clause[m.end():], name.plural), name.plural)
     m = _LEAD_THEN_WE.match(clause)
     if m:  # "Based on X, we propose Y" -> "HSML, based on X, proposes Y"
-        lead = _lower_first(m.group(1))
+        lead = lower_first(m.group(1))
         if _LEAD_BACK.search(lead) or refers_back(lead):  # "Spurred by that, we ...": the lead is left out
             return _third(_conjugate_after(name.text, clause[m.end():], name.plural), name.plural)
         return _third(_conjugate_after(f"{name.text}, {lead},", clause[m.end():], name.plural), name.plural)
+    m = _GOAL.match(clause)
+    if m:  # "The goal of this paper is to design X" -> "CNAPs aims to design X"
+        return _third(f"{name.text} {'aim' if name.plural else 'aims'} to {clause[m.end():]}", name.plural)
     m = _THIS.match(clause)
     if m:
         rest = clause[m.end():]
@@ -424,11 +432,11 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
         return _third(clause, name.plural)
     # "Experiments show that X": the paper's experiments, not a report about its experiments
     if _EXPERIMENTS.match(clause):
-        return _third(f"in {name.text}, {_lower_first(clause)}", name.plural)
+        return _third(f"in {name.text}, {lower_first(clause)}", name.plural)
     if facet in ("method", "result") and _GENERAL_CLAIM.search(clause) and not _OWN_WORK.search(clause):
         facet = "problem"  # a general statement ("models are often susceptible to ..."): what the paper notes
     frame = _FRAMES.get(facet, _FRAMES["method"])
-    return _third(frame.format(name=name.text, text=_lower_first(clause),
+    return _third(frame.format(name=name.text, text=lower_first(clause),
                                reports="report" if name.plural else "reports",
                                notes="note" if name.plural else "notes"), name.plural)
 

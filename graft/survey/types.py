@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graft.survey.prose import lower_first
+
 
 @dataclass
 class Candidate:
@@ -121,12 +123,13 @@ class Sentence:
 
 def join_clauses(parts: list[tuple[str, str, str]], opener: str = "") -> str:
     """Clauses (lead, text, marker) as one sentence: "A [1], while B [2]." The first clause's first
-    letter is upper-cased; a clause without a lead is joined by a semicolon."""
+    letter is upper-cased (after an opener, lower-cased unless it starts a name); a clause without a
+    lead is joined by a semicolon."""
     out = []
     for i, (lead, text, marker) in enumerate(parts):
         piece = f"{text} [{marker}]"
-        if i == 0:
-            piece = (f"{opener} " if opener else "") + piece
+        if i == 0:  # after an opener ("Like X [2], inspired by ..."), the clause goes on its sentence
+            piece = f"{opener} {lower_first(text)} [{marker}]" if opener else piece
         else:
             piece = (f", {lead} " if lead else "; ") + piece
         out.append(piece)
