@@ -525,7 +525,7 @@ class Vocabulary:
                 continue
             hyphen = max(self.words.get(f"{a}-{b}", 0), self.joined.get((a, b), 0))
             spaced = self.pairs.get((a, b), 0)
-            evidence = max(hyphen, spaced)
+            evidence = hyphen + spaced  # the split as written either way ("high-quality", "high quality")
             # the split is attested as a pair or compound: more often than the glued word when that is
             # rare, five times as often when it recurs (an artefact repeated by one source); or both halves
             # are common words and the glued word a one-off
