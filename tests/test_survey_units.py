@@ -1028,6 +1028,8 @@ def test_a_citation_left_in_an_abstract_is_not_part_of_a_clause() -> None:
     # brackets that are not citations stay: intervals, dataset names, numbered references without a name
     kept = "We bound the loss on [0, 10] for CIFAR-10 [12] and [CIFAR-100] (see Section 2)"
     assert clean_clause(kept + ".") == kept
+    assert clean_clause("We speed up the the attack algorithm.") == "We speed up the attack algorithm"
+    assert clean_clause("We show that that bound is tight.") == "We show that that bound is tight"
 
 
 def test_a_section_of_alike_papers_names_each_papers_closest_ones() -> None:

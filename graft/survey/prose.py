@@ -103,14 +103,19 @@ _TEXT_CITATION = re.compile(r"\s*\[(?=[^\]]*[A-Z][a-z])(?=[^\]]*\d\d)[^\[\]]{4,1
 _FOOTNOTE = re.compile(r"(?<=[a-z][.,;:])\d{1,2}(?=\s|$)|\b([a-z]{4,})\d(?=[.,;:](?:\s|$)|$)")
 
 
+#: A function word typed twice ("the the attack"); "that that" can be right and is kept.
+_REPEATED_WORD = re.compile(r"\b(the|a|an|of|to|in|on|for|with|and|is|are)\s+\1\b", re.I)
+
+
 def clean_clause(text: str) -> str:
     """A sentence as a stand-alone clause: whitespace folded, LaTeX kept, citations left in the
-    text ("[Katz et al. CAV17]") and leading connectives ("However,", "To address this issue,")
-    removed, no final stop or colon."""
+    text ("[Katz et al. CAV17]"), leading connectives ("However,", "To address this issue,") and a
+    function word typed twice ("the the") removed, no final stop or colon."""
     text = " ".join(str(text).split())
     text = _TEXT_CITATION.sub("", text)
     text = _FOOTNOTE.sub(lambda m: m.group(1) or "", text)
     text = _LEAD.sub("", text, count=1)
+    text = _REPEATED_WORD.sub(r"\1", text)
     text = text.rstrip(" .;:,")
     return text[:1].upper() + text[1:] if text else text
 
