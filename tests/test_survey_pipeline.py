@@ -261,7 +261,8 @@ def test_papers_are_named_and_compared_by_relations_the_index_holds(acl, offline
         if sec["summary"]:
             assert all(o in sec["papers"] for o in _opener_papers(sec["summary"]))
     assert stated + sum(bool(sec["summary"]) for sec in survey["sections"]) > 0, "no relation was stated"
-    assert f"The {survey['verification']['relations']['statements']} statements that relate papers" in md
+    n = survey["verification"]["relations"]["statements"]
+    assert ("The one statement that relates papers" if n == 1 else f"The {n} statements that relate papers") in md
 
 
 def test_a_written_section_is_mostly_about_the_topic(acl, offline_survey) -> None:

@@ -889,6 +889,12 @@ def test_the_header_counts_relations_not_the_theme_sentence() -> None:
                    "Li et al. [a] addresses the same problem as Hirao et al. [b] and J. Smith [c], each with a "
                    "different method. Li et al. [a] builds on Hirao et al. [b].")
     assert relation_counts([sec])["summary_sentences"] == 2
+    from graft.survey.pipeline import _relations_note
+
+    assert _relations_note({"relations": {"statements": 1}}).startswith(" The one statement that relates papers (")
+    assert ") is computed from" in _relations_note({"relations": {"statements": 1}})
+    assert ") are computed from" in _relations_note({"relations": {"statements": 3}})
+    assert _relations_note({"relations": {"statements": 0}}) == ""
 
 
 def test_a_section_is_written_paper_by_paper_with_connectives_only_from_relations() -> None:

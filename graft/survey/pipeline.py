@@ -534,10 +534,11 @@ def _relations_note(v: dict[str, Any]) -> str:
     r = v.get("relations", {})
     if not r.get("statements"):
         return ""
-    return (f" The {r['statements']} statements that relate papers (the same problem with different methods, "
-            f"similar methods, one paper building on another, results on the same benchmark) are computed from "
-            f"facet similarity, citation links, years and the benchmarks the abstracts name, not taken from the "
-            f"papers.")
+    n = r["statements"]
+    what = "The one statement that relates papers" if n == 1 else f"The {n} statements that relate papers"
+    return (f" {what} (the same problem with different methods, similar methods, one paper building on "
+            f"another, results on the same benchmark) {'is' if n == 1 else 'are'} computed from facet similarity, "
+            f"citation links, years and the benchmarks the abstracts name, not taken from the papers.")
 
 
 def coverage_report(chosen: TopicPool, sections: list[Section], section_pools: dict[str, list[Candidate]],
