@@ -23,7 +23,10 @@ RRF) scores close to the "RRF" column of the index's own items. Variants:
   own tokens' contextual embeddings, so "the proposed method" carries what the abstract says it is;
   an item not found verbatim in the text (a lead the extractor trimmed, "In this paper, we show" ->
   "We show": about 15% of cs768's items) or past the window keeps its own vector; no title mixed in
-  (the context holds it).
+  (the context holds it);
+- `idf` — `items` with each item weighted by how specific it is, an IDF over items: weight = 1 − the
+  mean cosine of its 20 nearest items of the same facet in other papers, so a generic item ("we
+  achieve state-of-the-art results") with many near copies counts little in the mean best match.
 
 Per variant: R@20 of each facet alone, of the RRF of the four facet rankings (k = 60) and of their
 score sum, and dense R@20 (title + abstract) for the same encoder.
@@ -44,7 +47,7 @@ import numpy as np
 
 from experiments.common import open_split_queries, split_parser, split_report, write_tables
 
-VARIANTS = ("items", "centred", "pc3", "joined", "joined+title", "adapter", "late")
+VARIANTS = ("items", "centred", "pc3", "joined", "joined+title", "adapter", "late", "idf")
 RRF_K = 60
 
 
@@ -125,6 +128,51 @@ def joined_texts(idx: Any, with_title: bool) -> dict[str, list[str]]:
     titles = idx.papers["title"].to_list()
     return {f: [(f"{titles[r]}. " if with_title else "") + " ".join(parts) for r, parts in enumerate(lists)]
             for f, lists in joined.items()}
+
+
+def item_specificity(vectors: np.ndarray, owner: np.ndarray, facet_col: np.ndarray, k: int = 20,
+                     block: int = 2048) -> np.ndarray:
+    """1 − mean cosine of each item to its `k` nearest items of the same facet owned by other
+    papers (clipped to >= 0.05): low for generic items with many near copies in the corpus."""
+    out = np.ones(len(vectors), dtype=np.float32)
+    for f in np.unique(facet_col):
+        sel = np.flatnonzero(facet_col == f)
+        x, own = np.asarray(vectors[sel], dtype=np.float32), owner[sel]
+        for s in range(0, len(sel), block):
+            sims = x[s : s + block] @ x.T
+            sims[own[s : s + block, None] == own[None, :]] = -np.inf  # the paper's own items
+            top = -np.partition(-sims, k - 1, axis=1)[:, :k]
+            out[sel[s : s + block]] = np.clip(1.0 - top.mean(axis=1), 0.05, None)
+    return out
+
+
+def weighted_facet_rows(vectors: np.ndarray, weights: np.ndarray, owner: np.ndarray, facet_col: np.ndarray,
+                        n: int, rows: list[int]) -> dict[str, dict[int, np.ndarray]]:
+    """`facet_rows` with a weighted mean best match: each side's best-match cosines averaged with
+    its items' `weights`."""
+    from graft.facets import FACETS
+    from graft.similarity import group_items
+
+    out = {}
+    for f in FACETS:
+        sel = facet_col == f
+        items = group_items(owner[sel], vectors[sel], n)
+        wpad = group_items(owner[sel], weights[sel, None], n).padded[:, :, 0]
+        wpad = np.where(items.mask, wpad, 0.0)
+        out[f] = {}
+        for r in rows:
+            q, qm, qw = items.padded[r][items.mask[r]], items.mask[r][items.mask[r]], wpad[r][items.mask[r]]
+            if not len(q):
+                out[f][r] = np.zeros(n, dtype=np.float32)
+                continue
+            sims = np.einsum("ld,nmd->nlm", q, items.padded, optimize=True)
+            sims = np.where(items.mask[:, None, :] & qm[None, :, None], sims, -np.inf)
+            q_best = sims.max(axis=2)  # (n, L): each query item's best match in each paper
+            p_best = np.where(items.mask, sims.max(axis=1), 0.0)  # (n, W): each paper item's best in the query
+            q_mean = (q_best * qw[None, :]).sum(axis=1) / max(float(qw.sum()), 1e-12)
+            p_mean = (p_best * wpad).sum(axis=1) / np.maximum(wpad.sum(axis=1), 1e-12)
+            out[f][r] = np.where(items.mask.any(axis=1), 0.5 * (q_mean + p_mean), 0.0).astype(np.float32)
+    return out
 
 
 def late_item_vectors(encoder: Any, idx: Any, fallback: np.ndarray, max_tokens: int = 512,
@@ -269,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
             if variant == "joined":
                 vectors = {f: with_title(v, titles, w) for f, v in vectors.items()}
             per_facet, dense = vector_rows(vectors, query_rows), papers
+        elif variant == "idf":
+            items = with_title(alone, titles[owner], w)
+            weights = item_specificity(alone, owner, facet_col)
+            print(f"idf: item weights mean {weights.mean():.3f}, 10th-90th percentile "
+                  f"{np.percentile(weights, 10):.3f}-{np.percentile(weights, 90):.3f}", file=sys.stderr, flush=True)
+            per_facet = weighted_facet_rows(items, weights, owner, facet_col, idx.n, query_rows)
+            dense = papers
         elif variant == "late":
             late, share = late_item_vectors(encoder, idx, alone)
             print(f"late: {share:.1%} of items pooled in context", file=sys.stderr, flush=True)
