@@ -40,19 +40,24 @@ def start_server(index: Path, surveys: Path, *, cores: int = 0,
     if cores and shutil.which("taskset"):
         cmd = ["taskset", "-c", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:cores]), *cmd]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline, seen = time.time() + timeout, []
+    # read the pipe's bytes as they come (os.read), never through the buffered text reader: its
+    # readline can pull the URL's line into its own buffer with the line before, and select() then
+    # waits on an empty pipe until the timeout; a URL counts once the space after it has come
+    deadline, seen, fd = time.time() + timeout, b"", proc.stdout.fileno()
     while time.time() < deadline:
-        if select.select([proc.stdout], [], [], 1.0)[0]:
-            line = proc.stdout.readline()
-            seen.append(line)
-            m = re.search(r"http://[^\s/]+:\d+/\?token=[A-Za-z0-9._~-]+", line)
+        if select.select([fd], [], [], 1.0)[0]:
+            chunk = os.read(fd, 1 << 16)
+            seen += chunk
+            m = re.search(r"http://[^\s/]+:\d+/\?token=[A-Za-z0-9._~-]+(?=\s)", seen.decode(errors="replace"))
             if m:
-                proc.printed = "".join(seen)  # type: ignore[attr-defined]
+                proc.printed = seen.decode(errors="replace")  # type: ignore[attr-defined]
                 return proc, m.group(0)
-        if proc.poll() is not None:
+            if not chunk and proc.poll() is not None:
+                break
+        elif proc.poll() is not None:
             break
     proc.kill()
-    raise RuntimeError("graft serve printed no URL:\n" + "".join(seen))
+    raise RuntimeError("graft serve printed no URL:\n" + seen.decode(errors="replace"))
 
 
 def token_of(url: str) -> str:
