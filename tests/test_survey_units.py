@@ -289,6 +289,9 @@ def test_a_papers_statement_becomes_a_clause_about_that_paper() -> None:
     assert as_clause("This paper studies the X problem.", snell, "problem") == "Snell et al. study the X problem"
     assert as_clause("However, labels remain scarce.", proto, "problem") == "ProtoNet notes that labels remain scarce"
     assert as_clause("Experiments show gains.", proto, "result") == "in ProtoNet, experiments show gains"
+    assert as_clause("We demonstrate that ProtoNet achieves state-of-the-art results.", proto, "result") == \
+        "ProtoNet achieves state-of-the-art results"  # never "ProtoNet demonstrates that ProtoNet achieves"
+    assert as_clause("We show that ProtoNets generalise.", proto, "result") == "ProtoNet shows that ProtoNets generalise"
     assert as_clause("The goal of this paper is to design classifiers that adapt at test time.", proto, "problem") == \
         "ProtoNet aims to design classifiers that adapt at test time"  # never "In ProtoNet, the goal of this paper"
     assert as_clause("Our main aim of this work is to bound our error.", snell, "problem") == \

@@ -339,6 +339,9 @@ _WE = re.compile(r"^(?:in this (?:paper|work|study|article|note)\s*,?\s*)?we\s+"
 #: A short opening phrase before "we" ("Based on X, we propose"): it can stand after the paper's name.
 _LEAD_THEN_WE = re.compile(r"^([^,;:()$]{3,80}?),\s+we\s+(?=[a-z])")
 _THIS = re.compile(r"^(?:this|the present|our) (?:paper|work|study|article|note)\s+", re.I)
+#: A verb of saying after "we" ("demonstrate that", "also show empirically that").
+_SAYS_THAT = re.compile(r"(?:\w+ly\s+|also\s+)?(?:show|demonstrate|find|observe|prove|argue|report|confirm|verify)"
+                        r"\s+(?:\w+ly\s+)?that\s+", re.I)
 #: A lead before "we" that points back at what the abstract said before ("spurred by that",
 #: "motivated by this", "towards designing such a class").
 _LEAD_BACK = re.compile(r"\b(?:this|that|these|those|it|them)\s*$|\bsuch an?\s+\w+", re.I)
@@ -406,7 +409,12 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
     if not clause:
         return clause
     m = _WE.match(clause)
+    bare = name.text.strip("*")
     if m:
+        said = _SAYS_THAT.match(clause[m.end():])
+        if said and re.match(rf"{re.escape(bare)}(?![\w-])", clause[m.end() + said.end():]):
+            # "We demonstrate that CNAPs achieves X" -> "CNAPs achieves X", never "CNAPs demonstrate that CNAPs"
+            return _third(clause[m.end() + said.end():], name.plural)
         return _third(_conjugate_after(name.text, clause[m.end():], name.plural), name.plural)
     m = _LEAD_THEN_WE.match(clause)
     if m:  # "Based on X, we propose Y" -> "HSML, based on X, proposes Y"
@@ -431,7 +439,6 @@ def as_clause(text: str, name: PaperName, facet: str) -> str:
                 base = first[:-1]
             rest = f"{base or first} {tail}".strip()
         return _third(f"{name.text} {rest}", name.plural)
-    bare = name.text.strip("*")
     if re.search(rf"(?<![\w-]){re.escape(bare)}(?![\w-])", clause, flags=re.I):
         # "CNPs are inspired by ...", "Inspired by X, OSML disentangles ...": the clause names the paper
         return _third(clause, name.plural)
