@@ -29,6 +29,7 @@ from graft.survey.config import SurveyConfig, SurveyError
 from graft.survey.expand import expand_topic
 from graft.survey.outline import assign, level_one
 from graft.survey.output import check_out_dir, numbering, plain, write_outputs
+from graft.survey.prose import split_sentences
 from graft.survey.relate import section_relations
 from graft.survey.relate import summary as relation_summary
 from graft.survey.rerank import Literature, relevant, two_stage_rerank
@@ -462,11 +463,6 @@ def name_first_mentions(sections: list[Section], composer: Any) -> None:
                     c.text = composer.name_of(composer.profile(pid)).text + c.text[m.end() - 1:]
 
 
-#: a sentence's end in a section summary: not the period of "et al.", "e.g.", "i.e.", "cf.", "vs." or
-#: an initial ("J. Smith"), which the papers' names carry
-_SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bcf)(?<!\bvs)(?<!\b[A-Z])[.!?](?:\s|$)")
-
-
 def relation_counts(sections: list[Section]) -> dict[str, int]:
     """How many computed statements relating papers the survey prints: the sentences of the
     sections' summaries, and the openers (a relation) of printed sentences whose papers are all
@@ -476,7 +472,8 @@ def relation_counts(sections: list[Section]) -> dict[str, int]:
     printed_ids = {p for sec in sections for s in sec.sentences() if not s.dropped for p in s.cited()}
     # the summary's sentences but the first, which names the section's theme ("6 of the 8 papers
     # discussed here name ..."): a count, not a relation
-    summary = sum(len(_SENTENCE_END.findall(re.sub(r"^[^.]*? discussed here names? [^.]*\.\s*", "", sec.summary)))
+    # (`split_sentences`: the papers' names' "et al." and initials end no sentence)
+    summary = sum(len(split_sentences(re.sub(r"^[^.]*? discussed here names? [^.]*\.\s*", "", sec.summary)))
                   for sec in sections if sec.summary)
     openers = 0
     for sec in sections:
