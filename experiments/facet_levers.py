@@ -157,16 +157,15 @@ def weighted_facet_rows(vectors: np.ndarray, weights: np.ndarray, owner: np.ndar
     for f in FACETS:
         sel = facet_col == f
         items = group_items(owner[sel], vectors[sel], n)
-        wpad = group_items(owner[sel], weights[sel, None], n).padded[:, :, 0]
-        wpad = np.where(items.mask, wpad, 0.0)
+        wpad = group_items(owner[sel], weights[sel, None], n).padded[:, :, 0]  # 0 on padding
         out[f] = {}
         for r in rows:
-            q, qm, qw = items.padded[r][items.mask[r]], items.mask[r][items.mask[r]], wpad[r][items.mask[r]]
+            q, qw = items.padded[r][items.mask[r]], wpad[r][items.mask[r]]
             if not len(q):
                 out[f][r] = np.zeros(n, dtype=np.float32)
                 continue
             sims = np.einsum("ld,nmd->nlm", q, items.padded, optimize=True)
-            sims = np.where(items.mask[:, None, :] & qm[None, :, None], sims, -np.inf)
+            sims = np.where(items.mask[:, None, :], sims, -np.inf)
             q_best = sims.max(axis=2)  # (n, L): each query item's best match in each paper
             p_best = np.where(items.mask, sims.max(axis=1), 0.0)  # (n, W): each paper item's best in the query
             q_mean = (q_best * qw[None, :]).sum(axis=1) / max(float(qw.sum()), 1e-12)

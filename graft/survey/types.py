@@ -127,12 +127,10 @@ def join_clauses(parts: list[tuple[str, str, str]], opener: str = "") -> str:
     lead is joined by a semicolon."""
     out = []
     for i, (lead, text, marker) in enumerate(parts):
+        if i == 0 and opener:  # "Like X [2], inspired by ...": the clause goes on the opener's sentence
+            text = f"{opener} {lower_first(text)}"
         piece = f"{text} [{marker}]"
-        if i == 0:  # after an opener ("Like X [2], inspired by ..."), the clause goes on its sentence
-            piece = f"{opener} {lower_first(text)} [{marker}]" if opener else piece
-        else:
-            piece = (f", {lead} " if lead else "; ") + piece
-        out.append(piece)
+        out.append((f", {lead} " if lead else "; ") + piece if i else piece)
     sentence = "".join(out).strip()
     return (sentence[:1].upper() + sentence[1:] + ".") if sentence else ""
 
