@@ -359,8 +359,12 @@ def test_packed_and_plain_training_take_the_same_steps(tokenizer) -> None:
     assert [s for s, _ in packed.losses] == [1, 2, 3, 4]
     np.testing.assert_allclose([v for _, v in packed.losses], [v for _, v in plain.losses], rtol=1e-5)
     assert packed.losses[-1][1] < packed.losses[0][1]
+    # AdamW divides each gradient by its running size, so a weight whose gradient is a rounding error
+    # (~1e-9) moves by up to lr = 1e-3 either way: the two float sums differ by up to ~1e-5 on one
+    # element of 8,192 after 4 steps (torch 2.13); every other weight agrees to 1e-6
     for (name, a), b in zip(packed.model.state_dict().items(), plain.model.state_dict().values()):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, msg=lambda m, name=name: f"{name}: {m}")
+        assert (a - b).abs().gt(1e-6).float().mean() < 1e-3, name
     assert packed.tokens == plain.tokens and packed.pairs_per_s > 0
 
 
