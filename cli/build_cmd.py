@@ -31,7 +31,7 @@ def print_build_summary(summary, out: Console = console) -> None:
     out.print(t)
     if summary.seeded_from is not None:
         what = {"facets": "facets of {:,} papers", "titles": "{:,} title vectors",
-                "papers": "{:,} title + abstract vectors"}
+                "context": "{:,} items read in context", "papers": "{:,} title + abstract vectors"}
         copied = ", ".join(what[stage].format(count) for stage, count in summary.seeded.items())
         if any(summary.seeded.values()):
             out.print(f"copied from {summary.seeded_from} ({copied}): this corpus's papers and texts as that "
@@ -93,8 +93,13 @@ def build(
     alpha: float = typer.Option(0.75, parser=finite(0, 1), metavar="FLOAT",
                                 help="In [0, 1]: share of facet similarity in an edge's weight; the citation score "
                                      "(coupling + co-citation) gets 1 - alpha."),
-    title_weight: float = typer.Option(0.7, parser=finite(0, 100), metavar="FLOAT", help="In [0, 100]: weight of the paper's title vector added to each "
+    title_weight: float = typer.Option(0.35, parser=finite(0, 100), metavar="FLOAT", help="In [0, 100]: weight of the paper's title vector added to each "
                                        "facet item's vector (0: items embedded alone)."),
+    item_context: str = typer.Option("late", "--item-context",
+                                     help="What a facet item's vector reads besides its own text: title (its "
+                                          "paper's title vector mixed in) or late (the item's tokens read inside "
+                                          "the whole title + abstract, one encoder pass a paper, then the title "
+                                          "mixed in; docs/facets.md)."),
     direct_links: bool = typer.Option(False, "--direct-links/--no-direct-links",
                                       help="Also take the papers a paper cites or is cited by as its graph "
                                            "candidates (off: facet-similar, coupled and co-cited papers only, "
@@ -172,7 +177,7 @@ def build(
         config = BuildConfig(extractor=extractor, facet_scorer=facet_scorer, limit=limit, skip_bad=skip_bad,
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
-                             title_weight=title_weight, alpha=alpha, beta=1.0 - alpha,
+                             title_weight=title_weight, item_context=item_context, alpha=alpha, beta=1.0 - alpha,
                              direct_links=direct_links, paper_embeddings=paper_embeddings,
                              candidates=candidates, faiss_min_papers=faiss_min_papers, faiss_nprobe=faiss_nprobe,
                              text_coupling=(text_coupling if text_coupling is not None

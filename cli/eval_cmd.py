@@ -96,6 +96,13 @@ def build_split(
                                                     "items and papers (e.g. one adapted to the corpus: "
                                                     "docs/facets.md); the learned facet scorer still reads the "
                                                     "packaged encoder."),
+    item_context: str = typer.Option("late", "--item-context",
+                                     help="What a facet item's vector reads besides its own text: title or late "
+                                          "(as graft build's --item-context)."),
+    title_weight: float = typer.Option(0.35, "--title-weight", parser=finite(0, 100),
+                                       metavar="FLOAT",
+                                       help="In [0, 100]: weight of the paper's title vector added to each facet "
+                                            "item's vector (as graft build's --title-weight)."),
     force: bool = typer.Option(False, "--force", help="Rebuild indexes that are up to date."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -113,7 +120,8 @@ def build_split(
 
     try:
         build_split_indexes(split_dir, BuildConfig(direct_links=direct_links, facet_scorer=facet_scorer,
-                                                        embedding_model=embedding_model),
+                                                        embedding_model=embedding_model,
+                                                        item_context=item_context, title_weight=title_weight),
                             cache_from=cache_from, force=force,
                             reporter=Reporter(quiet=quiet), on_index=say)
     except GraftError as exc:

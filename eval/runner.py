@@ -178,7 +178,7 @@ def build_settings(index: Index) -> dict[str, Any]:
 
     config = BuildConfig.from_manifest(index.manifest)
     return {**{k: getattr(config, k) for k in ("extractor", "facet_scorer", "top_k", "alpha", "beta", "title_weight",
-                                               "citation_rescale", "embedding_model")},
+                                               "item_context", "citation_rescale", "embedding_model")},
             # what ran the encoder (indexes built before the choice existed ran torch)
             "encoder_backend": index.manifest.get("embedding", {}).get("backend", "torch")}
 
@@ -685,6 +685,7 @@ def write_tables(results_dir: Path, suite: str, name: str, table: dict[str, Any]
         scorer = f" ({b['facet_scorer']} scorer)" if b["extractor"] == "heuristic" and b.get("facet_scorer") else ""
         lines.append(f"Index build: {b['extractor']} facets{scorer} · top-K {b['top_k']} · alpha {b['alpha']} · "
                      f"beta {b['beta']} · title weight {b['title_weight']}"
+                     + (" · items read in context" if b.get("item_context") == "late" else "")
                      + (f" · encoder on {b['encoder_backend']}" if b.get("encoder_backend") else "")
                      + (f" · out-of-corpus rows: text coupling with {m['text_neighbours']} nearest papers"
                         if m.get("text_neighbours") else "")

@@ -18,12 +18,12 @@ RRF) scores close to the "RRF" column of the index's own items. Variants:
   renormalised), trained with in-batch contrastive loss on the index's own citation links (paper,
   title and same-facet item pairs of linked papers; a leak-free index holds no link of its queries),
   applied to papers, titles and items alike; its `dense` column is the adapted dense;
-- `late` — each item's vector read in its paper's context ("late chunking"): the whole "Title.
-  Abstract" goes through the encoder once (up to 512 tokens) and an item's vector is the mean of its
-  own tokens' contextual embeddings, so "the proposed method" carries what the abstract says it is;
-  an item not found verbatim in the text (a lead the extractor trimmed, "In this paper, we show" ->
-  "We show": about 15% of cs768's items) or past the window keeps its own vector; no title mixed in
-  (the context holds it);
+- `late` — each item's vector read in its paper's context ("late chunking",
+  `graft.encoder.ContextReader`): the whole "Title. Abstract" goes through the encoder once (its
+  token window, 256 for MiniLM) and an item's vector is the mean of its own tokens' contextual
+  embeddings, so "the proposed method" carries what the abstract says it is; an item not found in
+  the text (case and whitespace folded) or past the window keeps its own vector; no title mixed in
+  (the context holds it); `late+title` mixes the title in as `items` does;
 - `idf` — `items` with each item weighted by how specific it is, an IDF over items: weight = 1 − the
   mean cosine of its 20 nearest items of the same facet in other papers, so a generic item ("we
   achieve state-of-the-art results") with many near copies counts little in the mean best match.
@@ -32,7 +32,7 @@ Per variant: R@20 of each facet alone, of the RRF of the four facet rankings (k 
 score sum, and dense R@20 (title + abstract) for the same encoder.
 
     python -m experiments.facet_levers --split SPLITDIR [--part dev] [--variants items,joined,joined+title,adapter]
-        [--epochs 3] [--name cs768]
+        [--epochs 3] [--late-weights 0,0.35,0.7] [--name cs768]
 
 Writes docs/results/facet_levers_{name}.{md,json}. Tune on `dev`.
 """
@@ -47,7 +47,7 @@ import numpy as np
 
 from experiments.common import open_split_queries, split_parser, split_report, write_tables
 
-VARIANTS = ("items", "centred", "pc3", "joined", "joined+title", "adapter", "late", "idf")
+VARIANTS = ("items", "centred", "pc3", "joined", "joined+title", "adapter", "late", "late+title", "idf")
 RRF_K = 60
 
 
@@ -174,45 +174,17 @@ def weighted_facet_rows(vectors: np.ndarray, weights: np.ndarray, owner: np.ndar
     return out
 
 
-def late_item_vectors(encoder: Any, idx: Any, fallback: np.ndarray, max_tokens: int = 512,
-                      batch: int = 8) -> tuple[np.ndarray, float]:
-    """Unit vectors of the index's items pooled from their paper's contextual token embeddings
-    (see `late` above), and the share of items found in their paper's window."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-
+def late_item_vectors(encoder: Any, idx: Any, fallback: np.ndarray) -> tuple[np.ndarray, float]:
+    """Unit vectors of the index's items read in their paper's context (`graft.encoder.ContextReader`,
+    the encoder's token window), `fallback` rows where an item is not found; and the share found."""
+    from graft.encoder import ContextReader, context_key
     from graft.text import paper_texts
 
-    st = SentenceTransformer(encoder.path, device="cpu")  # the encoder itself may run in ONNX Runtime
-    tokenizer, backbone = st.tokenizer, list(st)[0].auto_model
     texts = paper_texts(idx.papers)
-    spans: dict[int, list[tuple[int, int, int]]] = {}
-    for k, (r, t) in enumerate(zip(idx.item_rows.tolist(), idx.facets["text"].to_list())):
-        text = " ".join(str(t).split())
-        at = texts[r].find(text)
-        if at >= 0 and text:
-            spans.setdefault(r, []).append((k, at, at + len(text)))
-    out = np.array(fallback, dtype=np.float32)
-    found = 0
-    rows = sorted(spans)
-    with torch.inference_mode():
-        for s in range(0, len(rows), batch):
-            chunk = rows[s : s + batch]
-            enc = tokenizer([texts[r] for r in chunk], return_tensors="pt", padding=True, truncation=True,
-                            max_length=max_tokens, return_offsets_mapping=True)
-            offsets = enc.pop("offset_mapping").numpy()
-            hidden = backbone(**enc).last_hidden_state.numpy()
-            mask = enc["attention_mask"].numpy().astype(bool)
-            for b, r in enumerate(chunk):
-                starts, ends = offsets[b, :, 0], offsets[b, :, 1]
-                real = mask[b] & (ends > starts)
-                for k, lo, hi in spans[r]:
-                    sel = real & (starts >= lo) & (ends <= hi)
-                    if sel.sum() >= 3:
-                        v = hidden[b, sel].mean(axis=0)
-                        out[k] = v / max(float(np.linalg.norm(v)), 1e-12)
-                        found += 1
-    return out, found / max(len(out), 1)
+    keys = [context_key(texts[r], t) for r, t in zip(idx.item_rows.tolist(), idx.facets["text"].to_list())]
+    read = ContextReader(encoder).encode(keys)
+    found = np.linalg.norm(read, axis=1) > 0
+    return np.where(found[:, None], read, np.asarray(fallback, dtype=np.float32)), float(found.mean())
 
 
 def train_adapter(papers: np.ndarray, titles: np.ndarray, items: np.ndarray, idx: Any, epochs: int,
@@ -284,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = split_parser(__doc__, table="facet_levers", part="dev")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--epochs", type=int, default=3, help="adapter: passes over the citation links")
+    ap.add_argument("--late-weights", default="", help="late+title: title weights to try (comma-separated; "
+                                                       "default: the index's own)")
     args = ap.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     if not variants or any(v not in VARIANTS for v in variants):
@@ -303,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     titles = title_vectors(encoder, idx.papers["title"].to_list())
     w = config.title_weight
     query_rows = sorted(set(rows.values()))
+    late = None  # items read in context, made once for `late` and `late+title`
     table = []
     for variant in variants:
         t1 = time.perf_counter()
@@ -323,10 +298,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"{np.percentile(weights, 10):.3f}-{np.percentile(weights, 90):.3f}", file=sys.stderr, flush=True)
             per_facet = weighted_facet_rows(items, weights, owner, facet_col, idx.n, query_rows)
             dense = papers
-        elif variant == "late":
-            late, share = late_item_vectors(encoder, idx, alone)
-            print(f"late: {share:.1%} of items pooled in context", file=sys.stderr, flush=True)
-            per_facet, dense = facet_rows(late, owner, facet_col, idx.n, query_rows), papers
+        elif variant in ("late", "late+title"):
+            if late is None:
+                late, share = late_item_vectors(encoder, idx, alone)
+                print(f"late: {share:.1%} of items read in context", file=sys.stderr, flush=True)
+            if variant == "late+title" and args.late_weights:
+                for lw in (float(x) for x in args.late_weights.split(",") if x.strip()):
+                    t2 = time.perf_counter()
+                    per_facet = facet_rows(with_title(late, titles[owner], lw), owner, facet_col, idx.n, query_rows)
+                    table.append({"variant": f"late+title w={lw:g}", **score_variant(per_facet, papers, rows, gold),
+                                  "seconds": round(time.perf_counter() - t2, 1)})
+                    print(f"{table[-1]['variant']}: RRF {table[-1]['RRF']:.3f}", file=sys.stderr, flush=True)
+                continue
+            items = late if variant == "late" else with_title(late, titles[owner], w)
+            per_facet, dense = facet_rows(items, owner, facet_col, idx.n, query_rows), papers
         else:
             adapt = train_adapter(papers, titles, alone, idx, args.epochs)
             items = with_title(adapt(alone), adapt(titles)[owner], w)

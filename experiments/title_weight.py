@@ -1,7 +1,8 @@
 """How much of its paper's title a facet item's embedding should carry: the graph teacher's
 in-corpus recall for several title weights w, item vector = unit(e(item) + w · e(title)).
 
-The index's facet items alone (as its build kept them) and its titles are embedded once; for each w the
+The index's facet items alone (as its build kept them; read again in their paper's text where its build
+read them so, item context "late") and its titles are embedded once; for each w the
 four facet graphs are rebuilt from the mixed vectors with the index's own build settings (full
 graphs, and facet-only graphs with beta = 0, where the items' vectors are the only signal) and the
 teacher is scored on a split's in-corpus queries. Tune on the `dev` queries; the `test` queries
@@ -49,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.runner import corpus_name
     from graft.citations import citation_signals
-    from graft.encoder import Encoder, title_vectors, with_title
+    from graft.encoder import ContextReader, Encoder, context_key, read_or_alone, title_vectors, with_title
     from graft.errors import IndexFormatError
+    from graft.text import paper_texts
     from graphbuild.build import BuildConfig, facet_graphs
 
     weights = [float(w) for w in args.weights.split(",") if w.strip()]
@@ -67,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         items = np.asarray(idx.item_text_embeddings, dtype=np.float32)
     except IndexFormatError:
         items = encoder.encode(idx.facets["text"].to_list())
+    if config.item_context == "late":  # the items read in their paper's text, as the build read them
+        texts = paper_texts(idx.papers)
+        read = ContextReader(encoder).encode([context_key(texts[r], t) for r, t in
+                                              zip(owner.tolist(), idx.facets["text"].to_list())])
+        items = read_or_alone(read, items)
     titles = title_vectors(encoder, idx.papers["title"].to_list())  # one row per paper, zeros: no title
     title_of_item = titles[owner]
     encode_s = round(time.perf_counter() - t0, 1)

@@ -10,7 +10,7 @@ from graft.ann import CANDIDATE_METHODS, FAISS_MIN_PAPERS, FAISS_NPROBE, Candida
 from graft.citations import RESCALE_MODES, TEXT_NEIGHBOURS
 from graft.config import config_from_dict, type_problems
 from graft.edges import GraphParams
-from graft.encoder import BACKENDS, DEFAULT_TITLE_WEIGHT
+from graft.encoder import BACKENDS, DEFAULT_ITEM_CONTEXT, DEFAULT_TITLE_WEIGHT, ITEM_CONTEXTS
 from graft.errors import ConfigError
 from graft.extract import EXTRACTORS, SCORERS, HeuristicConfig
 
@@ -31,6 +31,10 @@ class BuildConfig:
     embedding_backend: str = "auto"  # encoder runtime: "auto" (ONNX Runtime on the CPU: cs768 in 0.63x), "torch", "onnx"
     embedding_dtype: str = "float16"  # dtype of embeddings/items.npy ("float16" halves the file)
     title_weight: float = DEFAULT_TITLE_WEIGHT  # item vector = unit(e(item) + w·e(title)); 0 = the item alone
+    # what an item's vector reads besides its own text: "title" (unit(e(item) + w·e(title)) above) or
+    # "late" (its tokens read inside the whole title + abstract, one encoder pass a paper, then the
+    # title mixed in at w; an item not found in the text keeps the "title" form; graft.encoder.ContextReader)
+    item_context: str = DEFAULT_ITEM_CONTEXT
     paper_embeddings: bool = True  # write embeddings/papers.npy (title + abstract; text coupling, dense baseline)
     top_k: int = 20  # K: out-edges kept per paper and facet (GRAFT paper)
     alpha: float = 0.75  # facet-similarity weight in w_f (GRAFT paper)
@@ -76,6 +80,8 @@ class BuildConfig:
         if not 0 <= self.title_weight <= MAX_TITLE_WEIGHT:  # NaN and infinity too: they empty every graph
             raise ConfigError(f"title_weight must lie in [0, {MAX_TITLE_WEIGHT:g}], got {self.title_weight} (beyond "
                              f"that an item's own text no longer counts)")
+        if self.item_context not in ITEM_CONTEXTS:
+            raise ConfigError(f"item_context '{self.item_context}' is unknown; allowed: {', '.join(ITEM_CONTEXTS)}")
         if self.candidates not in CANDIDATE_METHODS:
             raise ConfigError(f"candidates '{self.candidates}' is unknown; allowed: {', '.join(CANDIDATE_METHODS)}")
         if self.faiss_min_papers < 1 or self.faiss_nprobe < 1:
@@ -100,8 +106,10 @@ class BuildConfig:
         # and those built before link-less papers were text-coupled left their citation half empty
         # and those built before the facet classifier scored sentences with the hand-set rules
         # and those built before approximate candidates searched exactly
+        # and those built before items were read in context embedded them with their title alone
         return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0,
-                                      "facet_scorer": "rules", "candidates": "exact", **data})
+                                      "facet_scorer": "rules", "candidates": "exact", "item_context": "title",
+                                      **data})
 
     def heuristic_config(self) -> HeuristicConfig:
         """The offline extractor's settings this build uses (also for records outside the corpus)."""

@@ -17,8 +17,20 @@ from graft.errors import ConfigError, GraftError
 #: Name recorded in manifests for the packaged default model.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
-#: Weight of the paper's title vector added to each of its facet items' vectors (`BuildConfig.title_weight`).
-DEFAULT_TITLE_WEIGHT = 0.7
+#: Weight of the paper's title vector added to each of its facet items' vectors (`BuildConfig.title_weight`),
+#: tuned with items read in context (`DEFAULT_ITEM_CONTEXT`) on cs768's leak-free dev part: facet-only
+#: R@20 0.267 / 0.276 / 0.275 / 0.266 / 0.260 at w = 0 / 0.2 / 0.35 / 0.5 / 0.7, each facet alone best at
+#: 0.35-0.7 (docs/facets.md). Items read alone were best at 0.7 (docs/results/title_weight_cs768.md).
+DEFAULT_TITLE_WEIGHT = 0.35
+
+#: What an item's vector reads besides its own text (`BuildConfig.item_context`): "title" mixes in
+#: its paper's title vector; "late" reads its tokens inside its paper's title + abstract
+#: (`ContextReader`) before the title is mixed in.
+ITEM_CONTEXTS = ("title", "late")
+#: The default item context (`BuildConfig.item_context`): on cs768's leak-free dev part it lifts the
+#: facet-only graphs' R@20 from 0.246 to 0.272 and the teacher's label precision from 0.924 to 0.948 at
+#: the same build cost (docs/facets.md#items-read-in-context).
+DEFAULT_ITEM_CONTEXT = "late"
 
 #: Texts per encoder batch by device kind. On the CPU small batches are faster (the texts are
 #: sorted by length, so padding is small either way): on cs768's abstract sentences and titles +
@@ -44,18 +56,21 @@ def default_batch_size(device: str) -> int:
 
 
 def embed_items(encoder: Any, items: list[str], titles: list[str], title_weight: float,
-                *, progress: Callable[[int], None] | None = None) -> np.ndarray:
+                *, texts: list[str] | None = None, progress: Callable[[int], None] | None = None) -> np.ndarray:
     """Facet item embeddings in their paper's context: unit(e(item) + w · e(title)).
 
     Heuristic items are single sentences, often anaphoric ("Our model ...", "this approach ..."),
     that say little about their paper on their own; the title's vector places each item in its
-    paper's topic (w = 0: the item alone). Titles are embedded once per distinct title.
+    paper's topic (w = 0: the item alone). Titles are embedded once per distinct title. With
+    `texts` (item context "late"), e(item) is the item read inside its paper's text where it is
+    found there (`ContextReader`), its own embedding elsewhere.
 
     Args:
         encoder: sentence encoder (`encode(texts) -> (n, d)` unit rows).
         items: facet item texts.
         titles: the owning paper's title of each item (aligned with `items`; empty = no context).
         title_weight: w >= 0.
+        texts: the owning paper's title + abstract of each item (`graft.text.paper_text`), or None.
         progress: called with the number of items embedded.
     Returns:
         (len(items), d) float32 unit rows.
@@ -66,10 +81,16 @@ def embed_items(encoder: Any, items: list[str], titles: list[str], title_weight:
         alone = np.asarray(encoder.encode(list(items), progress=progress), dtype=np.float32)
     else:
         alone = np.asarray(encoder.encode(list(items)), dtype=np.float32)
-    return in_context(encoder, alone, titles, title_weight)
+    read = None
+    if texts is not None and items:
+        if len(texts) != len(items):
+            raise ConfigError(f"{len(items)} items but {len(texts)} paper texts")
+        read = ContextReader(encoder).encode([context_key(t, i) for t, i in zip(texts, items)])
+    return in_context(encoder, alone, titles, title_weight, read=read)
 
 
-def in_context(encoder: Any, alone: np.ndarray, titles: list[str], title_weight: float) -> np.ndarray:
+def in_context(encoder: Any, alone: np.ndarray, titles: list[str], title_weight: float,
+               *, read: np.ndarray | None = None) -> np.ndarray:
     """Item embeddings `alone` (unit rows) put in their paper's context: unit(alone + w · e(title));
     `alone` itself when w = 0 (no title is embedded).
 
@@ -78,14 +99,27 @@ def in_context(encoder: Any, alone: np.ndarray, titles: list[str], title_weight:
         alone: (m, d) embeddings of the items' own texts.
         titles: the owning paper's title of each row (empty = no context).
         title_weight: w >= 0.
+        read: (m, d) the items read in their paper's text (`ContextReader`; zero rows: not found),
+            which take the place of `alone` where found (`read_or_alone`).
     """
     if len(alone) != len(titles):
         raise ConfigError(f"{len(alone)} items but {len(titles)} titles")
     if title_weight < 0:
         raise ConfigError(f"title_weight must be >= 0, got {title_weight}")
+    if read is not None:
+        alone = read_or_alone(read, alone)
     if title_weight == 0 or not len(alone):
         return alone
     return with_title(alone, title_vectors(encoder, titles), title_weight)
+
+
+def read_or_alone(read: np.ndarray, alone: np.ndarray) -> np.ndarray:
+    """Per item, its vector read in context (`ContextReader`) where it has one (a non-zero row),
+    else its own embedding."""
+    read = np.asarray(read, dtype=np.float32)
+    if read.shape != np.shape(alone):
+        raise ConfigError(f"{read.shape[0]} items read in context but {len(alone)} items")
+    return np.where((np.abs(read).sum(axis=1) > 0)[:, None], read, np.asarray(alone, dtype=np.float32))
 
 
 def title_vectors(encoder: Any, titles: list[str]) -> np.ndarray:
@@ -112,6 +146,62 @@ def with_title(item_vecs: np.ndarray, title_vecs: np.ndarray, title_weight: floa
     """
     out = np.asarray(item_vecs, dtype=np.float32) + np.float32(title_weight) * np.asarray(title_vecs, np.float32)
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+#: Separator of a context key's two parts (`context_key`): a character no text holds.
+CONTEXT_SEP = "\x00"
+
+
+def find_spans(text: str, items: list[str]) -> list[tuple[int, int] | None]:
+    """Where each item occurs in `text`: (start, end) character offsets of its first occurrence,
+    or None. Whitespace is folded and case ignored, so an item whose lead the extractor trimmed
+    and capitalised ("In this paper, we show X" -> "We show X") is still found."""
+    folded = text.lower()
+    same_length = len(folded) == len(text)  # offsets of the lower-cased text are the text's
+    out: list[tuple[int, int] | None] = []
+    for item in items:
+        wanted = " ".join(str(item).split())
+        at = folded.find(wanted.lower()) if same_length else text.find(wanted)
+        out.append((at, at + len(wanted)) if wanted and at >= 0 else None)
+    return out
+
+
+def context_key(paper_text: str, item: str) -> str:
+    """One item as `ContextReader` reads it: the item and its paper's text in one string."""
+    return f"{item}{CONTEXT_SEP}{paper_text}"
+
+
+class ContextReader:
+    """Item vectors read in their paper's context ("late chunking"), behind `encode(keys)` as an
+    encoder has it, so a build's row store keeps them as it keeps other vectors.
+
+    A key is `context_key(paper_text, item)`. Each distinct paper text goes through the encoder's
+    transformer once (`Encoder.read_in_context`); an item's vector is the mean of its own tokens'
+    contextual states, so "the proposed method" carries what the abstract says it is. A zero row
+    marks an item not found in its text (`find_spans`) or past the encoder's token window; the
+    caller keeps its own vector for it. The paper texts' embeddings made on the way are left in
+    the encoder's memo, so a later `encode` of the same texts costs nothing.
+    """
+
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+        self.dim = int(encoder.dim)
+
+    def encode(self, keys: list[str], *, progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """(len(keys), dim) float32: unit rows, zeros where not found; `progress` counts keys."""
+        out = np.zeros((len(keys), self.dim), dtype=np.float32)
+        per_text: dict[str, list[tuple[int, str]]] = {}
+        for k, key in enumerate(keys):
+            item, sep, text = key.partition(CONTEXT_SEP)
+            if not sep:
+                raise ConfigError(f"not a context key (item{CONTEXT_SEP!r}paper text): {key[:60]!r}")
+            per_text.setdefault(text, []).append((k, item))
+        texts = list(per_text)
+        spans = [find_spans(t, [item for _, item in per_text[t]]) for t in texts]
+        rows = [k for t in texts for k, _ in per_text[t]]
+        _, vectors, found = self.encoder.read_in_context(texts, spans, progress=progress)
+        out[np.asarray(rows, dtype=np.int64)[found]] = vectors[found]
+        return out
 
 
 def index_encoder(index: Any, **kwargs: Any) -> Encoder:
@@ -223,6 +313,10 @@ class Encoder:
         self.batch_size = batch_size or default_batch_size(self.device)
         self.memo_size = memo_size  # texts whose vectors are kept for reuse (~1.5 KiB each at d=384)
         self._memo: dict[str, np.ndarray] = {}
+        # spans read in context (`read_in_context`): (text, start, end) -> unit vector, or None where
+        # the span could not be read; bounded by memo_size like the texts' memo
+        self._span_memo: dict[tuple[str, int, int], np.ndarray | None] = {}
+        self._span_overflow: dict[tuple[str, int, int], np.ndarray | None] = {}
         # one batch at a time: the survey's writers and verifiers share an encoder across threads,
         # and the move to ONNX Runtime (weights released) and its per-batch torch thread count must
         # not interleave with another thread's batch
@@ -248,7 +342,9 @@ class Encoder:
         self.dim = int(dim_of())
         # an "auto" encoder's export, due with its first call of `_onnx_at` new texts: AUTO_ONNX_TEXTS,
         # or any first call when the export is stored for later processes, where it pays off anyway
-        self._onnx_due = backend == "auto" and target == "onnx"
+        # a model without a transformer (a static encoder: `training/static_encoder.py`) has nothing to export
+        transformer = getattr(next(iter(self.model), None), "auto_model", None) is not None
+        self._onnx_due = backend == "auto" and target == "onnx" and transformer
         if self._onnx_due and self._storable():
             self._onnx_at = 1
         if backend == "onnx":
@@ -340,6 +436,109 @@ class Encoder:
             if progress is not None:
                 progress(done)
         return out
+
+    def read_in_context(self, texts: list[str], spans: list[list[tuple[int, int] | None]], *,
+                        progress: Callable[[int], None] | None = None,
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each text through the transformer once: its embedding, and the embedding of each of its
+        character spans read in that context ("late chunking": the mean of the contextual token
+        states of the tokens inside the span, unit length).
+
+        A span is read when the token window (the model's `max_seq_length`) holds its end and at
+        least one of its tokens; spans of a text whose tokens carry no character offsets (a slow
+        tokenizer) are not read. The texts' embeddings equal `encode`'s to float32 rounding; they and
+        the spans' vectors are kept in memos, and a text seen before (with the same spans) is served
+        from them without a pass, so the same text gets the same vectors within a process, whatever
+        batch it came in (as `encode` does).
+
+        Args:
+            texts: the texts (whitespace-folded: offsets refer to the text as given).
+            spans: per text, (start, end) offsets into it, or None for a span not to read.
+            progress: called with the number of spans done after each batch.
+        Returns:
+            (len(texts), dim) text embeddings; (number of spans, dim) span embeddings in the order
+            of `spans` flattened (zeros where not read); a bool mask of the spans read.
+        """
+        if len(spans) != len(texts):
+            raise ConfigError(f"{len(texts)} texts but {len(spans)} span lists")
+        starts = np.cumsum([0] + [len(s) for s in spans])
+        docs = np.zeros((len(texts), self.dim), dtype=np.float32)
+        vectors = np.zeros((int(starts[-1]), self.dim), dtype=np.float32)
+        found = np.zeros(int(starts[-1]), dtype=bool)
+
+        def served(r: int) -> bool:  # the text's vector and every span's answer are in the memos
+            return texts[r] in self._memo and all(s is None or (texts[r], *s) in self._span_memo for s in spans[r])
+
+        todo = [r for r in range(len(texts)) if not served(r)]
+        self._onnx_if_due(len(todo))
+        order = sorted(todo, key=lambda r: len(texts[r]))  # stable: equal lengths keep their order
+        made: dict[int, np.ndarray] = {}  # this call's text vectors (the memo may be full)
+        for at in range(0, len(order), self.batch_size):
+            rows = order[at : at + self.batch_size]
+            pooled, hidden, mask, offsets = self._token_pass([texts[r] for r in rows])
+            for b, r in enumerate(rows):
+                made[r] = pooled[b]
+                if len(self._memo) < self.memo_size:
+                    self._memo.setdefault(texts[r], pooled[b])
+                read: dict[tuple[int, int], np.ndarray | None] = {}
+                if offsets is not None and len(spans[r]):
+                    lo_tok, hi_tok = offsets[b, :, 0], offsets[b, :, 1]
+                    real = mask[b] & (hi_tok > lo_tok)
+                    window_end = int(hi_tok[real].max()) if real.any() else 0
+                    for span in spans[r]:
+                        if span is None or span in read:
+                            continue
+                        inside = real & (lo_tok >= span[0]) & (hi_tok <= span[1])
+                        if span[1] <= window_end and inside.any():
+                            v = hidden[b, inside].mean(axis=0)
+                            read[span] = (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+                        else:
+                            read[span] = None
+                else:
+                    read = {span: None for span in spans[r] if span is not None}
+                for span, v in read.items():
+                    if len(self._span_memo) < self.memo_size:
+                        self._span_memo.setdefault((texts[r], *span), v)
+                    else:  # memo full: this call's answer, not kept
+                        self._span_overflow[(texts[r], *span)] = v
+            if progress is not None:
+                progress(sum(len(spans[r]) for r in rows))
+        for r in range(len(texts)):  # the memos' answers: the first made in this process, as `encode` serves
+            docs[r] = self._memo[texts[r]] if texts[r] in self._memo else made[r]
+            for j, span in enumerate(spans[r]):
+                if span is None:
+                    continue
+                key = (texts[r], *span)
+                v = self._span_memo[key] if key in self._span_memo else self._span_overflow.get(key)
+                if v is not None:
+                    vectors[starts[r] + j] = v
+                    found[starts[r] + j] = True
+        if progress is not None and len(todo) < len(texts):
+            progress(sum(len(spans[r]) for r in set(range(len(texts))) - set(todo)))
+        self._span_overflow.clear()
+        return docs, vectors, found
+
+    def _token_pass(self, batch: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """One batch through the backend: unit embeddings (b, d), token states (b, t, d), the
+        attention mask (b, t) and the tokens' character spans (b, t, 2), or None without them."""
+        with self._lock:
+            if self._onnx is not None:
+                return self._onnx.encode_tokens(batch)
+            import torch
+
+            from graft.encoder_onnx import preprocess, token_offsets
+
+            features = preprocess(self.model, batch)
+            ids = features["input_ids"].numpy()
+            with torch.inference_mode():
+                out = self.model({k: v.to(self.device) if hasattr(v, "to") else v for k, v in features.items()})
+            pooled = out["sentence_embedding"].float().cpu().numpy()
+            states = out.get("token_embeddings")
+        pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        if states is None:  # a model without token states (static embeddings): no span can be read
+            return pooled, np.zeros((len(batch), 1, self.dim), np.float32), np.zeros((len(batch), 1), bool), None
+        mask = features["attention_mask"].numpy() > 0
+        return pooled, states.float().cpu().numpy(), mask, token_offsets(self.model, batch, ids)
 
     def _embed(self, batch: list[str]) -> np.ndarray:
         """One batch through the backend: float32 unit rows."""

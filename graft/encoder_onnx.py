@@ -45,10 +45,30 @@ def available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
 
 
-def _preprocess(model: Any, texts: list[str]) -> dict[str, Any]:
+def preprocess(model: Any, texts: list[str]) -> dict[str, Any]:
     """sentence-transformers' own tokenisation: `preprocess` (v6) or `tokenize` (older)."""
     fn = getattr(model, "preprocess", None) or model.tokenize
     return fn(texts)
+
+
+def token_offsets(model: Any, texts: list[str], input_ids: Any) -> np.ndarray | None:
+    """Each token's character span in its text, (b, t, 2) with (0, 0) for special and padding
+    tokens, from the model's fast tokenizer; None where the tokenizer gives no spans or tokenises
+    otherwise than sentence-transformers did (`input_ids`, its batch)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    first = list(model)[0] if len(list(model)) else None
+    if tokenizer is None or not getattr(tokenizer, "is_fast", False):
+        return None
+    if getattr(first, "do_lower_case", False):
+        texts = [t.lower() for t in texts]
+    enc = tokenizer(list(texts), padding=True, truncation="longest_first", max_length=model.max_seq_length,
+                    return_offsets_mapping=True, return_special_tokens_mask=True, return_tensors="np")
+    ids = np.asarray(input_ids)
+    if enc["input_ids"].shape != ids.shape or not (enc["input_ids"] == ids).all():
+        return None
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64)
+    offsets[np.asarray(enc["special_tokens_mask"], dtype=bool)] = 0
+    return offsets
 
 
 class OnnxBackbone:
@@ -78,7 +98,7 @@ class OnnxBackbone:
         if transformer is None:
             raise GraftError(f"the ONNX encoder backend needs a transformer as the model's first module; "
                              f"this model starts with {type(modules[0]).__name__ if modules else 'nothing'}")
-        sample = _preprocess(model, ["An example sentence.", "A second, somewhat longer example sentence."])
+        sample = preprocess(model, ["An example sentence.", "A second, somewhat longer example sentence."])
         accepted = set(inspect.signature(transformer.forward).parameters)
         self.input_names = [k for k in INPUT_NAMES if k in sample and k in accepted]
         if "input_ids" not in self.input_names:
@@ -139,6 +159,14 @@ class OnnxBackbone:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit-length float32 embeddings of `texts`, one batch (the caller batches)."""
+        return self._run(texts, False)[0]
+
+    def encode_tokens(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """One batch's unit embeddings (as `encode`) with the transformer's token states (b, t, d),
+        the attention mask (b, t) and each token's character span (`token_offsets`, or None)."""
+        return self._run(texts, True)
+
+    def _run(self, texts: list[str], tokens: bool) -> tuple[Any, ...]:
         import torch
 
         # Tokenising and pooling are light; with torch's own thread pool on, its threads keep
@@ -146,9 +174,11 @@ class OnnxBackbone:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            features = _preprocess(self.model, list(texts))
+            features = preprocess(self.model, list(texts))
             inputs = {k: np.ascontiguousarray(features[k].numpy(), dtype=np.int64) for k in self.input_names}
             hidden = self.session.run(["last_hidden_state"], inputs)[0]
+            mask = features["attention_mask"].numpy() > 0
+            offsets = token_offsets(self.model, list(texts), inputs["input_ids"]) if tokens else None
             features["token_embeddings"] = torch.from_numpy(hidden)
             with torch.no_grad():
                 for module in self.rest:
@@ -156,4 +186,5 @@ class OnnxBackbone:
             out = features["sentence_embedding"].numpy().astype(np.float32, copy=False)
         finally:
             torch.set_num_threads(threads)
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return (out, np.asarray(hidden, dtype=np.float32), mask, offsets) if tokens else (out,)

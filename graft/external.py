@@ -22,6 +22,7 @@ from graft.fusion import CITATION_WEIGHT
 from graft.results import QueryResult
 from graft.similarity import group_items
 from graft.teacher import TeacherConfig
+from graft.text import paper_text
 
 if TYPE_CHECKING:
     from graft.index import Index
@@ -85,8 +86,6 @@ class RecordFacets:
     def text_vectors(self, records: list[dict[str, Any]]) -> np.ndarray:
         """Title + abstract embeddings of the records (unit rows), made as the build made the
         corpus's `embeddings/papers.npy`, in one encoder call."""
-        from graft.text import paper_text
-
         texts = [paper_text(rec.get("title"), rec.get("abstract")) for rec in records]
         return np.asarray(self.encoder.encode(texts), dtype=np.float32).reshape(len(records), -1)
 
@@ -349,7 +348,8 @@ class ExternalScorer(CorpusScorer):
 
     def embed_items(self, records: list[dict[str, Any]], facets: list[FacetItems]) -> list[dict[str, np.ndarray]]:
         """Embeddings of new papers' facet items, made as the index's build made its own (each
-        item with its paper's title vector at the build's `title_weight`), in shared encoder batches.
+        item with its paper's title vector at the build's `title_weight`; read inside the paper's
+        title + abstract under item context "late"), in shared encoder batches.
 
         Args:
             records: the papers (their `title` is the items' context).
@@ -359,7 +359,11 @@ class ExternalScorer(CorpusScorer):
         """
         items = [t for per in facets for f in FACETS for t in per[f]]
         titles = [str(rec.get("title") or "") for rec, per in zip(records, facets) for f in FACETS for _ in per[f]]
-        vecs = embed_items(self.encoder, items, titles, self.config.title_weight)
+        texts = None
+        if self.config.item_context == "late":
+            texts = [paper_text(rec.get("title"), rec.get("abstract"))
+                     for rec, per in zip(records, facets) for f in FACETS for _ in per[f]]
+        vecs = embed_items(self.encoder, items, titles, self.config.title_weight, texts=texts)
         out, at = [], 0
         for per in facets:
             by_facet = {}

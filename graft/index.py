@@ -206,20 +206,21 @@ class Index:
     @cached_property
     def item_embeddings(self) -> np.ndarray:
         """Item embeddings aligned with `facets` rows (memory-mapped): the vectors the facet graphs
-        were built from, each item with its paper's title at the build's `title_weight`."""
+        were built from, each item with its paper's title at the build's `title_weight` (and read
+        inside its paper's text under item context "late")."""
         return self._read("embeddings/items.npy", _memmap)
 
     @cached_property
     def item_text_embeddings(self) -> np.ndarray:
         """Embeddings of the item texts alone, aligned with `facets` rows (memory-mapped), for
         comparing sentences with items (the survey writer): `items_alone.npy` when the build mixed
-        in titles, else the item embeddings themselves.
+        in titles or read the items in context, else the item embeddings themselves.
 
         Raises:
-            IndexFormatError: a title-weighted index without `items_alone.npy`.
+            IndexFormatError: a title-weighted or in-context index without `items_alone.npy`.
         """
         weight = float(self.build_setting("title_weight", 0.0))
-        if weight == 0:
+        if weight == 0 and self.build_setting("item_context", "title") == "title":
             return self.item_embeddings
         path = self.path / "embeddings" / "items_alone.npy"
         if not path.is_file():

@@ -28,7 +28,7 @@ from graft.citations import (
 from graft.config import config_to_dict
 from graft.devices import resolve_device
 from graft.edges import GraphParams, facet_graph
-from graft.encoder import title_vectors, with_title
+from graft.encoder import ContextReader, context_key, read_or_alone, title_vectors, with_title
 from graft.errors import GraftError
 from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems
@@ -460,6 +460,23 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
             compactions.append(stored.compact)
         adv(n)
 
+    context = None
+    if config.item_context == "late":
+        with reporter.stage("read in context", total=table.height, unit="items") as adv:
+            # each paper's title + abstract through the encoder once, its items pooled from the
+            # tokens they span (ContextReader); the texts' own vectors are left in the encoder's
+            # memo for the stage below
+            reader = _stored_encoder(ContextReader(encoder), cache, "context", make_key(stage="context", **same_model),
+                                     fresh, origin, seed_root)
+            texts = paper_texts(corpus.papers)
+            row_of = {pid: i for i, pid in enumerate(corpus.papers["paper_id"].to_list())}
+            context = reader.encode([context_key(texts[row_of[p]], t) for p, t in
+                                     zip(table["paper_id"].to_list(), table["text"].to_list())], progress=adv)
+            reused += _reuse_label("context", reader.found, reader.total)
+            if seed_root is not None:
+                seeded["context"] = reader.seeded
+            compactions.append(reader.compact)
+
     papers_vec = None
     if config.paper_embeddings:
         with reporter.stage("embed papers", total=n, unit="papers") as adv:
@@ -472,7 +489,8 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
                 seeded["papers"] = stored.seeded
             compactions.append(stored.compact)
 
-    work = PaperWork(table=table, alone=alone, titles=titles, papers=papers_vec, extractor_stats=extractor_stats,
+    work = PaperWork(table=table, alone=alone, titles=titles, papers=papers_vec, context=context,
+                     extractor_stats=extractor_stats,
                      model=encoder.name, backend=origin.backend(), reused=reused, seeded=seeded,
                      compactions=compactions)
     return finish_index(out, corpus, corpus.content_hash(), corpus_path, config, reporter, work, plan, LOCAL_GRAPH,
@@ -485,7 +503,8 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
 class PaperWork:
     """The per-paper stages' results, in corpus row order: facet items (`facets.parquet` rows) and
     their own vectors, title vectors (None without `title_weight`), title + abstract vectors (None
-    without `paper_embeddings`), the extractor's counters, the encoder's name and backend."""
+    without `paper_embeddings`), the items read in their paper's text (None unless item context
+    "late"; zero rows where not found), the extractor's counters, the encoder's name and backend."""
 
     table: pl.DataFrame
     alone: np.ndarray
@@ -494,6 +513,7 @@ class PaperWork:
     extractor_stats: dict[str, int]
     model: str
     backend: str
+    context: np.ndarray | None = None
     reused: list[str] = field(default_factory=list)
     seeded: dict[str, int] = field(default_factory=dict)
     compactions: list[Callable[[], object]] = field(default_factory=list)
@@ -524,7 +544,8 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
     table, alone, papers_vec, reused = work.table, work.alone, work.papers, work.reused
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
-    vectors = with_title(alone, work.titles[owner], config.title_weight) if work.titles is not None else alone
+    own = read_or_alone(work.context, alone) if work.context is not None else alone
+    vectors = with_title(own, work.titles[owner], config.title_weight) if work.titles is not None else own
 
     cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
@@ -552,7 +573,7 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
             write_npy(out / "embeddings" / "papers.npy", papers_vec.astype(config.embedding_dtype))
         elif (out / "embeddings" / "papers.npy").exists():  # an earlier build's: not this build's papers
             (out / "embeddings" / "papers.npy").unlink()
-        if config.title_weight > 0:
+        if config.title_weight > 0 or work.context is not None:  # items.npy is not the items alone
             write_npy(out / "embeddings" / "items_alone.npy", alone.astype(config.embedding_dtype))
         for facet, g in graphs.items():
             write_npz(out / "graph" / f"{facet}.npz", g)

@@ -149,7 +149,7 @@ class PaperWorker:
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
 
-        from graft.encoder import title_vectors
+        from graft.encoder import ContextReader, context_key, title_vectors
         from graft.text import paper_texts
 
         papers = pl.from_arrow(batch)
@@ -159,21 +159,28 @@ class PaperWorker:
         alone = np.asarray(self.encoder.encode(table["text"].to_list()), dtype=np.float32) if table.height else \
             np.zeros((0, self.encoder.dim), np.float32)
         titles = title_vectors(self.encoder, papers["title"].to_list()) if self.config.title_weight > 0 else None
+        context = None
+        if self.config.item_context == "late":  # before `whole`: the pass leaves the texts' vectors in the memo
+            texts, row = paper_texts(papers), {pid: k for k, pid in enumerate(ids)}
+            context = ContextReader(self.encoder).encode(
+                [context_key(texts[row[p]], t) for p, t in zip(table["paper_id"].to_list(), table["text"].to_list())])
         whole = (np.asarray(self.encoder.encode(paper_texts(papers)), dtype=np.float32)
                  if self.config.paper_embeddings else None)
         per = table.group_by("paper_id", maintain_order=True).len()
         count = dict(zip(per["paper_id"].to_list(), per["len"].to_list()))
         bounds = np.cumsum([0] + [count.get(p, 0) for p in ids])
-        rows_items, rows_vecs = [], []
+        rows_items, rows_vecs, rows_context = [], [], []
         facet, idx, text = table["facet"].to_list(), table["item_idx"].to_list(), table["text"].to_list()
         for k in range(len(ids)):
             lo, hi = int(bounds[k]), int(bounds[k + 1])
             rows_items.append(json.dumps([[facet[j], idx[j], text[j]] for j in range(lo, hi)], ensure_ascii=False))
             rows_vecs.append(alone[lo:hi].tobytes())
+            rows_context.append(context[lo:hi].tobytes() if context is not None else b"")
         backend = str(getattr(self.encoder, "backend", "torch"))
         return pa.table({
             "paper_id": ids, "path": batch.column("path").to_pylist(), "items": rows_items,
             "item_vectors": pa.array(rows_vecs, pa.binary()),
+            "context_vectors": pa.array(rows_context, pa.binary()),
             "title_vector": pa.array([titles[k].tobytes() if titles is not None else b"" for k in range(len(ids))],
                                      pa.binary()),
             "paper_vector": pa.array([whole[k].tobytes() if whole is not None else b"" for k in range(len(ids))],
@@ -239,20 +246,23 @@ def read_paper_work(files: list[Path], config: BuildConfig) -> Any:
 
     ids: list[str] = []
     facets: list[dict[str, list[str]]] = []
-    vecs, titles, papers = [], [], []
+    vecs, titles, papers, context = [], [], [], []
     stats: dict[str, int] = {}
     meta: dict[str, Any] = {}
     for f in files:
         t = pq.read_table(f)
         meta = json.loads(t.column("meta")[0].as_py()) if t.num_rows else meta
         dim = int(meta.get("dim", 0))
-        for pid, items, iv, tv, pv, counts in zip(*(t.column(c).to_pylist() for c in (
-                "paper_id", "items", "item_vectors", "title_vector", "paper_vector", "counts"))):
+        read = (t.column("context_vectors").to_pylist() if "context_vectors" in t.column_names
+                else [b""] * t.num_rows)
+        for pid, items, iv, tv, pv, counts, cv in zip(*(t.column(c).to_pylist() for c in (
+                "paper_id", "items", "item_vectors", "title_vector", "paper_vector", "counts")), read):
             ids.append(pid)
             facets.append({facet: [] for facet in FACETS})
             for facet, _, text in json.loads(items):  # in facets_table's order: facet, then item
                 facets[-1][facet].append(text)
             vecs.append(np.frombuffer(iv, dtype=np.float32).reshape(-1, dim))
+            context.append(np.frombuffer(cv, dtype=np.float32).reshape(-1, dim) if cv else np.zeros_like(vecs[-1]))
             if tv:
                 titles.append(np.frombuffer(tv, dtype=np.float32))
             if pv:
@@ -264,6 +274,8 @@ def read_paper_work(files: list[Path], config: BuildConfig) -> Any:
         table=facets_table(ids, facets), alone=np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32),
         titles=np.stack(titles) if config.title_weight > 0 and titles else None,
         papers=np.stack(papers) if config.paper_embeddings and papers else None,
+        context=(np.concatenate(context) if context else np.zeros((0, dim), np.float32))
+        if config.item_context == "late" else None,
         extractor_stats=stats, model=str(meta.get("model", config.embedding_model)),
         backend=str(meta.get("backend", "torch")))
 

@@ -208,12 +208,14 @@ def test_external_query_of_a_corpus_paper_finds_itself(cs768_index, encoder) -> 
     assert res.hits[0].paper_id == row["paper_id"]
 
 
-def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(cs768_index, encoder, tmp_path) -> None:
+def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(encoder, tmp_path) -> None:
     import shutil
 
     from graft.external import ExternalScorer
 
-    idx = Index.open(cs768_index[0])
+    corpus = write_slice(cs768_path(), 40, tmp_path)
+    build_index(corpus, tmp_path / "titled", BuildConfig(item_context="title", title_weight=0.7), encoder=encoder)
+    idx = Index.open(tmp_path / "titled")
     assert idx.manifest["stages"]["build"]["config"]["title_weight"] == 0.7
     emb = np.asarray(idx.item_embeddings, dtype=np.float32)
     row = idx.papers.row(7, named=True)
@@ -226,7 +228,7 @@ def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(cs768_i
     assert np.abs(emb[mine] - plain).max() > 0.05  # not the item alone
     # the items alone are kept beside them, for comparing sentences with items
     np.testing.assert_allclose(np.asarray(idx.item_text_embeddings, dtype=np.float32)[mine], plain, atol=2e-3)
-    shutil.copytree(cs768_index[0], tmp_path / "older")
+    shutil.copytree(tmp_path / "titled", tmp_path / "older")
     (tmp_path / "older" / "embeddings" / "items_alone.npy").unlink()
     with pytest.raises(IndexFormatError, match="lacks embeddings/items_alone.npy.*graft build"):
         _ = Index.open(tmp_path / "older").item_text_embeddings
@@ -241,7 +243,7 @@ def test_items_are_embedded_with_their_title_and_new_papers_the_same_way(cs768_i
 
 def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp_path, encoder) -> None:
     corpus = write_slice(cs768_path(), 40, tmp_path)
-    build_index(corpus, tmp_path / "plain", BuildConfig(title_weight=0.0), encoder=encoder)
+    build_index(corpus, tmp_path / "plain", BuildConfig(title_weight=0.0, item_context="title"), encoder=encoder)
     idx = Index.open(tmp_path / "plain")
     emb = np.asarray(idx.item_embeddings, dtype=np.float32)
     np.testing.assert_allclose(emb[:5], encoder.encode(idx.facets["text"].to_list()[:5]), atol=2e-3)
@@ -250,7 +252,7 @@ def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp
     old = dict(idx.manifest["stages"]["build"]["config"])
     del old["title_weight"]  # an index built before the setting existed
     assert BuildConfig.from_dict(old).title_weight == 0.0
-    assert BuildConfig().title_weight == 0.7
+    assert BuildConfig().title_weight == 0.35 and BuildConfig().item_context == "late"
     assert old["direct_links"] is False and BuildConfig().direct_links is False
     del old["direct_links"]  # built when direct citation links were always candidates
     assert BuildConfig.from_dict(old).direct_links is True
@@ -273,6 +275,48 @@ def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp
                          ({"paper_embeddings": "no"}, "paper_embeddings='no' (True or False)")):
         with pytest.raises(ValueError, match=re.escape(message)):
             BuildConfig(**bad)
+
+
+def test_items_read_in_context_flow_into_the_graph_and_new_papers_are_read_the_same_way(tmp_path, encoder) -> None:
+    from graft.encoder import ContextReader, context_key, read_or_alone
+    from graft.external import ExternalScorer
+    from graft.text import paper_texts
+
+    corpus = write_slice(cs768_path(), 40, tmp_path)
+    build_index(corpus, tmp_path / "late", BuildConfig(), encoder=encoder)
+    build_index(corpus, tmp_path / "title", BuildConfig(item_context="title"), encoder=encoder)
+    late, title = Index.open(tmp_path / "late"), Index.open(tmp_path / "title")
+    assert late.manifest["stages"]["build"]["config"]["item_context"] == "late"
+    assert late.facets["text"].to_list() == title.facets["text"].to_list()  # the same items, other vectors
+    texts = paper_texts(late.papers)
+    read = ContextReader(encoder).encode([context_key(texts[r], t) for r, t in
+                                          zip(late.item_rows.tolist(), late.facets["text"].to_list())])
+    found = np.abs(read).sum(axis=1) > 0
+    assert found.mean() > 0.9  # items are sentences of their abstract (a few lie past the token window)
+    emb, plain = (np.asarray(i.item_embeddings, dtype=np.float32) for i in (late, title))
+    np.testing.assert_allclose(emb[~found], plain[~found], atol=2e-3)  # not found: the title form
+    assert np.abs(emb[found] - plain[found]).max() > 0.05
+    np.testing.assert_allclose(np.asarray(late.paper_embeddings, np.float32),
+                               np.asarray(title.paper_embeddings, np.float32), atol=2e-3)  # the same paper vectors
+    assert late.graphs["method"].nnz and (late.graphs["method"] != title.graphs["method"]).nnz
+    # a new paper's items are read in its own title + abstract as the build read the corpus's
+    row = late.papers.row(3, named=True)
+    got = ExternalScorer(late, encoder=encoder).embed_items([row], [late.paper_facets(row["paper_id"])])[0]
+    mine = np.flatnonzero(late.item_rows == 3)
+    for f in FACETS:
+        np.testing.assert_allclose(got[f], emb[mine[late.facets["facet"].to_numpy()[mine] == f]], atol=2e-3)
+    # read in context without the title: items.npy is the read vectors, items_alone.npy the items alone
+    build_index(corpus, tmp_path / "late0", BuildConfig(title_weight=0.0), encoder=encoder, cache_from=tmp_path / "late")
+    late0 = Index.open(tmp_path / "late0")
+    np.testing.assert_allclose(np.asarray(late0.item_embeddings, np.float32), read_or_alone(read, np.asarray(
+        late0.item_text_embeddings, np.float32)), atol=2e-3)
+    np.testing.assert_allclose(np.asarray(late0.item_text_embeddings, np.float32),
+                               np.asarray(late.item_text_embeddings, np.float32), atol=1e-6)
+    old = dict(late.manifest["stages"]["build"]["config"])
+    del old["item_context"]  # built before the setting
+    assert BuildConfig.from_dict(old).item_context == "title"
+    with pytest.raises(ValueError, match="item_context 'words' is unknown; allowed: title, late"):
+        BuildConfig(item_context="words")
 
 
 def test_rebuild_is_deterministic_and_a_killed_build_is_refused(tmp_path, encoder, monkeypatch) -> None:
@@ -325,6 +369,10 @@ class CountingEncoder:
     def remember(self, texts, vectors):
         self.inner.remember(texts, vectors)
 
+    def read_in_context(self, texts, spans, **kwargs):
+        self.texts += len(texts)
+        return self.inner.read_in_context(texts, spans, **kwargs)
+
 
 def _built(out):
     idx = Index.open(out)
@@ -357,7 +405,7 @@ def test_a_killed_build_resumes_from_its_stores_and_equals_a_fresh_one(tmp_path,
     first = build_index(corpus, out, BuildConfig(), encoder=encoder)
     assert first.reused == []
     fresh = _built(out)
-    assert sorted(p.name for p in (out / "cache" / "build").iterdir()) == ["facets", "papers", "titles"]
+    assert sorted(p.name for p in (out / "cache" / "build").iterdir()) == ["context", "facets", "papers", "titles"]
     for stage in ("facets", "papers", "titles"):
         assert _store_files(out, stage) == ["000000.json", "000000.parquet", "000000.vectors.npy"]
     assert _stored_rows(out, "facets") == fresh[1].height and _stored_rows(out, "papers") == 50
@@ -371,14 +419,14 @@ def test_a_killed_build_resumes_from_its_stores_and_equals_a_fresh_one(tmp_path,
             build_index(corpus, out, BuildConfig(), encoder=encoder)
     counting = CountingEncoder(encoder)
     resumed = build_index(corpus, out, BuildConfig(), encoder=counting)
-    assert resumed.reused == ["facets", "titles", "papers"] and counting.texts == 0
+    assert resumed.reused == ["facets", "titles", "context", "papers"] and counting.texts == 0
     assert resumed.counts["extractor"] == first.counts["extractor"]
     assert Index.open(out).manifest["stages"]["build"]["reused_checkpoints"] == resumed.reused
     _assert_same_build(_built(out), fresh)
 
     # other graph settings reuse them too, and give what a build from scratch gives
     other = BuildConfig(top_k=7, alpha=0.5, beta=0.5, title_weight=0.4)
-    assert build_index(corpus, out, other, encoder=counting).reused == ["facets", "titles", "papers"]
+    assert build_index(corpus, out, other, encoder=counting).reused == ["facets", "titles", "context", "papers"]
     assert counting.texts == 0
     build_index(corpus, tmp_path / "scratch", other, encoder=encoder)
     _assert_same_build(_built(out), _built(tmp_path / "scratch"))
@@ -427,7 +475,7 @@ def test_a_build_killed_in_the_facets_stage_keeps_the_papers_it_finished(tmp_pat
     (tmp_path / "short").mkdir()
     shorter = write_slice(cs768_path(), 20, tmp_path / "short")  # 30 of the 50 papers go: rewritten to 20
     summary = build_index(shorter, out, BuildConfig(), encoder=encoder)
-    assert summary.reused == ["facets", "titles", "papers"]
+    assert summary.reused == ["facets", "titles", "context", "papers"]
     assert _stored_rows(out, "facets") == Index.open(out).facets.height and _stored_rows(out, "papers") == 20
     build_index(shorter, tmp_path / "scratch20", BuildConfig(), encoder=encoder)
     _assert_same_build(_built(out), _built(tmp_path / "scratch20"))
@@ -471,7 +519,10 @@ def test_a_grown_corpus_takes_apart_only_its_new_papers(tmp_path, encoder, monke
         counting = CountingEncoder(encoder) if backend == "torch" else None
         summary = build_index(tmp_path / "new.jsonl", out, config, **({"encoder": counting} if counting else {}))
         assert sorted(extracted) == sorted([records[7]["id"]] + [r["id"] for r in records[22:]])
-        assert summary.reused == ["facets (21 of 30 papers)", "titles (22 of 30)", "papers (21 of 30)"]
+        unchanged = {r["id"] for r in records[:22]} - {records[7]["id"]}
+        items = Index.open(out).facets["paper_id"].to_list()
+        assert summary.reused == ["facets (21 of 30 papers)", "titles (22 of 30)",
+                                  f"context ({sum(p in unchanged for p in items)} of {len(items)})", "papers (21 of 30)"]
         if counting is not None:  # the new papers' sentences, items, titles and texts, nothing else
             assert 0 < counting.texts < 16 * 20
         build_index(tmp_path / "new.jsonl", scratch, config, **use)
@@ -517,9 +568,13 @@ def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(
     summary = build_index(part, tmp_path / "part", config, cache_from=tmp_path / "whole")
     assert sorted(extracted) == sorted(r["id"] for r in records[30:])
     titles = {r["title"] for r in records[5:25]}
-    assert summary.seeded == {"facets": 20, "titles": len(titles), "papers": 20}
+    seeded_ids = {r["id"] for r in records[5:25]}
+    items = Index.open(tmp_path / "part").facets["paper_id"].to_list()
+    in_both = sum(p in seeded_ids for p in items)  # items read in context: one stored row per item
+    assert summary.seeded == {"facets": 20, "titles": len(titles), "context": in_both, "papers": 20}
     assert summary.seeded_from == tmp_path / "whole"
-    assert summary.reused == ["facets (20 of 23 papers)", f"titles ({len(titles)} of 23)", "papers (20 of 23)"]
+    assert summary.reused == ["facets (20 of 23 papers)", f"titles ({len(titles)} of 23)",
+                              f"context ({in_both} of {len(items)})", "papers (20 of 23)"]
     recorded = Index.open(tmp_path / "part").manifest["stages"]["build"]["cache_from"]
     assert recorded == {"index": str(tmp_path / "whole"), "copied": summary.seeded}
     assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in other_cache.rglob("*")} == before
@@ -530,8 +585,8 @@ def test_a_build_seeded_from_another_index_takes_apart_only_what_that_one_lacks(
 
     # a second seeded build finds everything in its own stores: nothing more is copied
     again = build_index(part, tmp_path / "part", config, cache_from=tmp_path / "whole")
-    assert again.seeded == {"facets": 0, "titles": 0, "papers": 0}
-    assert again.reused == ["facets", "titles", "papers"]
+    assert again.seeded == {"facets": 0, "titles": 0, "context": 0, "papers": 0}
+    assert again.reused == ["facets", "titles", "context", "papers"]
     with pytest.raises(GraftError, match="--cache-from and --fresh contradict"):
         build_index(part, tmp_path / "x", config, cache_from=tmp_path / "whole", fresh=True)
     with pytest.raises(GraftError, match="no build stores there"):
@@ -548,20 +603,20 @@ def test_stored_rows_of_other_settings_or_cut_short_are_not_used(tmp_path, encod
     (cache / "papers" / "000000.json").unlink()  # killed while writing the papers' shard
     np.save(cache / "titles" / "000000.vectors.npy", np.zeros(3))  # replaced by other data
     summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
-    assert summary.reused == ["facets"]  # the others are made again and stored anew
-    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "papers"]
+    assert summary.reused == ["facets", "context"]  # the damaged ones are made again and stored anew
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "context", "papers"]
     assert _store_files(out, "papers") == ["000000.json", "000000.parquet", "000000.vectors.npy"]
     (cache / "facets" / "000000.vectors.npy").write_bytes(b"not an array")  # a damaged file
-    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "papers"]
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "context", "papers"]
 
     records = [json.loads(line) for line in corpus.read_text().splitlines()]
     corpus.write_text("\n".join(json.dumps(r) for r in records[::-1]) + "\n")  # same papers, other order
     summary = build_index(corpus, out, BuildConfig(), encoder=encoder)
-    assert summary.reused == ["facets", "titles", "papers"] and Index.open(out).paper_ids[0] == records[-1]["id"]
+    assert summary.reused == ["facets", "titles", "context", "papers"] and Index.open(out).paper_ids[0] == records[-1]["id"]
     other_model = CountingEncoder(encoder)
     other_model.batch_size = 8  # batches change the last bits of PyTorch's vectors: another setting
     assert build_index(corpus, out, BuildConfig(), encoder=other_model).reused == []
-    for stage in ("facets", "titles", "papers"):  # the first setting's shards are gone
+    for stage in ("facets", "titles", "context", "papers"):  # the first setting's shards are gone
         assert len(list((cache / stage).glob("*.json"))) == 1
 
     # checkpoints of earlier versions (files directly in cache/build) are removed
@@ -586,10 +641,10 @@ def test_stored_facets_follow_the_code_of_the_extractor_that_made_them(tmp_path,
     build_index(corpus, out, BuildConfig(), encoder=encoder)
     with open(code / "graphbuild" / "facets_llm.py", "a") as fh:  # another extractor's code
         fh.write("\n# edited\n")
-    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "papers"]
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["facets", "titles", "context", "papers"]
     with open(code / "graft" / "extract.py", "a") as fh:  # this extractor's code
         fh.write("\n# edited\n")
-    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "papers"]
+    assert build_index(corpus, out, BuildConfig(), encoder=encoder).reused == ["titles", "context", "papers"]
 
 
 def test_a_rebuild_says_which_later_stages_of_the_old_graph_it_removed(tmp_path, encoder) -> None:
@@ -738,7 +793,7 @@ def test_a_failed_rebuild_leaves_the_old_index_and_its_model_whole(tmp_path, enc
         build_module.facet_graphs = original_graphs
     assert Index.open(other).n == 20
     counting = CountingEncoder(encoder)
-    assert build_index(corpus, other, BuildConfig(), encoder=counting).reused == ["facets", "titles", "papers"]
+    assert build_index(corpus, other, BuildConfig(), encoder=counting).reused == ["facets", "titles", "context", "papers"]
     assert counting.texts == 0  # every paper served from the cache
 
     from graft.store import index_lock
@@ -800,7 +855,7 @@ def test_a_build_on_the_onnx_backend_records_it_and_equals_the_torch_build(tmp_p
     # a rebuild from the checkpoints makes no vectors (its "auto" encoder stays on torch) and still
     # names the backend that made them; new vectors beside reused ones name both
     summary = build_index(None, tmp_path / "onnx", BuildConfig(limit=12, top_k=5))
-    assert sorted(summary.reused) == ["facets", "papers", "titles"]
+    assert sorted(summary.reused) == ["context", "facets", "papers", "titles"]
     assert Index.open(tmp_path / "onnx").manifest["embedding"]["backend"] == "onnx"
     (tmp_path / "onnx" / "cache" / "build" / "titles" / "000000.json").unlink()  # the titles made again, on torch
     summary = build_index(None, tmp_path / "onnx", BuildConfig(limit=12), encoder=encoder)
@@ -1085,7 +1140,7 @@ def test_build_scale_benchmark_smoke(tmp_path) -> None:
     assert main(["--corpus", str(cs768_path()), "--index", str(tmp_path / "idx"), "--limit", "60",
                  "--encoder-backend", "torch", "--results", str(tmp_path)]) == 0
     text = (tmp_path / "build_scale_limit60_torch.md").read_text()
-    assert "encoder backend torch" in text and "| **total** |" in text and "reused: facets, titles, papers" in text
+    assert "encoder backend torch" in text and "| **total** |" in text and "reused: facets, titles, context, papers" in text
     res = json.loads((tmp_path / "build_scale_limit60_torch.json").read_text())
     assert res["encoder_backend"] == "torch" and res["counts"]["papers"] == 60
     assert res["graph_stage_method"]["top20_overlap"] > 0.9
@@ -1103,9 +1158,10 @@ def test_incremental_build_benchmark_smoke(tmp_path) -> None:
     res = json.loads((tmp_path / "incremental_build_limit30.json").read_text())
     base, grown, scratch, seeded = res["rows"]
     assert (base["papers"], grown["papers"], scratch["papers"], seeded["papers"]) == (22, 30, 30, 22)
-    assert grown["reused"] == ["facets (22 of 30 papers)", "titles (22 of 30)", "papers (22 of 30)"]
+    assert grown["reused"][:2] == ["facets (22 of 30 papers)", "titles (22 of 30)"]
+    assert grown["reused"][2].startswith("context (") and grown["reused"][3] == "papers (22 of 30)"
     assert base["reused"] == scratch["reused"] == [] and grown["extractor"] == scratch["extractor"]
-    assert seeded["reused"] == ["facets", "titles", "papers"] and seeded["extractor"] == base["extractor"]
+    assert seeded["reused"] == ["facets", "titles", "context", "papers"] and seeded["extractor"] == base["extractor"]
     assert seeded["copied"]["facets"] == seeded["copied"]["papers"] == 22 and base["copied"] == {}
     for agree in (res["meta"]["agreement"], res["meta"]["agreement_seeded"]):
         assert agree["facet_items_equal"] and agree["max_item_vector_diff"] == agree["max_paper_vector_diff"] == 0.0

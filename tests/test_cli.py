@@ -685,7 +685,7 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--top-k", "1"],
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "reused (facets, titles, papers)" in res.stdout and "--fresh" in res.stdout
+    assert "reused (facets, titles, context, papers)" in res.stdout and "--fresh" in res.stdout
     from graft.index import Index
 
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--alpha", "1", "-q"])
@@ -704,10 +704,12 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "i"), "--skip-bad", "--alpha", "1.5"])
     assert res.exit_code == 2 and "Invalid value for '--alpha'" in res.output
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "k"), "--skip-bad", "--cache-from",
-                              str(tmp_path / "i")], env={"COLUMNS": "300"})
+                              str(tmp_path / "i")], env={"COLUMNS": "500"})
     assert res.exit_code == 0, res.output
-    assert (f"copied from {tmp_path / 'i'} (facets of 3 papers, 3 title vectors, 3 title + abstract vectors)"
-            in res.stdout)
+    stored = Index.open(tmp_path / "i").facets
+    items = len(set(zip(stored["paper_id"], stored["text"])))  # an item repeated in its paper is stored once
+    assert (f"copied from {tmp_path / 'i'} (facets of 3 papers, 3 title vectors, {items} items read in context, "
+            "3 title + abstract vectors)" in res.stdout)
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "k"), "--skip-bad", "--fresh",
                               "--cache-from", str(tmp_path / "i")])
     assert res.exit_code == 2 and "--cache-from and --fresh contradict" in res.output
@@ -720,7 +722,7 @@ def test_bad_corpus_stops_unless_skip_bad(tmp_path) -> None:
     res = runner.invoke(app, ["build", str(corpus), "--out", str(tmp_path / "m"), "--skip-bad", "--json",
                               "--cache-from", str(tmp_path / "i")])  # its stores are batch size 8's now
     assert res.exit_code == 0 and json.loads(res.stdout)["cache_from"]["copied"] == {
-        "facets": 0, "titles": 0, "papers": 0}
+        "facets": 0, "titles": 0, "context": 0, "papers": 0}
     # auto, with a store to keep the export in for queries: it is due with the first call, however small,
     # so ONNX Runtime made the vectors, the manifest says so, and the store holds the export
     from graft.encoder import default_model_path

@@ -267,3 +267,78 @@ def test_an_encoder_shared_by_threads_moves_to_onnx_once_and_keeps_the_thread_co
     assert shared.backend == "onnx" and torch.get_num_threads() == before
     for i, vecs in enumerate(got):
         np.testing.assert_allclose(vecs, want[i::6], atol=2e-6)
+
+
+LATE_TEXT = ("Meta-learning for few-shot classification. In this paper, we propose a simple method that "
+             "learns an initialisation. The proposed method adapts to a new task in a few gradient steps. "
+             "It outperforms prior work on Omniglot.")
+
+
+def test_spans_are_found_whatever_case_and_spacing_the_item_has() -> None:
+    from graft.encoder import find_spans
+
+    got = find_spans(LATE_TEXT, ["We propose a simple method that learns an initialisation.",
+                                 "The proposed   method adapts to a new task in a few gradient steps.",
+                                 "A sentence the text does not hold.", ""])
+    assert LATE_TEXT[got[0][0] : got[0][1]] == "we propose a simple method that learns an initialisation."
+    assert LATE_TEXT[got[1][0] : got[1][1]].startswith("The proposed method adapts")
+    assert got[2] is None and got[3] is None
+
+
+def test_items_read_in_context_are_their_tokens_states_averaged(encoder) -> None:
+    """Late chunking against a by-hand pass of the transformer: the text's vector is `encode`'s,
+    a span's vector the mean of the contextual states of exactly its tokens; a span past the token
+    window or not given is not read."""
+    import torch
+
+    from graft.encoder import ContextReader, context_key, find_spans
+
+    items = ["We propose a simple method that learns an initialisation.",
+             "The proposed method adapts to a new task in a few gradient steps."]
+    spans = find_spans(LATE_TEXT, items) + [None]
+    long_text = "Padding words. " * 300 + "The last sentence is far away."
+    docs, vecs, found = encoder.read_in_context([LATE_TEXT, long_text], [spans, find_spans(long_text, [
+        "Padding words.", "The last sentence is far away."])])
+    np.testing.assert_allclose(docs, Encoder(backend="torch", memo_size=0).encode([LATE_TEXT, long_text]), atol=1e-5)
+    assert found.tolist() == [True, True, False, True, False]  # the far sentence lies past the 256 tokens
+    assert not vecs[2].any() and not vecs[4].any()
+
+    tok, model = encoder.model.tokenizer, list(encoder.model)[0].auto_model
+    enc = tok([LATE_TEXT], return_tensors="pt", return_offsets_mapping=True)
+    offsets = enc.pop("offset_mapping")[0].numpy()
+    with torch.inference_mode():
+        hidden = model(**enc).last_hidden_state[0].numpy()
+    for j, (lo, hi) in enumerate(spans[:2]):
+        inside = (offsets[:, 0] >= lo) & (offsets[:, 1] <= hi) & (offsets[:, 1] > offsets[:, 0])
+        assert 8 < inside.sum() < 20
+        expect = hidden[inside].mean(axis=0)
+        np.testing.assert_allclose(vecs[j], expect / np.linalg.norm(expect), atol=1e-5)
+    # read in context, "The proposed method" is nearer its paper's subject than read alone
+    alone = encoder.encode([items[1]])[0]
+    topic = encoder.encode(["Meta-learning for few-shot classification."])[0]
+    assert vecs[1] @ topic > alone @ topic + 0.05
+    # the reader's keys give the same vectors, zero rows where an item is not found
+    read = ContextReader(encoder).encode([context_key(LATE_TEXT, t) for t in [*items, "Not in the text."]])
+    np.testing.assert_allclose(read[:2], vecs[:2], atol=1e-6)
+    assert not read[2].any()
+    with pytest.raises(GraftError, match="not a context key"):
+        ContextReader(encoder).encode(["no separator"])
+    # embed_items with the texts: read where found, the item alone elsewhere, then the title mixed in
+    got = embed_items(encoder, [*items, "Not in the text."], ["T"] * 3, 0.0, texts=[LATE_TEXT] * 3)
+    np.testing.assert_allclose(got[:2], vecs[:2], atol=1e-6)
+    np.testing.assert_allclose(got[2], encoder.encode(["Not in the text."])[0], atol=1e-6)
+
+
+def test_onnx_and_stored_backends_read_in_context_as_torch_does(encoder, tmp_path) -> None:
+    from graft.encoder import find_spans
+
+    texts = [LATE_TEXT, "A short paper. We study parsing with graphs."]
+    spans = [find_spans(LATE_TEXT, ["It outperforms prior work on Omniglot."]),
+             find_spans(texts[1], ["We study parsing with graphs."])]
+    want = encoder.read_in_context(texts, spans)
+    Encoder(backend="auto", store=tmp_path).encode(texts[:1])  # writes the export to the store
+    for other in (Encoder(backend="onnx"), Encoder(backend="auto", store=tmp_path)):
+        got = other.read_in_context(texts, spans)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, atol=1e-5)
+    assert type(Encoder(backend="auto", store=tmp_path)._onnx).__name__ == "StoredEncoder"

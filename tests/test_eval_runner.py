@@ -99,7 +99,7 @@ def test_incorpus_and_ooc_suites_write_runs_and_tables(built, encoder, tmp_path)
     md = next(tmp_path.glob("eval_incorpus_*.md"))
     text = md.read_text()
     assert "graft eval run SPLIT" in text and table["meta"]["corpus_hash"][:16] in text and "| teacher |" in text
-    assert ("Index build: heuristic facets (learned scorer) · top-K 20 · alpha 0.75 · beta 0.25 · title weight 0.7 · encoder on torch"
+    assert ("Index build: heuristic facets (learned scorer) · top-K 20 · alpha 0.75 · beta 0.25 · title weight 0.35 · items read in context · encoder on torch"
             in text)  # the test's shared encoder runs torch
     saved = json.loads(next(tmp_path.glob("eval_incorpus_*.json")).read_text())
     assert saved["rows"][4]["R@20"] == pytest.approx(rows["teacher"]["R@20"])
@@ -541,7 +541,7 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
 
     plain = json.loads(json.dumps(idx.manifest))
     plain["stages"]["build"]["config"]["title_weight"] = 0.0
-    assert ctx.ooc_key["graph"]["title_weight"] == 0.7
+    assert ctx.ooc_key["graph"]["title_weight"] == 0.35 and ctx.ooc_key["graph"]["item_context"] == "late"
     assert default_key(plain) != default_key(idx.manifest)
     del plain["stages"]["build"]["config"]["title_weight"]  # an index built before the setting
     assert default_key(plain)["graph"]["title_weight"] == 0.0
@@ -878,22 +878,23 @@ def test_title_weight_benchmark_reproduces_the_index_at_its_own_weight(built, tm
     from experiments.title_weight import main, teacher_recalls
 
     _, split = built
-    assert main(["--split", str(split), "--weights", "0,0.7", "--part", "test", "--name", "slice",
+    assert main(["--split", str(split), "--weights", "0,0.35", "--part", "test", "--name", "slice",
                  "--results", str(tmp_path)]) == 0
     saved = json.loads((tmp_path / "title_weight_slice.json").read_text())
     by = {(r["title_weight"], r["graphs"]): r for r in saved["rows"]}
-    assert set(by) == {(w, g) for w in (0.0, 0.7) for g in ("full graphs (teacher)", "facet-only graphs (beta = 0)")}
+    assert set(by) == {(w, g) for w in (0.0, 0.35) for g in ("full graphs (teacher)", "facet-only graphs (beta = 0)")}
     assert all(0.0 <= r["R@20"] <= r["R@50"] <= 1.0 for r in saved["rows"])
-    # the slice's index was built with w = 0.7: rebuilding its graphs at 0.7 gives its teacher's recall
+    # the slice's index was built with w = 0.35, items read in context: rebuilding its graphs at 0.35
+    # gives its teacher's recall
     idx = Index.open(incorpus_index(split))
     qrels = read_qrels(split / "incorpus" / "qrels.txt")
     queries = {r["qid"]: idx.row_of[r["paper_id"]] for r in read_queries(split, "incorpus", part="test")
                if qrels.get(r["qid"])}
     gold = {q: {idx.row_of[p] for p in qrels[q] if p in idx.row_of} for q in queries}
     own = teacher_recalls(idx.graphs, queries, gold)
-    assert by[(0.7, "full graphs (teacher)")]["R@20"] == pytest.approx(own["R@20"], abs=1e-9)
-    assert saved["meta"]["queries"] == len(queries) and saved["meta"]["index_title_weight"] == 0.7
-    assert "| 0.7 | facet-only graphs (beta = 0) |" in (tmp_path / "title_weight_slice.md").read_text()
+    assert by[(0.35, "full graphs (teacher)")]["R@20"] == pytest.approx(own["R@20"], abs=1e-9)
+    assert saved["meta"]["queries"] == len(queries) and saved["meta"]["index_title_weight"] == 0.35
+    assert "| 0.35 | facet-only graphs (beta = 0) |" in (tmp_path / "title_weight_slice.md").read_text()
 
 
 def test_edge_mix_benchmark_rebuilds_the_index_at_its_own_setting(built, tmp_path) -> None:

@@ -135,3 +135,31 @@ def test_a_lost_worker_node_and_a_killed_driver_change_nothing(corpus, local_ind
         "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]  # 20 + 20 + 10 papers
     shares = same_index(resumed, local_index)
     assert shares["citation"] == 1.0 and min(shares.values()) >= 0.99, shares
+
+
+def test_the_ray_per_paper_stage_reads_items_in_context_as_the_local_build(corpus, tmp_path, encoder) -> None:
+    """Item context "late" on the Ray path: the per-paper actor's results (run here without a
+    cluster) give the items the vectors the local build gives them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from graphbuild.ray_engine import PaperWorker, read_paper_work
+
+    config = BuildConfig(item_context="late", embedding_backend="torch")
+    build_index(corpus, tmp_path / "local", config, encoder=encoder)
+    papers = pl.read_ndjson(corpus).select(pl.col("id").alias("paper_id"), "title", "abstract")
+    batch = papers.with_columns(pl.lit(None, dtype=pl.Utf8).alias("full_text"),
+                                pl.lit("part-00000.parquet").alias("path")).to_arrow()
+    out = PaperWorker(config, str(tmp_path / "ray"), 2)(batch)
+    assert isinstance(out, pa.Table) and out.num_rows == N_PAPERS
+    pq.write_table(out.drop_columns(["path"]), tmp_path / "part.parquet")
+    work = read_paper_work([tmp_path / "part.parquet"], config)
+    assert work.context is not None and work.context.shape == work.alone.shape
+    assert (np.abs(work.context).sum(axis=1) > 0).mean() > 0.9
+    local = np.load(tmp_path / "local" / "embeddings" / "items.npy").astype(np.float32)
+    from graft.encoder import read_or_alone, with_title
+
+    owner = {p: i for i, p in enumerate(papers["paper_id"].to_list())}
+    rows = np.array([owner[p] for p in work.table["paper_id"].to_list()])
+    got = with_title(read_or_alone(work.context, work.alone), work.titles[rows], config.title_weight)
+    np.testing.assert_allclose(got, local, atol=2e-3)
