@@ -38,6 +38,9 @@ DEFAULT_ITEM_CONTEXT = "late"
 #: 0.87x / 0.85x (`python -m experiments.encoder_batch`, docs/results/encoder_batch.md); a GPU
 #: wants large ones.
 BATCH_SIZE = {"cpu": 16, "gpu": 128}
+#: Texts per batch of a model without a transformer (a static encoder, `training/static_encoder.py`),
+#: whose per-batch overhead outweighs its per-text cost at the sizes above.
+STATIC_BATCH_SIZE = 1024
 
 #: What runs the encoder's transformer: "torch", "onnx" (ONNX Runtime, CPU only;
 #: `graft.encoder_onnx`), or "auto": ONNX Runtime on the CPU where it is installed, else torch.
@@ -345,6 +348,8 @@ class Encoder:
         # a model without a transformer (a static encoder: `training/static_encoder.py`) has nothing to export
         transformer = getattr(next(iter(self.model), None), "auto_model", None) is not None
         self._onnx_due = backend == "auto" and target == "onnx" and transformer
+        if batch_size is None and not transformer:  # a table look-up per token: large batches are cheap
+            self.batch_size = STATIC_BATCH_SIZE
         if self._onnx_due and self._storable():
             self._onnx_at = 1
         if backend == "onnx":

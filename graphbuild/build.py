@@ -28,7 +28,8 @@ from graft.citations import (
 from graft.config import config_to_dict
 from graft.devices import resolve_device
 from graft.edges import GraphParams, facet_graph
-from graft.encoder import ContextReader, context_key, read_or_alone, title_vectors, with_title
+from graft.encoder import DEFAULT_MODEL, ContextReader, context_key, read_or_alone, title_vectors, with_title
+from graft.encoder_store import fingerprint
 from graft.errors import GraftError
 from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems
@@ -429,6 +430,10 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
     reused: list[str] = []
     same_model = {"model": encoder.name, "batch_size": getattr(encoder, "batch_size", None),
                   "device": getattr(encoder, "device", "cpu")}
+    if encoder.name != DEFAULT_MODEL and Path(str(encoder.name)).is_dir():
+        # a local model folder is known by its files too: one changed in place (trained or distilled
+        # again) makes new vectors, not the old ones under its unchanged path
+        same_model["files"] = fingerprint(encoder.name)
     facets_key = make_key(stage="facets", **same_model, extractor=config.extractor, llm=config.llm,
                           scorer=config.facet_scorer, code=source_digest(*EXTRACTOR_SOURCES[config.extractor]))
     facets_store = RowStore(cache / "facets", facets_key, reuse=not fresh)
