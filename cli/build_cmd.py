@@ -94,12 +94,14 @@ def build(
                                 help="In [0, 1]: share of facet similarity in an edge's weight; the citation score "
                                      "(coupling + co-citation) gets 1 - alpha."),
     title_weight: float = typer.Option(0.35, parser=finite(0, 100), metavar="FLOAT", help="In [0, 100]: weight of the paper's title vector added to each "
-                                       "facet item's vector (0: items embedded alone)."),
-    item_context: str = typer.Option("late", "--item-context",
-                                     help="What a facet item's vector reads besides its own text: title (its "
-                                          "paper's title vector mixed in) or late (the item's tokens read inside "
-                                          "the whole title + abstract, one encoder pass a paper, then the title "
-                                          "mixed in; docs/facets.md)."),
+                                       "facet item's vector (0: no title). 0.35 is tuned for --item-context late; "
+                                       "with --item-context title, 0.7 (the earlier default)."),
+    item_context: str = typer.Option("late", "--item-context", metavar="title|late",
+                                     help="What a facet item's vector reads besides its own text: late (its tokens "
+                                          "read inside the paper's whole title + abstract, one encoder pass a "
+                                          "paper, then the title mixed in; docs/facets.md) or title (the item "
+                                          "alone, then the title mixed in). A static encoder has no tokens to "
+                                          "read: its items are built as title."),
     direct_links: bool = typer.Option(False, "--direct-links/--no-direct-links",
                                       help="Also take the papers a paper cites or is cited by as its graph "
                                            "candidates (off: facet-similar, coupled and co-cited papers only, "
@@ -157,7 +159,8 @@ def build(
     """Build the typed facet graph of a corpus into an index directory.
 
     Each paper's facets and embeddings are kept in OUT/cache/build as they are made: rerunning the
-    command after a crash, with other graph settings (--top-k, --alpha, --title-weight), or on a corpus with
+    command after a crash, with other graph settings (--top-k, --alpha, --title-weight, --item-context once
+    both were built), or on a corpus with
     papers added, removed or edited takes apart and embeds only the papers not seen before;
     --cache-from seeds them from another index.
     """

@@ -96,13 +96,14 @@ def build_split(
                                                     "items and papers (e.g. one adapted to the corpus: "
                                                     "docs/facets.md); the learned facet scorer still reads the "
                                                     "packaged encoder."),
-    item_context: str = typer.Option("late", "--item-context",
+    item_context: str = typer.Option("late", "--item-context", metavar="title|late",
                                      help="What a facet item's vector reads besides its own text: title or late "
                                           "(as graft build's --item-context)."),
     title_weight: float = typer.Option(0.35, "--title-weight", parser=finite(0, 100),
                                        metavar="FLOAT",
                                        help="In [0, 100]: weight of the paper's title vector added to each facet "
-                                            "item's vector (as graft build's --title-weight)."),
+                                            "item's vector (as graft build's --title-weight; 0.7 with --item-context "
+                                            "title)."),
     force: bool = typer.Option(False, "--force", help="Rebuild indexes that are up to date."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:

@@ -335,6 +335,7 @@ class Encoder:
             stored = encoder_store.load(self.store, self.path)
             if stored is not None:  # neither torch nor transformers is imported
                 self._onnx, self.backend, self.dim = stored, "onnx", stored.spec.dim
+                self.reads_context = True
                 return
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
@@ -347,6 +348,9 @@ class Encoder:
         # or any first call when the export is stored for later processes, where it pays off anyway
         # a model without a transformer (a static encoder: `training/static_encoder.py`) has nothing to export
         transformer = getattr(next(iter(self.model), None), "auto_model", None) is not None
+        #: whether the model has token states to read items in context with (`read_in_context`); a
+        #: static encoder has none
+        self.reads_context = transformer
         self._onnx_due = backend == "auto" and target == "onnx" and transformer
         if batch_size is None and not transformer:  # a table look-up per token: large batches are cheap
             self.batch_size = STATIC_BATCH_SIZE

@@ -6,8 +6,9 @@ import json
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -423,6 +424,12 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
                               device=config.embedding_device, backend=config.embedding_backend,
                               store=default_store(), from_store=False)
         extractor = make_extractor(config, encoder, out)
+    if config.item_context == "late" and not getattr(encoder, "reads_context", True):
+        # a model without token states (a static encoder) cannot read an item in its paper's text:
+        # its items are embedded as under "title", and the manifest says so
+        warnings.warn(f"the encoder {encoder.name} has no token states to read items in context with; items are "
+                      "embedded with their title (item context 'title')", stacklevel=2)
+        config = replace(config, item_context="title")
 
     cache = out / "cache" / "build"
     _drop_legacy_checkpoints(cache)

@@ -80,11 +80,13 @@ def test_a_build_with_a_static_encoder_and_one_changed_in_place(tmp_path) -> Non
     model = tmp_path / "static"
     distill(None, model, dims=24, sample=texts, only_sample_tokens=True)
     config = BuildConfig(embedding_model=str(model), facet_scorer="rules")
-    first = build_index(corpus, tmp_path / "idx", config)
+    with pytest.warns(UserWarning, match="no token states to read items in context"):
+        first = build_index(corpus, tmp_path / "idx", config)
     idx = Index.open(tmp_path / "idx")
+    assert idx.manifest["stages"]["build"]["config"]["item_context"] == "title"  # what was built, not asked
     assert np.load(tmp_path / "idx" / "embeddings" / "items.npy").shape[1] == 24
     assert idx.paper_embeddings.shape == (12, 24) and first.reused == []
-    assert build_index(corpus, tmp_path / "idx", config).reused == ["facets", "titles", "context", "papers"]
+    assert build_index(corpus, tmp_path / "idx", config).reused == ["facets", "titles", "papers"]
     distill(None, model, dims=16, sample=texts, only_sample_tokens=True)  # the same folder, other vectors
     again = build_index(corpus, tmp_path / "idx", config)
     assert again.reused == [] and Index.open(tmp_path / "idx").paper_embeddings.shape == (12, 16)
