@@ -177,14 +177,10 @@ def weighted_facet_rows(vectors: np.ndarray, weights: np.ndarray, owner: np.ndar
 def late_item_vectors(encoder: Any, idx: Any, fallback: np.ndarray) -> tuple[np.ndarray, float]:
     """Unit vectors of the index's items read in their paper's context (`graft.encoder.ContextReader`,
     the encoder's token window), `fallback` rows where an item is not found; and the share found."""
-    from graft.encoder import ContextReader, context_key
-    from graft.text import paper_texts
+    from graft.encoder import ContextReader, context_keys, read_found, read_or_alone
 
-    texts = paper_texts(idx.papers)
-    keys = [context_key(texts[r], t) for r, t in zip(idx.item_rows.tolist(), idx.facets["text"].to_list())]
-    read = ContextReader(encoder).encode(keys)
-    found = np.linalg.norm(read, axis=1) > 0
-    return np.where(found[:, None], read, np.asarray(fallback, dtype=np.float32)), float(found.mean())
+    read = ContextReader(encoder).encode(context_keys(idx.papers, idx.facets))
+    return read_or_alone(read, fallback), float(read_found(read).mean())
 
 
 def train_adapter(papers: np.ndarray, titles: np.ndarray, items: np.ndarray, idx: Any, epochs: int,

@@ -50,9 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from eval.runner import corpus_name
     from graft.citations import citation_signals
-    from graft.encoder import ContextReader, Encoder, context_key, read_or_alone, title_vectors, with_title
+    from graft.encoder import ContextReader, Encoder, context_keys, read_or_alone, title_vectors, with_title
     from graft.errors import IndexFormatError
-    from graft.text import paper_texts
     from graphbuild.build import BuildConfig, facet_graphs
 
     weights = [float(w) for w in args.weights.split(",") if w.strip()]
@@ -70,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except IndexFormatError:
         items = encoder.encode(idx.facets["text"].to_list())
     if config.item_context == "late":  # the items read in their paper's text, as the build read them
-        texts = paper_texts(idx.papers)
-        read = ContextReader(encoder).encode([context_key(texts[r], t) for r, t in
-                                              zip(owner.tolist(), idx.facets["text"].to_list())])
-        items = read_or_alone(read, items)
+        items = read_or_alone(ContextReader(encoder).encode(context_keys(idx.papers, idx.facets)), items)
     titles = title_vectors(encoder, idx.papers["title"].to_list())  # one row per paper, zeros: no title
     title_of_item = titles[owner]
     encode_s = round(time.perf_counter() - t0, 1)

@@ -116,13 +116,18 @@ def in_context(encoder: Any, alone: np.ndarray, titles: list[str], title_weight:
     return with_title(alone, title_vectors(encoder, titles), title_weight)
 
 
+def read_found(read: np.ndarray) -> np.ndarray:
+    """Which rows of `ContextReader.encode`'s output hold a vector (the others are zero: not read)."""
+    return np.abs(np.asarray(read)).sum(axis=1) > 0
+
+
 def read_or_alone(read: np.ndarray, alone: np.ndarray) -> np.ndarray:
-    """Per item, its vector read in context (`ContextReader`) where it has one (a non-zero row),
-    else its own embedding."""
+    """Per item, its vector read in context (`ContextReader`) where it has one (`read_found`), else
+    its own embedding."""
     read = np.asarray(read, dtype=np.float32)
     if read.shape != np.shape(alone):
         raise ConfigError(f"{read.shape[0]} items read in context but {len(alone)} items")
-    return np.where((np.abs(read).sum(axis=1) > 0)[:, None], read, np.asarray(alone, dtype=np.float32))
+    return np.where(read_found(read)[:, None], read, np.asarray(alone, dtype=np.float32))
 
 
 def title_vectors(encoder: Any, titles: list[str]) -> np.ndarray:
@@ -174,6 +179,16 @@ def context_key(paper_text: str, item: str) -> str:
     return f"{item}{CONTEXT_SEP}{paper_text}"
 
 
+def context_keys(papers: Any, items: Any) -> list[str]:
+    """`context_key` of every row of a facet-item table (`paper_id`, `text` columns) in its paper's
+    title + abstract (`graft.text.paper_text`), the papers a table with `paper_id`, `title` and
+    `abstract` columns (a polars DataFrame such as `papers.parquet`)."""
+    from graft.text import paper_texts
+
+    text_of = dict(zip(papers["paper_id"].to_list(), paper_texts(papers)))
+    return [context_key(text_of[p], t) for p, t in zip(items["paper_id"].to_list(), items["text"].to_list())]
+
+
 class ContextReader:
     """Item vectors read in their paper's context ("late chunking"), behind `encode(keys)` as an
     encoder has it, so a build's row store keeps them as it keeps other vectors.
@@ -205,6 +220,34 @@ class ContextReader:
         _, vectors, found = self.encoder.read_in_context(texts, spans, progress=progress)
         out[np.asarray(rows, dtype=np.int64)[found]] = vectors[found]
         return out
+
+
+def span_vectors(hidden: np.ndarray, mask: np.ndarray, offsets: np.ndarray | None,
+                 spans: list[tuple[int, int] | None]) -> dict[tuple[int, int], np.ndarray | None]:
+    """Each distinct span of one text read from its token states ("late chunking"): the unit mean
+    of the states of the tokens inside it, or None where the token window (`mask`) does not hold
+    its end or any of its tokens, or the tokens carry no character `offsets` (t, 2).
+
+    Args:
+        hidden: (t, d) the text's token states; mask: (t,) its real tokens.
+        offsets: (t, 2) each token's character span ((0, 0): special or padding), or None.
+        spans: (start, end) character offsets into the text, or None for a span not to read.
+    """
+    wanted = [s for s in dict.fromkeys(spans) if s is not None]
+    if offsets is None:
+        return dict.fromkeys(wanted)
+    lo_tok, hi_tok = offsets[:, 0], offsets[:, 1]
+    real = mask & (hi_tok > lo_tok)
+    window_end = int(hi_tok[real].max()) if real.any() else 0
+    out: dict[tuple[int, int], np.ndarray | None] = {}
+    for span in wanted:
+        inside = real & (lo_tok >= span[0]) & (hi_tok <= span[1])
+        if span[1] <= window_end and inside.any():
+            v = hidden[inside].mean(axis=0)
+            out[span] = (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+        else:
+            out[span] = None
+    return out
 
 
 def index_encoder(index: Any, **kwargs: Any) -> Encoder:
@@ -319,7 +362,6 @@ class Encoder:
         # spans read in context (`read_in_context`): (text, start, end) -> unit vector, or None where
         # the span could not be read; bounded by memo_size like the texts' memo
         self._span_memo: dict[tuple[str, int, int], np.ndarray | None] = {}
-        self._span_overflow: dict[tuple[str, int, int], np.ndarray | None] = {}
         # one batch at a time: the survey's writers and verifiers share an encoder across threads,
         # and the move to ONNX Runtime (weights released) and its per-batch torch thread count must
         # not interleave with another thread's batch
@@ -479,9 +521,12 @@ class Encoder:
             return texts[r] in self._memo and all(s is None or (texts[r], *s) in self._span_memo for s in spans[r])
 
         todo = [r for r in range(len(texts)) if not served(r)]
+        if progress is not None and len(todo) < len(texts):
+            progress(sum(len(spans[r]) for r in range(len(texts))) - sum(len(spans[r]) for r in todo))
         self._onnx_if_due(len(todo))
         order = sorted(todo, key=lambda r: len(texts[r]))  # stable: equal lengths keep their order
         made: dict[int, np.ndarray] = {}  # this call's text vectors (the memo may be full)
+        overflow: dict[tuple[str, int, int], np.ndarray | None] = {}  # this call's spans the full memo does not keep
         for at in range(0, len(order), self.batch_size):
             rows = order[at : at + self.batch_size]
             pooled, hidden, mask, offsets = self._token_pass([texts[r] for r in rows])
@@ -489,27 +534,12 @@ class Encoder:
                 made[r] = pooled[b]
                 if len(self._memo) < self.memo_size:
                     self._memo.setdefault(texts[r], pooled[b])
-                read: dict[tuple[int, int], np.ndarray | None] = {}
-                if offsets is not None and len(spans[r]):
-                    lo_tok, hi_tok = offsets[b, :, 0], offsets[b, :, 1]
-                    real = mask[b] & (hi_tok > lo_tok)
-                    window_end = int(hi_tok[real].max()) if real.any() else 0
-                    for span in spans[r]:
-                        if span is None or span in read:
-                            continue
-                        inside = real & (lo_tok >= span[0]) & (hi_tok <= span[1])
-                        if span[1] <= window_end and inside.any():
-                            v = hidden[b, inside].mean(axis=0)
-                            read[span] = (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
-                        else:
-                            read[span] = None
-                else:
-                    read = {span: None for span in spans[r] if span is not None}
+                read = span_vectors(hidden[b], mask[b], None if offsets is None else offsets[b], spans[r])
                 for span, v in read.items():
                     if len(self._span_memo) < self.memo_size:
                         self._span_memo.setdefault((texts[r], *span), v)
-                    else:  # memo full: this call's answer, not kept
-                        self._span_overflow[(texts[r], *span)] = v
+                    else:
+                        overflow[(texts[r], *span)] = v
             if progress is not None:
                 progress(sum(len(spans[r]) for r in rows))
         for r in range(len(texts)):  # the memos' answers: the first made in this process, as `encode` serves
@@ -518,13 +548,10 @@ class Encoder:
                 if span is None:
                     continue
                 key = (texts[r], *span)
-                v = self._span_memo[key] if key in self._span_memo else self._span_overflow.get(key)
+                v = self._span_memo[key] if key in self._span_memo else overflow.get(key)
                 if v is not None:
                     vectors[starts[r] + j] = v
                     found[starts[r] + j] = True
-        if progress is not None and len(todo) < len(texts):
-            progress(sum(len(spans[r]) for r in set(range(len(texts))) - set(todo)))
-        self._span_overflow.clear()
         return docs, vectors, found
 
     def _token_pass(self, batch: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:

@@ -56,7 +56,7 @@ def token_offsets(model: Any, texts: list[str], input_ids: Any) -> np.ndarray | 
     tokens, from the model's fast tokenizer; None where the tokenizer gives no spans or tokenises
     otherwise than sentence-transformers did (`input_ids`, its batch)."""
     tokenizer = getattr(model, "tokenizer", None)
-    first = list(model)[0] if len(list(model)) else None
+    first = next(iter(model), None)
     if tokenizer is None or not getattr(tokenizer, "is_fast", False):
         return None
     if getattr(first, "do_lower_case", False):

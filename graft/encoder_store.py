@@ -252,12 +252,15 @@ class StoredEncoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit-length float32 embeddings of `texts`, one batch (the caller batches)."""
-        return self.encode_tokens(texts)[0]
+        return self._run(texts, False)[0]
 
     def encode_tokens(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """One batch's unit embeddings (as `encode`) with what they were pooled from: the
         transformer's token states (b, t, d), the attention mask (b, t) and each token's character
         span in its text (b, t, 2; (0, 0) for special and padding tokens)."""
+        return self._run(texts, True)
+
+    def _run(self, texts: list[str], tokens: bool) -> tuple[Any, ...]:
         encodings = self.tokenizer.encode_batch(list(texts))
         columns = {"input_ids": [e.ids for e in encodings], "attention_mask": [e.attention_mask for e in encodings],
                    "token_type_ids": [e.type_ids for e in encodings]}
@@ -271,8 +274,10 @@ class StoredEncoder:
         else:
             out = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), np.float32(1e-9))
         out = np.asarray(out, dtype=np.float32)
+        out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        if not tokens:  # a query's sentences: no per-token offsets to gather
+            return (out,)
         offsets = np.asarray([[list(o) for o in e.offsets] for e in encodings], dtype=np.int64).reshape(len(texts), -1, 2)
         special = np.asarray([e.special_tokens_mask for e in encodings], dtype=bool).reshape(len(texts), -1)
         offsets[special] = 0
-        return (out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12),
-                np.asarray(hidden, dtype=np.float32), mask[..., 0] > 0, offsets)
+        return out, np.asarray(hidden, dtype=np.float32), mask[..., 0] > 0, offsets

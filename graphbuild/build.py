@@ -29,7 +29,7 @@ from graft.citations import (
 from graft.config import config_to_dict
 from graft.devices import resolve_device
 from graft.edges import GraphParams, facet_graph
-from graft.encoder import DEFAULT_MODEL, ContextReader, context_key, read_or_alone, title_vectors, with_title
+from graft.encoder import DEFAULT_MODEL, ContextReader, context_keys, read_or_alone, title_vectors, with_title
 from graft.encoder_store import fingerprint
 from graft.errors import GraftError
 from graft.extract import FacetExtractor
@@ -480,10 +480,7 @@ def _build_into(out: Path, corpus: Corpus, corpus_path: str | Path | None, confi
             # memo for the stage below
             reader = _stored_encoder(ContextReader(encoder), cache, "context", make_key(stage="context", **same_model),
                                      fresh, origin, seed_root)
-            texts = paper_texts(corpus.papers)
-            row_of = {pid: i for i, pid in enumerate(corpus.papers["paper_id"].to_list())}
-            context = reader.encode([context_key(texts[row_of[p]], t) for p, t in
-                                     zip(table["paper_id"].to_list(), table["text"].to_list())], progress=adv)
+            context = reader.encode(context_keys(corpus.papers, table), progress=adv)
             reused += _reuse_label("context", reader.found, reader.total)
             if seed_root is not None:
                 seeded["context"] = reader.seeded

@@ -149,7 +149,7 @@ class PaperWorker:
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
 
-        from graft.encoder import ContextReader, context_key, title_vectors
+        from graft.encoder import ContextReader, context_keys, title_vectors
         from graft.text import paper_texts
 
         papers = pl.from_arrow(batch)
@@ -161,9 +161,7 @@ class PaperWorker:
         titles = title_vectors(self.encoder, papers["title"].to_list()) if self.config.title_weight > 0 else None
         context = None
         if self.config.item_context == "late":  # before `whole`: the pass leaves the texts' vectors in the memo
-            texts, row = paper_texts(papers), {pid: k for k, pid in enumerate(ids)}
-            context = ContextReader(self.encoder).encode(
-                [context_key(texts[row[p]], t) for p, t in zip(table["paper_id"].to_list(), table["text"].to_list())])
+            context = ContextReader(self.encoder).encode(context_keys(papers, table))
         whole = (np.asarray(self.encoder.encode(paper_texts(papers)), dtype=np.float32)
                  if self.config.paper_embeddings else None)
         per = table.group_by("paper_id", maintain_order=True).len()
