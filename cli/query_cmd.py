@@ -33,8 +33,8 @@ def print_hits(result, title: str, out: Console = console) -> None:
 
 def print_matches(result, out: Console = console) -> None:
     """`--explain`: each result's facet credits in words, the query's item and the result's."""
-    out.print("why, facet by facet: the query's item ↔ the result's item most alike (cosine of the two items)",
-              highlight=False)
+    out.print("why, facet by facet: the query's item ↔ the result's item most alike (their cosine as the "
+              "facet graph compares them)", highlight=False)
     for h in result.hits:
         matched = sorted(((f, e.match) for f, e in h.evidence.items() if e.match is not None),
                          key=lambda fm: -fm[1].cosine)

@@ -3,9 +3,11 @@
 A facet credits a result because the query's and the result's items of that facet are alike (the
 facet graph's edge weight is the symmetric mean of best-match cosines, `graft.similarity`).
 `attach_matches` names, for every facet that credits a result, the pair of items behind the
-strongest of those matches: the query's item and the result's item most alike, with the cosine of
-the two items' own embeddings (`embeddings/items_alone.npy` where the build mixed in titles, so the
-shared title does not count). Nothing is re-ranked; only `Evidence.match` is filled in.
+strongest of those matches: the query's item and the result's item most alike, with their cosine
+in the vectors the facet graphs were built from (`embeddings/items.npy`: each item read in its
+paper's text and mixed with its title, as the build set), so the pair shown is the best match
+inside the edge's weight and its cosine one of the cosines that weight averages. Nothing is
+re-ranked; only `Evidence.match` is filled in.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ if TYPE_CHECKING:
 
 
 def corpus_items(index: Index, paper_id: str) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
-    """A corpus paper's facet items and their own embeddings, per facet (in item order)."""
+    """A corpus paper's facet items and their graph vectors (`Index.item_embeddings`), per facet
+    (in item order)."""
     texts = index.facets["text"]
-    vectors = index.item_text_embeddings
+    vectors = index.item_embeddings
     items, embedded = {}, {}
     for facet in FACETS:
         rows = index.item_rows_of(paper_id, facet)
@@ -36,10 +39,11 @@ def corpus_items(index: Index, paper_id: str) -> tuple[dict[str, list[str]], dic
 def attach_matches(index: Index, result: QueryResult, items: dict[str, list[str]],
                    vectors: dict[str, np.ndarray]) -> QueryResult:
     """Fill in `Evidence.match` of every facet credit of `result`'s hits: the query's item
-    (`items[facet][i]`, embedded as `vectors[facet][i]`, unit rows) and the hit's item of that facet
-    with the highest cosine. A facet without items on either side gets no match. Returns `result`."""
+    (`items[facet][i]`, embedded as `vectors[facet][i]`: unit rows made as the build made its graph
+    vectors) and the hit's item of that facet with the highest cosine in the graph vectors. A facet
+    without items on either side gets no match. Returns `result`."""
     texts = index.facets["text"]
-    stored = index.item_text_embeddings
+    stored = index.item_embeddings
     for hit in result.hits:
         for facet, evidence in hit.evidence.items():
             query = vectors.get(facet)

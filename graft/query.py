@@ -32,13 +32,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import scipy.sparse as sp
 
 from graft.check import PromptCheck
 from graft.config import is_number, is_whole
 from graft.errors import GraftError, QueryError
 from graft.external import FEEDBACK, RECORD_CHUNK, TEXT_NEIGHBOURS
+from graft.facets import FACETS
 from graft.fusion import CITATION_DEPTH, CITATION_FIRST, CITATION_KEEP, CITATION_WEIGHT, FUSIONS, TEXT_WEIGHT
 from graft.manifest import has_model
 from graft.records import is_outside, record_problem
@@ -569,10 +569,9 @@ class Searcher:
 
         if is_outside(record):
             items = result.info["query_facets"]
-            texts = [t for f in items for t in items[f]]
-            embedded = np.asarray(self.encoder.encode(texts), dtype=np.float32) if texts else None
-            bounds = np.cumsum([0] + [len(items[f]) for f in items])
-            vectors = {f: embedded[bounds[i]:bounds[i + 1]] for i, f in enumerate(items) if items[f]}
+            # embedded as its facet rows were: in its own text, with its title, at the build's settings
+            read = {f: list(items.get(f) or []) for f in FACETS}
+            vectors = {f: v for f, v in self.scorer.embed_items([record], [read])[0].items() if len(v)}
         else:
             items, vectors = corpus_items(self.index, str(record["id"]))
         attach_matches(self.index, result, items, vectors)
@@ -625,8 +624,6 @@ def check_items(facets: Any) -> None:
     Raises:
         QueryError: naming the facet and what it holds.
     """
-    from graft.facets import FACETS
-
     if not isinstance(facets, dict):
         raise QueryError(f"facets must map facet names to lists of item strings, got {type(facets).__name__}")
     unknown = sorted(set(facets) - set(FACETS))

@@ -48,7 +48,7 @@ class ItemMatch:
 
     query: str  # the query paper's item
     hit: str  # the result's item of the same facet
-    cosine: float  # cosine of the two items' own embeddings (without their titles)
+    cosine: float  # their cosine in the facet graph's item vectors (`embeddings/items.npy`)
 
 
 @dataclass
