@@ -118,7 +118,7 @@ def _heading(idx, record: dict, result) -> str:
 
     if not is_outside(record):
         pid = str(record["id"])
-        what = f"related to {pid}: {idx.papers['title'][idx.row(pid)]}"
+        what = f"related to {pid}: {idx.paper_column('title')[idx.row(pid)]}"
     else:
         what = f"related to: {str(record.get('title', ''))[:80]}"
     return f"{what}\n{result.answered_by()}"

@@ -93,11 +93,12 @@ def run_one(index_dir: str, corpus: str, method: str, items: int, work: str) -> 
 
 def kept(work: Path, name: str, method: str) -> dict:
     """Share of the exact graphs' edges (all facets) that `method`'s graphs keep."""
+    import scipy.sparse as sp
+
     from experiments.index_agreement import edge_agreement
     from graft.facets import FACETS
-    from graft.store import read_npz
 
-    agree = [edge_agreement(read_npz(work / f"{name}.exact.{f}.npz"), read_npz(work / f"{name}.{method}.{f}.npz"))
+    agree = [edge_agreement(sp.load_npz(work / f"{name}.exact.{f}.npz"), sp.load_npz(work / f"{name}.{method}.{f}.npz"))
              for f in FACETS]
     edges = sum(a["edges_a"] for a in agree)
     return {"kept": sum(a["shared_share"] * a["edges_a"] for a in agree) / max(edges, 1)}

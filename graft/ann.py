@@ -90,15 +90,24 @@ class IVFCandidates:
     """An IVF-Flat inner-product index over a corpus's unit vectors, searched for candidates.
 
     Args:
-        corpus: (n, d) float32 unit rows (zero rows are allowed: a paper without items of the facet).
+        corpus: (n, d) float32 unit rows (zero rows are allowed: a paper without items of the facet);
+            None with `index`: the vectors the index holds (a query's searcher, which never needs
+            them whole).
         search: lists and probes (`CandidateSearch`).
         index: an index already trained and filled with `corpus` (`read`); None trains one.
     """
 
-    def __init__(self, corpus: np.ndarray, search: CandidateSearch, index: Any = None) -> None:
+    def __init__(self, corpus: np.ndarray | None, search: CandidateSearch, index: Any = None) -> None:
         faiss = _faiss()
-        self.corpus = np.ascontiguousarray(corpus, dtype=np.float32)
-        n, d = self.corpus.shape
+        if corpus is None:
+            if index is None:
+                raise GraftError("IVFCandidates needs the corpus's vectors or an index filled with them")
+            self.corpus = None
+            n, d = int(index.ntotal), int(index.d)
+        else:
+            self.corpus = np.ascontiguousarray(corpus, dtype=np.float32)
+            n, d = self.corpus.shape
+        self.n = n
         if index is None:
             lists = search.n_lists(n)
             quantizer = faiss.IndexFlatIP(d)
@@ -133,7 +142,7 @@ class IVFCandidates:
         """(b, c) int64 corpus rows of each query row's c best candidates, best first, equal scores by
         lower row (as `best_columns`). `self_rows`: per query, a corpus row never returned (its own)."""
         q = np.ascontiguousarray(query, dtype=np.float32)
-        b, n = q.shape[0], self.corpus.shape[0]
+        b, n = q.shape[0], self.n
         c = max(0, min(c, n - (1 if self_rows is not None else 0)))
         if b == 0 or c == 0:
             return np.zeros((b, c), dtype=np.int64)
@@ -147,7 +156,14 @@ class IVFCandidates:
         out = np.take_along_axis(found, order, axis=1)
         short = np.flatnonzero(~np.isfinite(np.take_along_axis(scores, order, axis=1)).all(axis=1))
         for r in short.tolist():  # fewer than c rows in the probed lists: this row searched exactly
-            row = q[r : r + 1] @ self.corpus.T
+            if self.corpus is not None:
+                row = q[r : r + 1] @ self.corpus.T
+            else:  # every list probed: an exact search over the vectors the index holds
+                row = np.full((1, n), -np.inf, dtype=np.float32)
+                params = _faiss().SearchParametersIVF(nprobe=int(self.index.nlist))
+                found_all, at = self.index.search(q[r : r + 1], n, params=params)
+                ok = at[0] >= 0
+                row[0, at[0][ok]] = found_all[0][ok]
             if self_rows is not None:
                 row[0, int(self_rows[r])] = -np.inf
             out[r] = best_columns(row, c)[0]
@@ -168,18 +184,23 @@ class IVFCandidates:
                 os.unlink(tmp)
 
     @classmethod
-    def read(cls, path: str | os.PathLike[str], corpus: np.ndarray, search: CandidateSearch) -> IVFCandidates:
-        """An index written by `write`, for the same corpus vectors.
+    def read(cls, path: str | os.PathLike[str], corpus: np.ndarray | None, search: CandidateSearch,
+             n: int | None = None) -> IVFCandidates:
+        """An index written by `write`, for the same corpus vectors (None: those it holds, which
+        must then number `n`).
 
         Raises:
             GraftError: the file is not a FAISS index, or holds another number of vectors.
         """
         faiss = _faiss()
-        try:
-            index = faiss.read_index(str(path))
+        try:  # memory-mapped: a query reads the lists it probes, not the whole file
+            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
         except RuntimeError as exc:
             raise GraftError(f"{path}: not a readable FAISS index ({str(exc).splitlines()[0]}); rebuild the "
                              "index") from None
+        if corpus is None and n is not None and int(index.ntotal) != n:
+            raise GraftError(f"{path}: the FAISS index holds {index.ntotal} vectors, the corpus {n} papers: it "
+                             "belongs to another build; rebuild the index")
         return cls(corpus, search, index=index)
 
 

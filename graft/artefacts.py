@@ -75,7 +75,18 @@ def load_csr(index: Path, rel: str, n: int | None = None) -> sp.csr_matrix:
         raise _fault(index, rel, f"its format is {fmt_text!r:.20}, not 'csr'")
     if shape.shape != (2,) or shape.dtype.kind not in "iu":
         raise _fault(index, rel, f"its shape {shape.tolist()!r:.40} is not two integers")
-    rows, cols = (int(v) for v in shape)
+    return checked_csr(index, rel, (int(shape[0]), int(shape[1])), indptr, indices, data, n)
+
+
+def checked_csr(index: Path, rel: str, shape: tuple[int, int], indptr: np.ndarray, indices: np.ndarray,
+                data: np.ndarray, n: int | None = None) -> sp.csr_matrix:
+    """A CSR matrix of these arrays (memory-mapped ones stay mapped: nothing is copied), after the
+    checks `load_csr` describes; the O(nnz) ones read `BLOCK_BYTES` at a time.
+
+    Raises:
+        ArtefactError: naming the file and the first fault found.
+    """
+    rows, cols = shape
     if rows != cols or rows < 0 or (n is not None and rows != n):
         want = f"({n}, {n})" if n is not None else "square"
         raise _fault(index, rel, f"its shape is ({rows}, {cols}), not {want}")
@@ -92,25 +103,28 @@ def load_csr(index: Path, rel: str, n: int | None = None) -> sp.csr_matrix:
         raise _fault(index, rel, f"its row pointers run from {indptr[0]} to {indptr[-1]}, not from 0 to {nnz}")
     if rows and bool((np.diff(indptr.astype(np.int64)) < 0).any()):
         raise _fault(index, rel, "its row pointers decrease (a row would have a negative length)")
-    if nnz:
-        low, high = int(indices.min()), int(indices.max())
+    step = max(1, BLOCK_BYTES // 4)
+    for start in range(0, nnz, step):
+        cut, w = indices[start:start + step], data[start:start + step]
+        low, high = int(cut.min()), int(cut.max())
         if low < 0 or high >= cols:
             bad = low if low < 0 else high
             raise _fault(index, rel, f"it holds column index {bad}, outside [0, {cols}) (the index's papers)")
-        finite = np.isfinite(data)
+        finite = np.isfinite(w)
         if not finite.all():
             raise _fault(index, rel, f"{int((~finite).sum())} of its {nnz} weights are not finite (NaN or inf)")
-        if data.min() < 0:
-            raise _fault(index, rel, f"it holds weight {float(data.min())}, below 0 (weights lie in [0, 1])")
+        if w.min() < 0:
+            raise _fault(index, rel, f"it holds weight {float(w.min())}, below 0 (weights lie in [0, 1])")
     index_dtype = np.int32 if max(nnz, cols) < np.iinfo(np.int32).max else np.int64
     return sp.csr_matrix((data.astype(np.float32, copy=False), indices.astype(index_dtype, copy=False),
                           indptr.astype(index_dtype, copy=False)), shape=(rows, cols))
 
 
-def check_vectors(array: np.ndarray, index: Path, rel: str, dim: int | None) -> np.ndarray:
+def check_vectors(array: np.ndarray, index: Path, rel: str, dim: int | None, *, scan: bool = True) -> np.ndarray:
     """`array` (an embedding matrix as loaded, often memory-mapped) after checking it is 2-D, of a
-    float type, with `dim` columns where that is known, and finite everywhere; read `BLOCK_BYTES` at
-    a time, so a memory-mapped file is checked without being copied.
+    float type, with `dim` columns where that is known, and (with `scan`) finite everywhere; read
+    `BLOCK_BYTES` at a time, so a memory-mapped file is checked without being copied. `scan` False:
+    a file already scanned whole (`graft.Index` records which), its header checked only.
 
     Raises:
         ArtefactError: naming the file and the fault.
@@ -121,6 +135,8 @@ def check_vectors(array: np.ndarray, index: Path, rel: str, dim: int | None) -> 
         raise _fault(index, rel, f"its vectors have {array.shape[1]} dimensions, the index's encoder {dim}")
     if array.dtype.itemsize not in _EXPONENT:
         raise _fault(index, rel, f"it holds {array.dtype}, not float16, float32 or float64")
+    if not scan:
+        return array
     bits, mask = _EXPONENT[array.dtype.itemsize]
     rows = max(1, BLOCK_BYTES // max(1, array.shape[1] * array.dtype.itemsize))
     for start in range(0, array.shape[0], rows):
@@ -132,14 +148,18 @@ def check_vectors(array: np.ndarray, index: Path, rel: str, dim: int | None) -> 
     return array
 
 
-def check_papers(papers: pl.DataFrame, index: Path, rel: str) -> pl.DataFrame:
+def check_papers(papers: pl.DataFrame, index: Path, rel: str, columns: tuple[str, ...] | None = None) -> pl.DataFrame:
     """papers.parquet: a unique, non-empty string `paper_id` per row, a string `title` and `abstract`
-    and an integer (or empty) `year`, the columns every reader takes.
+    and an integer (or empty) `year`, the columns every reader takes; `columns`: only these (a table
+    read with some of its columns, `graft.Index.paper_column`).
 
     Raises:
         ArtefactError: naming the file and the fault.
     """
-    _columns(papers, index, rel, {"paper_id": _STRING, "title": _STRING, "abstract": _STRING, "year": _INTEGER})
+    wanted = {"paper_id": _STRING, "title": _STRING, "abstract": _STRING, "year": _INTEGER}
+    _columns(papers, index, rel, {k: v for k, v in wanted.items() if columns is None or k in columns})
+    if columns is not None and "paper_id" not in columns:
+        return papers
     ids = papers["paper_id"]
     if ids.null_count() or (ids.str.len_chars() == 0).any():
         raise _fault(index, rel, "a paper has no id")

@@ -39,7 +39,7 @@ from graft.fusion import (
     text_run,
 )
 from graft.results import CitationEvidence, Evidence, Hit, QueryResult, TextEvidence
-from graft.teacher import TeacherConfig, symmetrise
+from graft.teacher import TeacherConfig
 
 if TYPE_CHECKING:
     from graft.index import Index
@@ -58,8 +58,8 @@ class CandidateFusion:
 
     @cached_property
     def walk(self) -> dict[str, sp.csr_matrix]:
-        """max(W_f, W_f^T) per facet, as the teacher walks the graph."""
-        return symmetrise(self.index.graphs)
+        """max(W_f, W_f^T) per facet, as the teacher walks the graph (`Index.walk_graphs`)."""
+        return self.index.walk_graphs
 
     def fuse_paper(self, paper_id: str, lists: dict[str, dict[str, float]], *, k: int = 20,
                    fusion: str = "graph-rrf", rrf_k: int = RRF_K,
@@ -172,7 +172,7 @@ class CandidateFusion:
             fused = keep_first(facet_fused, fuse(), citation_keep)
         cited = [int(e.doc) for e in fused[:k] if CITATION in e.terms]
         linked = dict(zip(cited, linked_first(links, first, cited)))
-        titles, years = self.index.papers["title"], self.index.papers["year"]
+        titles, years = self.index.paper_column("title"), self.index.paper_column("year")
         hits = []
         for rank, entry in enumerate(fused[:k], start=1):
             node = int(entry.doc)

@@ -213,12 +213,15 @@ def coupling_row_log(a: sp.csr_matrix, rescale: str = "pair") -> np.ndarray:
     return _row_max_log(_off_diagonal(a @ a.T), rescale)
 
 
-def external_citation_row(a: sp.csr_matrix, references: np.ndarray, row_log: np.ndarray) -> sp.csr_matrix:
+def external_citation_row(a: sp.csr_matrix, references: np.ndarray, row_log: np.ndarray, *,
+                          cited_by: sp.csr_matrix | None = None) -> sp.csr_matrix:
     """Citation score of a paper outside the corpus against every corpus paper (1 x n).
 
     A new paper is cited by no corpus paper, so only its bibliographic coupling with corpus papers
     (shared references) counts; its co-citation half is zero. Counts are rescaled per pair like
     corpus pairs, with `row_log` (from `coupling_row_log`) giving the corpus papers' constants.
+    `cited_by`: `a` transposed as CSR (`graft.Index.cited_by`), whose rows of the references are
+    all that is read; without it, `a` is transposed here.
     """
     n = a.shape[0]
     refs = np.unique(np.asarray(references, dtype=np.int64))
@@ -226,7 +229,8 @@ def external_citation_row(a: sp.csr_matrix, references: np.ndarray, row_log: np.
         return sp.csr_matrix((1, n), dtype=np.float32)
     r = sp.csr_matrix((np.ones(refs.size, dtype=np.float32), (np.zeros(refs.size, dtype=np.int64), refs)),
                       shape=(1, n))
-    shared = (r @ sp.csr_matrix(a, dtype=np.float32).T).tocsr()
+    by = cited_by if cited_by is not None else sp.csr_matrix(a, dtype=np.float32).T.tocsr()
+    shared = (r @ by).tocsr()
     shared.eliminate_zeros()
     if shared.nnz == 0:
         return sp.csr_matrix((1, n), dtype=np.float32)

@@ -13,14 +13,14 @@ import scipy.sparse as sp
 
 from graft.ann import IVFCandidates
 from graft.build_config import BuildConfig
-from graft.citations import TEXT_NEIGHBOURS, coupling_row_log, external_citation_row, text_coupling_row
+from graft.citations import TEXT_NEIGHBOURS, external_citation_row, text_coupling_row
 from graft.edges import GraphParams, external_facet_row
 from graft.encoder import embed_items
 from graft.errors import IndexFormatError, InputValidationError
 from graft.facets import FACETS, FacetItems
 from graft.fusion import CITATION_WEIGHT
 from graft.results import QueryResult
-from graft.similarity import group_items
+from graft.similarity import GatheredItems, group_items
 from graft.teacher import TeacherConfig
 from graft.text import paper_text
 
@@ -178,18 +178,11 @@ class CorpusScorer:
         return self.index.citation_links
 
     @cached_property
-    def _item_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The corpus's facet items: (vectors, owner rows, facets), read on first use (a walk of the
-        stored rows needs none of them)."""
-        index = self.index
-        return (np.asarray(index.item_embeddings, dtype=np.float32), index.item_rows,
-                index.facets["facet"].to_numpy())
-
-    @cached_property
-    def items(self) -> dict[str, Any]:
-        """Per facet, the corpus's items grouped by paper (`group_items`), as the build scores them."""
-        vectors, owner, facet_col = self._item_table
-        return {f: group_items(owner[facet_col == f], vectors[facet_col == f], self.index.n) for f in FACETS}
+    def items(self) -> dict[str, GatheredItems]:
+        """Per facet, the corpus's items grouped by paper as the build scores them, gathered from the
+        memory-mapped item vectors for the candidates a query scores (`Index.item_groups`)."""
+        vectors = self.index.item_embeddings
+        return {f: GatheredItems(vectors, *self.index.item_groups[f]) for f in FACETS}
 
     @cached_property
     def searchers(self) -> dict[str, IVFCandidates | None]:
@@ -202,8 +195,8 @@ class CorpusScorer:
         out: dict[str, IVFCandidates | None] = {}
         for facet in FACETS:
             path = self.index.path / "graph" / f"ann_{facet}.faiss"
-            pooled = self.items[facet].pooled
-            out[facet] = IVFCandidates.read(path, pooled, search) if path.is_file() else IVFCandidates(pooled, search)
+            out[facet] = (IVFCandidates.read(path, None, search, n=self.index.n) if path.is_file()
+                          else IVFCandidates(self.items[facet].pooled, search))
         return out
 
     @property
@@ -245,8 +238,12 @@ class CorpusScorer:
 
     def own_vectors(self, node: int) -> dict[str, np.ndarray]:
         """A corpus paper's facet items' vectors, per facet (as `embed_items` gives a new paper's)."""
-        vectors, owner, facet_col = self._item_table
-        return {f: vectors[(owner == node) & (facet_col == f)] for f in FACETS}
+        out = {}
+        for facet in FACETS:
+            indptr, rows = self.index.item_groups[facet]
+            mine = np.sort(np.asarray(rows[indptr[node]:indptr[node + 1]], dtype=np.int64))  # in table order
+            out[facet] = np.asarray(self.index.item_embeddings[mine], dtype=np.float32)
+        return out
 
     def paper_rows(self, node: int, cite: sp.csr_matrix, params: GraphParams | None = None,
                    ) -> dict[str, sp.csr_matrix]:
@@ -332,7 +329,7 @@ class ExternalScorer(CorpusScorer):
         super().__init__(index, feedback=feedback, citation_weight=citation_weight, teacher=teacher)
         self.facets_of = RecordFacets(index, encoder=encoder, extractor=extractor)
         self.encoder = self.facets_of.encoder
-        self.coupling_row_log = coupling_row_log(index.citation_matrix, self.config.citation_rescale)
+        self.coupling_row_log = index.coupling_row_log(self.config.citation_rescale)
         self.paper_vectors = self.facets_of.paper_vectors if text_neighbours > 0 else None
         #: M of text coupling in effect: 0 when switched off or the index has no paper embeddings
         self.text_neighbours = text_neighbours if self.paper_vectors is not None else 0
@@ -426,8 +423,9 @@ class ExternalScorer(CorpusScorer):
         refs = [self.reference_rows(rec) for rec in records]
         out = []
         for r in refs:
-            row = sp.csr_matrix(external_citation_row(self.index.citation_matrix, r, self.coupling_row_log),
-                                dtype=np.float32)
+            row = external_citation_row(self.index.citation_matrix, r, self.coupling_row_log,
+                                        cited_by=self.index.cited_by)
+            row = sp.csr_matrix(row, dtype=np.float32)
             out.append(row.maximum(self.link_share(r)) if len(r) else row)
         if self.text_neighbours and records:
             out = [row.maximum(coupled) for row, coupled in zip(out, self.facets_of.coupling_rows(

@@ -17,6 +17,7 @@ from graft.artefacts import (
     check_facets,
     check_papers,
     check_vectors,
+    checked_csr,
     load_csr,
 )
 from graft.errors import GraftError, IndexFormatError, QueryError
@@ -24,7 +25,7 @@ from graft.facets import FACETS
 from graft.fusion import CITATION
 from graft.manifest import read_manifest
 from graft.results import CitationEvidence, Evidence, Hit, QueryResult
-from graft.teacher import GraphTeacher, TeacherConfig
+from graft.teacher import GraphTeacher, TeacherConfig, symmetrise
 
 
 def _memmap(path: Path) -> np.ndarray:
@@ -69,6 +70,7 @@ class Index:
         #: papers and facet items the manifest says this build wrote (None: not recorded)
         self._expected_papers: int | None = int(papers) if isinstance(papers, (int, float)) else None
         self._expected_items: int | None = int(sum(items.values())) if isinstance(items, dict) else None
+        self._preparing = False  # `prepare_queries` running: derived query files are written
 
     @classmethod
     def open(cls, path: str | Path) -> Index:
@@ -153,9 +155,10 @@ class Index:
                                "read; open it again (Index.open) once the build has finished")
 
     # ---- artefacts -------------------------------------------------------------------------
-    def _read(self, rel: str, load: Callable[[Path], Any]) -> Any:
+    def _read(self, rel: str, load: Callable[[Path], Any], columns: tuple[str, ...] | None = None) -> Any:
         """`load` of the artefact `rel`; one that cannot be read (a damaged or truncated file) raises
-        IndexFormatError naming it and the rebuild, instead of the reader's own error."""
+        IndexFormatError naming it and the rebuild, instead of the reader's own error. `columns`: the
+        columns of papers.parquet `load` reads (None: all)."""
         path = self.path / rel
         self._inside(rel)
         self.check_version()
@@ -172,20 +175,48 @@ class Index:
         if rel in ("papers.parquet", "facets.parquet"):
             self._expect(rel, value.height, n if rel == "papers.parquet" else items)
             if rel == "papers.parquet":
-                return check_papers(value, self.path, rel)
+                return check_papers(value, self.path, rel, columns)
             # the check finds each item's paper row: `item_rows`, cached here (a cached_property's slot)
-            self.__dict__["item_rows"] = check_facets(value, self.papers["paper_id"], self.path, rel)
+            self.__dict__["item_rows"] = check_facets(value, self.paper_column("paper_id"), self.path, rel)
             return value
         if rel == "citations.parquet":
-            return check_citations(value, self.papers["paper_id"], self.path, rel)
+            return check_citations(value, self.paper_column("paper_id"), self.path, rel)
         if rel.endswith(".npz"):
             self._expect(rel, tuple(value.shape), None if n is None else (n, n))
         elif rel.startswith("embeddings/"):
             if value.ndim:
                 self._expect(rel, value.shape[0], n if rel == "embeddings/papers.npy" else items)
             dim = (self.manifest.get("embedding") or {}).get("dim")
-            return check_vectors(value, self.path, rel, dim if isinstance(dim, int) else None)
+            scanned = self._scanned(rel)
+            checked = check_vectors(value, self.path, rel, dim if isinstance(dim, int) else None, scan=not scanned)
+            if not scanned and self._preparing:
+                self._scanned(rel, record=True)
+            return checked
         return value
+
+    def _scanned(self, rel: str, *, record: bool = False) -> bool:
+        """Whether the vectors file `rel` of this build was already scanned whole for non-finite
+        values (`cache/query/scanned.json` names it with its size and modification time), so a large
+        index's gigabytes of vectors are read once, not at every open; `record`: name it there
+        (`prepare_queries` only: a query never writes into the index)."""
+        from graft.store import read_json, write_json
+
+        path, log = self.path / rel, self.path / "cache" / "query" / "scanned.json"
+        try:
+            stat = path.stat()
+            found = read_json(log) if log.is_file() else None
+        except (OSError, ValueError):
+            return False
+        files = found.get("files") if isinstance(found, dict) and found.get("version") == list(self.version) else None
+        files = files if isinstance(files, dict) else {}
+        mark = [stat.st_size, stat.st_mtime_ns]
+        if not record:
+            return files.get(rel) == mark
+        try:
+            write_json(log, {"version": list(self.version), "files": {**files, rel: mark}})
+        except OSError:
+            pass  # a folder this process cannot write: scanned again next time
+        return True
 
     def _csr(self, path: Path) -> sp.csr_matrix:
         """A graph of this index, its arrays checked for range (`graft.artefacts.load_csr`)."""
@@ -194,6 +225,18 @@ class Index:
     @cached_property
     def papers(self) -> pl.DataFrame:
         return self._read("papers.parquet", pl.read_parquet)
+
+    def paper_column(self, name: str) -> pl.Series:
+        """One column of papers.parquet (`paper_id`, `title`, `year`, ...), read alone and checked as
+        `papers` checks it: a query shows ids, titles and years, and a large corpus's abstracts are
+        most of the file. From `papers` where that is already read."""
+        if "papers" in self.__dict__:
+            return self.papers[name]
+        read = self.__dict__.setdefault("_paper_columns", {})
+        if name not in read:
+            frame = self._read("papers.parquet", lambda p: pl.read_parquet(p, columns=[name]), columns=(name,))
+            read[name] = frame[name]
+        return read[name]
 
     @cached_property
     def facets(self) -> pl.DataFrame:
@@ -261,7 +304,7 @@ class Index:
 
     @cached_property
     def paper_ids(self) -> list[str]:
-        return self.papers["paper_id"].to_list()
+        return self.paper_column("paper_id").to_list()
 
     @cached_property
     def row_of(self) -> dict[str, int]:
@@ -274,6 +317,14 @@ class Index:
     @cached_property
     def graphs(self) -> dict[str, sp.csr_matrix]:
         return {f: self._read(f"graph/{f}.npz", self._csr) for f in FACETS}
+
+    @cached_property
+    def walk_graphs(self) -> dict[str, sp.csr_matrix]:
+        """max(W_f, W_fᵀ) per facet: the graphs the teacher walks (`graft.teacher.symmetrise`), and
+        graph-RRF's support. Memory-mapped from `cache/query/` where the build wrote them
+        (`prepare_queries`), so a query reads the rows it walks, not the whole graphs; else made in
+        memory from `graphs`."""
+        return self._query_matrices("walk", lambda: symmetrise(self.graphs))
 
     @cached_property
     def citation_score(self) -> sp.csr_matrix:
@@ -296,22 +347,180 @@ class Index:
 
     @cached_property
     def citation_matrix(self) -> sp.csr_matrix:
-        """A[i, j] = 1 if paper i cites paper j (rebuilt from citations.parquet)."""
+        """A[i, j] = 1 if paper i cites paper j (made from citations.parquet; memory-mapped from
+        `cache/query/` as `walk_graphs` are)."""
+        return self._citation_matrices["cites"]
+
+    @cached_property
+    def cited_by(self) -> sp.csr_matrix:
+        """Aᵀ by rows: row j holds the papers that cite paper j (`citation_matrix` transposed)."""
+        return self._citation_matrices["cited_by"]
+
+    @cached_property
+    def _citation_matrices(self) -> dict[str, sp.csr_matrix]:
+        def made() -> dict[str, sp.csr_matrix]:
+            a = self._citations_from_table()
+            return {"cites": a, "cited_by": a.T.tocsr()}
+
+        return self._query_matrices("citations", made)
+
+    def coupling_row_log(self, rescale: str) -> np.ndarray:
+        """log(1 + largest bibliographic coupling count) of every paper (`graft.citations.coupling_row_log`:
+        how a paper outside the corpus has its coupling rescaled), kept as `_derived` arrays.
+
+        Raises:
+            ConfigError: an unknown `rescale`.
+        """
+        from graft.citations import RESCALE_MODES, coupling_row_log
+
+        if rescale not in RESCALE_MODES:
+            return coupling_row_log(self.citation_matrix, rescale)  # raises, naming the modes
+        n = self.n
+
+        def check(found: dict[str, np.ndarray]) -> np.ndarray:
+            v = found["row_log"]
+            if v.shape != (n,) or v.dtype.kind != "f" or not np.isfinite(v).all() or (n and v.min() < 0):
+                raise ArtefactError(f"index '{self.path}': cache/query/coupling-{rescale} is damaged")
+            return v
+
+        memo = self.__dict__.setdefault("_coupling_row_log", {})
+        if rescale not in memo:
+            memo[rescale] = self._derived(
+                f"coupling-{rescale}", lambda: {"row_log": coupling_row_log(self.citation_matrix, rescale)}, check)
+        return memo[rescale]
+
+    def _citations_from_table(self) -> sp.csr_matrix:
+        """A[i, j] = 1 if paper i cites paper j, from citations.parquet."""
         c = self.citations
-        try:
-            rows = np.array([self.row_of[p] for p in c["citing"].to_list()], dtype=np.int64)
-            cols = np.array([self.row_of[p] for p in c["cited"].to_list()], dtype=np.int64)
-        except KeyError as exc:
-            raise IndexFormatError(f"index '{self.path}': citations.parquet names paper {exc.args[0]!r}, which "
-                                   "papers.parquet lacks: the files belong to different builds; rebuild with "
-                                   f"`graft build CORPUS --out {self.path}`") from None
-        return sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(self.n, self.n))
+        ids = self.paper_column("paper_id")
+        node = pl.int_range(len(ids), eager=True, dtype=pl.Int64)
+        rows, cols = (c[name].replace_strict(ids, node, default=None) for name in ("citing", "cited"))
+        for name, found in (("citing", rows), ("cited", cols)):
+            if found.null_count():
+                raise IndexFormatError(f"index '{self.path}': citations.parquet names paper "
+                                       f"{c[name].filter(found.is_null()).first()!r}, which papers.parquet lacks: the "
+                                       f"files belong to different builds; rebuild with `graft build CORPUS --out "
+                                       f"{self.path}`")
+        return sp.csr_matrix((np.ones(len(rows), np.float32), (rows.to_numpy(), cols.to_numpy())),
+                             shape=(self.n, self.n))
 
     @cached_property
     def citation_links(self) -> sp.csr_matrix:
-        """Symmetric binary citation links: L[i, j] = 1 where i cites j or j cites i."""
-        a = self.citation_matrix
-        return ((a + a.T) > 0).astype(np.float32).tocsr()
+        """Symmetric binary citation links: L[i, j] = 1 where i cites j or j cites i (memory-mapped
+        from `cache/query/` as `walk_graphs` are)."""
+
+        def made() -> dict[str, sp.csr_matrix]:
+            a = self.citation_matrix
+            return {"links": ((a + a.T) > 0).astype(np.float32).tocsr()}
+
+        return self._query_matrices("links", made)["links"]
+
+    def _query_matrices(self, kind: str, make: Callable[[], dict[str, sp.csr_matrix]]) -> dict[str, sp.csr_matrix]:
+        """n x n matrices derived from this build's artefacts (`kind`: "walk" or "links"), kept as
+        `_derived` arrays and range-checked as graphs are (`graft.artefacts.checked_csr`)."""
+        n = self.n
+
+        def arrays() -> dict[str, np.ndarray]:
+            return {f"{name}.{part}": getattr(m, part) for name, m in make().items()
+                    for part in ("indptr", "indices", "data")}
+
+        def matrices(found: dict[str, np.ndarray]) -> dict[str, sp.csr_matrix]:
+            names = sorted({key.rsplit(".", 1)[0] for key in found})
+            return {name: checked_csr(self.path, f"cache/query/{kind}/{name}", (n, n), found[f"{name}.indptr"],
+                                      found[f"{name}.indices"], found[f"{name}.data"], n) for name in names}
+
+        return self._derived(kind, arrays, matrices)
+
+    def _derived(self, kind: str, make: Callable[[], dict[str, np.ndarray]],
+                 check: Callable[[dict[str, np.ndarray]], Any]) -> Any:
+        """`check` of arrays derived from this build's artefacts, for queries to read without loading
+        those whole: memory-mapped from `cache/query/{kind}/` when they were written for this build
+        (its `version`) and pass `check` (which raises ArtefactError otherwise); else `make()`, kept
+        in memory, and under `prepare_queries` (the build's last step) written there atomically (the
+        record of the build last) for later processes. A query never writes into the index."""
+        from graft.store import read_json, write_json, write_npy
+
+        folder = self.path / "cache" / "query" / kind
+        record = folder / "build.json"
+        try:
+            found = read_json(record) if record.is_file() else None
+        except (OSError, ValueError):
+            found = None
+        if isinstance(found, dict) and found.get("version") == list(self.version) and found.get("names"):
+            try:
+                out = {}
+                for name in found["names"]:
+                    rel = f"cache/query/{kind}/{name}.npy"
+                    self._inside(rel)
+                    out[name] = np.load(self.path / rel, mmap_mode="r")
+                self.check_version()
+                return check(out)
+            except (OSError, ValueError, ArtefactError):
+                pass  # a file missing, cut short or damaged: made again below
+        made = make()
+        if not self._preparing:
+            return check(made)
+        try:
+            record.unlink(missing_ok=True)
+            for name, array in made.items():
+                write_npy(folder / f"{name}.npy", np.asarray(array))
+            write_json(record, {"version": list(self.version), "names": sorted(made)})
+        except OSError:
+            pass  # a folder this process cannot write: the arrays stay in memory
+        return check(made)
+
+    def prepare_queries(self) -> int:
+        """Write what a query reads besides the index's own files, as the build does after writing
+        them: the walk graphs, citation links and matrices, item groups and coupling constants under
+        `cache/query/` (memory-mapped by later processes), and the vectors' one whole scan. An index
+        without them (built before they existed) answers the same, making them in memory. Returns
+        the number of parts made or found."""
+        rescale = str(self.build_setting("citation_rescale", "pair"))
+        for name in ("walk_graphs", "citation_links", "_citation_matrices", "citation_matrix", "cited_by",
+                     "item_groups", "_coupling_row_log", "item_embeddings", "paper_embeddings",
+                     "item_text_embeddings"):
+            self.__dict__.pop(name, None)  # read before: made again, and written this time
+        self._preparing = True
+        try:
+            parts = [self.walk_graphs, self.citation_links, self.cited_by, self.item_groups,
+                     self.coupling_row_log(rescale), self.item_embeddings, self.paper_embeddings]
+            if (self.path / "embeddings" / "items_alone.npy").is_file():
+                parts.append(self.item_text_embeddings)
+        finally:
+            self._preparing = False
+        return len(parts)
+
+    @cached_property
+    def item_groups(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per facet, (indptr, rows): paper p's items of the facet are the `facets` rows (and item
+        embedding rows) `rows[indptr[p]:indptr[p + 1]]`, in item order. Kept as `_derived` arrays, so
+        a query outside the corpus gathers its candidates' items without reading `facets` whole."""
+        n, m = self.n, self._expected_items
+
+        def make() -> dict[str, np.ndarray]:
+            table = self.facets.select("facet", "item_idx").with_row_index("row").with_columns(
+                owner=pl.Series(self.item_rows))
+            out = {}
+            for facet in FACETS:
+                mine = table.filter(pl.col("facet") == facet).sort(["owner", "item_idx", "row"])
+                owner = mine["owner"].to_numpy()
+                out[f"{facet}.indptr"] = np.searchsorted(owner, np.arange(n + 1)).astype(np.int64)
+                out[f"{facet}.rows"] = mine["row"].to_numpy().astype(np.int64)
+            return out
+
+        def check(found: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+            groups = {}
+            for facet in FACETS:
+                indptr, rows = found[f"{facet}.indptr"], found[f"{facet}.rows"]
+                if indptr.ndim != 1 or len(indptr) != n + 1 or indptr.dtype.kind not in "iu" \
+                        or rows.ndim != 1 or rows.dtype.kind not in "iu" \
+                        or (n and (indptr[0] != 0 or indptr[-1] != len(rows) or (np.diff(indptr) < 0).any())) \
+                        or (len(rows) and (int(rows.min()) < 0 or (m is not None and int(rows.max()) >= m))):
+                    raise ArtefactError(f"index '{self.path}': cache/query/items/{facet} is damaged")
+                groups[facet] = (indptr, rows)
+            return groups
+
+        return self._derived("items", make, check)
 
     def channel_weight(self, weight: float) -> float:
         """The citation channel's weight W in effect on this index: `weight`, or 0 for an index
@@ -359,14 +568,14 @@ class Index:
         config = config or TeacherConfig()
         if config not in self._teachers:
             links = self.citation_links if config.citation_weight > 0 else None
-            self._teachers[config] = GraphTeacher(self.graphs, config, links, ids=self.paper_ids)
+            graphs = self.walk_graphs if config.symmetric else self.graphs
+            self._teachers[config] = GraphTeacher(graphs, config, links, ids=self.paper_ids, walked=config.symmetric)
         return self._teachers[config]
 
     def _hits(self, fused: list[tuple[int, float, dict[str, float]]], per_facet: dict) -> list[Hit]:
         """Hits of a teacher's fusion (`GraphTeacher.retrieve`), the citation channel's part as
         `Hit.citation`."""
-        titles = self.papers["title"]
-        years = self.papers["year"]
+        titles, years = self.paper_column("title"), self.paper_column("year")
         hits = []
         for rank, (node, score, terms) in enumerate(fused, start=1):
             evidence, citation = {}, None

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +33,72 @@ class FacetItemsMatrix:
     @property
     def n(self) -> int:
         return self.padded.shape[0]
+
+
+class GatheredItems:
+    """One facet's items grouped by paper, as `FacetItemsMatrix` holds them, gathered from the item
+    vectors (memory-mapped) for the papers asked only: `padded[papers]` and `mask[papers]` (padded to
+    the most items among those papers), and `pooled` made whole on first use (the exact prefilter
+    of a small corpus reads it; a FAISS index does not). What a query outside the corpus scores its
+    candidates against without grouping a large corpus's items whole (`group_items`: n x L x d).
+
+    Args:
+        vectors: (m, d) unit item vectors (`graft.Index.item_embeddings`).
+        indptr, rows: paper p's items are `vectors[rows[indptr[p]:indptr[p + 1]]]`
+            (`graft.Index.item_groups`).
+    """
+
+    def __init__(self, vectors: np.ndarray, indptr: np.ndarray, rows: np.ndarray) -> None:
+        self.vectors, self.indptr, self.rows = vectors, indptr, rows
+        self.padded = _Gather(self, 0)
+        self.mask = _Gather(self, 1)
+        self._last: tuple[bytes, tuple[np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.indptr) - 1
+
+    def gather(self, papers: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(padded (P, L, d) float32, mask (P, L)) of the papers `papers` (rows of the corpus)."""
+        papers = np.atleast_1d(np.arange(self.n)[papers] if isinstance(papers, slice) else
+                               np.asarray(papers, dtype=np.int64))
+        key = papers.tobytes()
+        if self._last is not None and self._last[0] == key:  # padded[c] and then mask[c]: gathered once
+            return self._last[1]
+        start = np.asarray(self.indptr[papers], dtype=np.int64)
+        counts = np.asarray(self.indptr[papers + 1], dtype=np.int64) - start
+        width = max(1, int(counts.max()) if len(counts) else 1)
+        slot = np.arange(width)
+        mask = slot[None, :] < counts[:, None]
+        padded = np.zeros((len(papers), width, self.vectors.shape[1]), dtype=np.float32)
+        at = np.asarray(self.rows[(start[:, None] + slot[None, :])[mask]], dtype=np.int64)
+        order = np.argsort(at, kind="stable")  # a memory-mapped file read in row order
+        picked = np.empty((len(at), self.vectors.shape[1]), dtype=np.float32)
+        picked[order] = self.vectors[at[order]]
+        padded[mask] = picked
+        self._last = (key, (padded, mask))
+        return padded, mask
+
+    @cached_property
+    def pooled(self) -> np.ndarray:
+        """(n, d) float32: each paper's items summed and L2-normalised (zero rows without items), as
+        `group_items` pools them; made in blocks of papers."""
+        out = np.zeros((self.n, self.vectors.shape[1]), dtype=np.float32)
+        for lo in range(0, self.n, 8192):
+            padded, _ = self.gather(np.arange(lo, min(self.n, lo + 8192)))
+            out[lo:lo + len(padded)] = padded.sum(axis=1)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+
+class _Gather:
+    """`GatheredItems.padded` / `.mask`: indexed by corpus rows, gathers them."""
+
+    def __init__(self, items: GatheredItems, part: int) -> None:
+        self.items, self.part = items, part
+
+    def __getitem__(self, papers: Any) -> np.ndarray:
+        return self.items.gather(papers)[self.part]
 
 
 def group_items(owner: np.ndarray, vectors: np.ndarray, n: int, max_items: int | None = None) -> FacetItemsMatrix:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import polars as pl
 import scipy.sparse as sp
 
 from graft.config import config_from_dict, type_problems
@@ -87,12 +88,15 @@ class GraphTeacher:
         links: n x n symmetric 0/1 citation links, needed by the citation channel (config W > 0).
         ids: the paper id of each row; equal scores, in a facet's list and in the fusion, are then
             ordered by paper id, as in TREC run files (without it, by row, and the fusion by `str(row)`).
+        walked: `graphs` are already the walk matrices (symmetrised where `config.symmetric`:
+            `graft.Index.walk_graphs`), taken as they are.
     Raises:
         ValueError: W > 0 without `links`, W < 0, or `ids` not one per row.
     """
 
     def __init__(self, graphs: dict[str, sp.csr_matrix], config: TeacherConfig | None = None,
-                 links: sp.csr_matrix | None = None, ids: Sequence[str] | None = None) -> None:
+                 links: sp.csr_matrix | None = None, ids: Sequence[str] | None = None, *,
+                 walked: bool = False) -> None:
         self.config = config or TeacherConfig()
         self.tie: Callable[[Hashable], Any] = str
         if self.config.citation_weight < 0:
@@ -101,7 +105,8 @@ class GraphTeacher:
             raise ConfigError("the citation channel (citation_weight > 0) needs the citation links")
         self.links = links
         self.walk: dict[str, sp.csr_matrix] = (
-            symmetrise(graphs) if self.config.symmetric
+            dict(graphs) if walked
+            else symmetrise(graphs) if self.config.symmetric
             else {f: sp.csr_matrix(g, dtype=np.float32) for f, g in graphs.items()}
         )
         self.n = next(iter(self.walk.values())).shape[0] if self.walk else 0
@@ -111,7 +116,8 @@ class GraphTeacher:
         if ids is not None:
             if len(ids) != self.n:
                 raise ConfigError(f"ids: {len(ids)} paper ids for {self.n} rows")
-            self.tie_rank[np.argsort(np.asarray(ids, dtype=object), kind="stable")] = np.arange(self.n)
+            # polars sorts strings by their UTF-8 bytes: code point order, as Python compares them (ids are unique)
+            self.tie_rank[pl.Series(ids, dtype=pl.String).arg_sort().to_numpy()] = np.arange(self.n)
             self.tie = self.tie_rank.__getitem__
 
     def node_rows(self, node: int) -> dict[str, sp.csr_matrix]:

@@ -635,6 +635,10 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
                  extra={"peak_rss_bytes": reporter.peaks(), "load_report": corpus.report.as_dict(),
                         "reused_checkpoints": reused, **(extra or {})})
     read_manifest(out)  # the index must open after a build
+    with reporter.stage("query files", unit="files") as adv:
+        from graft.index import Index
+
+        adv(Index.open(out).prepare_queries())
     for compact in work.compactions:
         compact()
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
