@@ -11,7 +11,12 @@ computes it. The facet graphs are the build's own where `--graphs` holds them
 sharing its first source paper (a topic of ~N/6,500 papers) with random weights: the query path's cost
 depends on the graphs' shapes (n, K edges a row, topic-local neighbourhoods), not on which edges they are.
 With FAISS candidates (from 50,000 papers on) each facet's IVF index is trained and written as the build
-writes it. The index follows the index contract and opens with `graft.Index.open`.
+writes it. The index follows the index contract and opens with `graft.Index.open`. `--coupling-cap M`
+counts bibliographic coupling and co-citation (the citation score and the coupling constants) through
+references cited by at most M papers: the synthetic corpus's citations are heavy-tailed as real ones
+are, and at 10^6 papers the most cited are cited tens of thousands of times, each coupling every pair
+of its citers (the sum of squared in-degrees, 8 * 10^7 pairs at 10^5 papers, grows past what 23 GB
+holds); the citation links and matrices a query reads stay whole.
 
 Timing: each measurement is a fresh process (its peak RSS is its own): open (`Index.open` and the
 artefacts a first query reads), a corpus paper's query (the first and the median of the next ones, the
@@ -20,7 +25,7 @@ read, items embedded, candidates searched and scored, the teacher's walk), and t
 `graft query IDX --paper P` command.
 
     python -m experiments.query_scale assemble --corpus /tmp/synth-1e6.jsonl.gz --index CS768_INDEX --out IDX
-        [--graphs DIR] [--items 2] [--top-k 20]
+        [--graphs DIR] [--items 2] [--top-k 20] [--coupling-cap 200]
     python -m experiments.query_scale time --indexes IDX1,IDX2 [--queries 20] [--name NAME]
 
 `time` writes docs/results/query_scale{NAME}.{md,json}.
@@ -55,7 +60,7 @@ def _records(corpus: str):
 
 
 def assemble(corpus: str, real_index: str, out: str, *, graphs: str | None, items: int, top_k: int,
-             seed: int = 0) -> dict:
+             coupling_cap: int = 0, seed: int = 0) -> dict:
     """Write the benchmark index at `out`; returns its counts and the seconds each part took."""
     import polars as pl
     import scipy.sparse as sp
@@ -116,7 +121,12 @@ def assemble(corpus: str, real_index: str, out: str, *, graphs: str | None, item
     citing = np.asarray([i for i, rs in enumerate(refs) for _ in rs], dtype=np.int64)
     cited = np.asarray([row_of[r] for rs in refs for r in rs], dtype=np.int64)
     a = citation_matrix(citing, cited, n)
-    signals = citation_signals(a)
+    scored = a
+    if coupling_cap:  # references cited by more papers couple too many pairs to count (see the docstring)
+        indegree = np.asarray(a.sum(axis=0)).ravel()
+        scored = (a @ sp.diags((indegree <= coupling_cap).astype(np.float32))).tocsr()
+        scored.eliminate_zeros()
+    signals = citation_signals(scored)
     timings["citations"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -164,9 +174,13 @@ def assemble(corpus: str, real_index: str, out: str, *, graphs: str | None, item
         made[f] = g.tocsr()
         write_npz(root / "graph" / f"{f}.npz", made[f])
         if approximate:
-            sel = facet_col == f
+            mine = np.flatnonzero(facet_col == f)  # in owner order
             pooled = np.zeros((n, d), dtype=np.float32)
-            np.add.at(pooled, owner_a[sel], np.asarray(vecs[np.flatnonzero(sel)], dtype=np.float32))
+            for lo in range(0, len(mine), CHUNK):
+                part = mine[lo:lo + CHUNK]
+                who = owner_a[part]
+                starts = np.flatnonzero(np.r_[True, who[1:] != who[:-1]])
+                pooled[who[starts]] += np.add.reduceat(np.asarray(vecs[part], dtype=np.float32), starts, axis=0)
             norms = np.linalg.norm(pooled, axis=1, keepdims=True)
             pooled = np.divide(pooled, norms, out=np.zeros_like(pooled), where=norms > 0)
             IVFCandidates(pooled, params.candidates).write(root / "graph" / f"ann_{f}.faiss")
@@ -194,6 +208,13 @@ def assemble(corpus: str, real_index: str, out: str, *, graphs: str | None, item
     index = Index.open(root)
     if hasattr(index, "prepare_queries"):  # what the build writes after the index: the query files
         t0 = time.perf_counter()
+        if coupling_cap:  # the coupling constants of the same capped counts as the citation score
+            from graft.citations import coupling_row_log
+
+            index._preparing = True
+            index._derived(f"coupling-{config.citation_rescale}",
+                           lambda: {"row_log": coupling_row_log(scored, config.citation_rescale)}, lambda x: x)
+            index._preparing = False
         index.prepare_queries()
         timings["query files"] = time.perf_counter() - t0
     return {"papers": n, "items": len(picked_a), "citations": int(a.nnz), **{f"{k} s": v for k, v in timings.items()}}
@@ -285,13 +306,17 @@ def cli_wall(index: str, runs: int = 3) -> float:
     return statistics.median(walls)
 
 
-def time_indexes(indexes: list[str], queries: int, timeout: int) -> list[dict]:
+def time_indexes(indexes: list[str], queries: int, timeout: int, parts: tuple[str, ...] = ("open", "paper", "text"),
+                 ) -> list[dict]:
     rows = []
     for index in indexes:
         import pyarrow.parquet as pq
 
         row: dict = {"index": index, "papers": pq.read_metadata(Path(index) / "papers.parquet").num_rows}
         for what in ("open", "paper", "text"):
+            if what not in parts:
+                row[what] = {"error": "not run"}
+                continue
             cmd = [sys.executable, "-m", "experiments.query_scale", "probe", "--index", index, "--what", what,
                    "--queries", str(queries)]
             try:
@@ -329,10 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--graphs", help="folder of experiments/scale_graph.py's graphs of this corpus (else synthetic)")
     a.add_argument("--items", type=int, default=2, help="items a facet per paper, at most")
     a.add_argument("--top-k", type=int, default=20)
+    a.add_argument("--coupling-cap", type=int, default=0,
+                   help="count coupling and co-citation through references cited by at most this many papers (0: all)")
     t = sub.add_parser("time", help="time opening and querying indexes")
     t.add_argument("--indexes", required=True, help="index folders, comma-separated, smallest first")
     t.add_argument("--queries", type=int, default=20)
     t.add_argument("--timeout", type=int, default=1200, help="seconds a measurement may take")
+    t.add_argument("--parts", default="open,paper,text", help="measurements to make (comma-separated)")
     t.add_argument("--name", default="")
     add_results_argument(t)
     p = sub.add_parser("probe")
@@ -342,13 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "assemble":
         t0 = time.perf_counter()
-        res = assemble(args.corpus, args.index, args.out, graphs=args.graphs, items=args.items, top_k=args.top_k)
+        res = assemble(args.corpus, args.index, args.out, graphs=args.graphs, items=args.items, top_k=args.top_k,
+                       coupling_cap=args.coupling_cap)
         print(json.dumps({**res, "seconds": round(time.perf_counter() - t0, 1), "peak_rss_mib": _peak()}))
         return 0
     if args.cmd == "probe":
         print(json.dumps(probe(args.index, args.what, args.queries, seed=0)))
         return 0
-    rows = time_indexes(args.indexes.split(","), args.queries, args.timeout)
+    rows = time_indexes(args.indexes.split(","), args.queries, args.timeout, tuple(args.parts.split(",")))
     meta = {"date": dt.date.today().isoformat(), "cpus": os.cpu_count(), "machine": platform.machine(),
             "python": platform.python_version(),
             "command": "python -m experiments.query_scale " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -348,8 +348,8 @@ class Encoder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.device = resolve_device(device)
         target = resolve_backend(backend, self.device)
-        #: the backend in use, "torch" or "onnx" (recorded in the build's manifest); an "auto"
-        #: encoder starts on torch and moves to onnx with its first bulk call
+        #: the backend in use, "torch", "onnx" or "numpy" (a static model; `graft.encoder_static`), recorded
+        #: in the build's manifest; an "auto" encoder starts on torch and moves to onnx with its first bulk call
         self.backend = "torch"
         self.path = resolve_model_path(model)
         self.name = DEFAULT_MODEL if self.path == default_model_path() else self.path
@@ -379,6 +379,15 @@ class Encoder:
                 self._onnx, self.backend, self.dim = stored, "onnx", stored.spec.dim
                 self.reads_context = True
                 return
+        from graft.encoder_static import StaticTable, static_layout
+
+        if self.device == "cpu" and backend != "torch" and static_layout(self.path):
+            # a static model: its table in NumPy, with neither torch nor transformers imported
+            self._onnx, self.backend = StaticTable(self.path), "numpy"
+            self.dim, self.reads_context = self._onnx.dim, False
+            if batch_size is None:  # a table look-up per token: large batches are cheap
+                self.batch_size = STATIC_BATCH_SIZE
+            return
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
 

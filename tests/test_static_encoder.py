@@ -22,9 +22,13 @@ def test_a_distilled_static_encoder_ranks_like_its_teacher_and_loads_in_graft(tm
 
     info = distill(None, tmp_path / "static", dims=32, sample=TEXTS, only_sample_tokens=True)
     assert info["dims"] == 32 and info["weighted"] and 30 < info["tokens"] < 100
-    static = Encoder(str(tmp_path / "static"))
+    static = Encoder(str(tmp_path / "static"), backend="torch")
     assert static.dim == 32 and static.backend == "torch" and not static._onnx_due  # nothing to export
     v = static.encode(TEXTS[:6])
+    # on the CPU it runs in NumPy by default, without sentence-transformers, to the same vectors
+    fast = Encoder(str(tmp_path / "static"))
+    assert fast.backend == "numpy" and fast.model is None and fast.dim == 32
+    np.testing.assert_allclose(fast.encode(TEXTS[:6] + [""]), np.vstack([v, np.zeros((1, 32))]), atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     # neighbours agree with the transformer's: each text's nearest other text is its pair's
     nearest = lambda m: np.argsort(-(m @ m.T - 2 * np.eye(6)), axis=1)[:, 0].tolist()  # noqa: E731
@@ -50,9 +54,10 @@ def test_a_distilled_static_encoder_ranks_like_its_teacher_and_loads_in_graft(tm
     assert not table[tok.convert_tokens_to_ids("piano")].any()  # not in the sample: left out
 
     # texts are not read in context by a model without token states: every item keeps its own vector
-    docs, _, found = static.read_in_context(TEXTS[:1], [[(0, 5)]])
-    assert not found.any()
-    np.testing.assert_allclose(docs[0], v[0], atol=1e-6)
+    for model in (static, fast):
+        docs, _, found = model.read_in_context(TEXTS[:1], [[(0, 5)]])
+        assert not found.any()
+        np.testing.assert_allclose(docs[0], v[0], atol=1e-6)
 
     with pytest.raises(GraftError, match="dims must lie in"):
         distill(None, tmp_path / "bad", dims=500, sample=TEXTS, only_sample_tokens=True)
