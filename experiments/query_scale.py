@@ -381,8 +381,15 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": dt.date.today().isoformat(), "cpus": os.cpu_count(), "machine": platform.machine(),
             "python": platform.python_version(),
             "command": "python -m experiments.query_scale " + " ".join(argv if argv is not None else sys.argv[1:])}
+    report(args.results, f"query_scale{args.name}", meta, rows)
+    return 0
+
+
+def report(results: str, stem: str, meta: dict, rows: list[dict]) -> None:
+    """The table of `time`'s rows (`{stem}.md` and `.json` in `results`)."""
+    commands = meta["command"] if isinstance(meta["command"], list) else [meta["command"]]
     lines = ["# Querying large indexes: open, a corpus paper, a new paper's text", "",
-             f"Command: `{meta['command']}`  ",
+             *(f"Command: `{c}`  " for c in commands),
              f"Date: {meta['date']} · {meta['cpus']} cores, {meta['machine']}, Python {meta['python']}", "",
              "| papers | open s | open MiB | --paper first s | --paper p50 s | --paper MiB | --text first s "
              "| --text p50 s | --text MiB | `graft query --paper` s |",
@@ -395,8 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{'—' if r.get('cli_s') is None else format(r['cli_s'], '.2f')} |")
     lines += ["", "first: the first query in a fresh process after `Index.open` (what it loads on first use); p50: the "
               "median of the next ones; MiB: the process's peak resident memory; the last column a whole command."]
-    write_tables(args.results, f"query_scale{args.name}", meta, rows, lines)
-    return 0
+    write_tables(results, stem, meta, rows, lines)
 
 
 if __name__ == "__main__":
