@@ -101,17 +101,17 @@ def paper_card(index: Index, paper_id: str, k: int = 5) -> dict[str, Any]:
         GraftError: the id is not in the index.
     """
     node = index.row(paper_id)
-    meta = index.papers.row(node, named=True)
-    cites = index.citations
-    titles = index.papers["title"]
+    meta = index.paper_record(node)
+    titles = index.paper_column("title")
     edges: dict[str, list[dict[str, Any]]] = {}
     for facet in FACETS:
         row = index.graphs[facet].getrow(node)
         order = np.lexsort((row.indices, -row.data))[:k]  # heaviest first, ties by row
         edges[facet] = [{"paper_id": index.paper_ids[int(j)], "title": titles[int(j)],
                          "weight": round(float(w), 4)} for j, w in zip(row.indices[order], row.data[order])]
-    cited = sorted(cites.filter(cites["citing"] == paper_id)["cited"].to_list())
-    citing = sorted(cites.filter(cites["cited"] == paper_id)["citing"].to_list())
+    ids = index.paper_ids
+    cited = sorted(ids[int(j)] for j in index.citation_matrix[node].indices)
+    citing = sorted(ids[int(j)] for j in index.cited_by[node].indices)
     return {"paper_id": paper_id, "title": meta.get("title"), "year": meta.get("year"), "venue": meta.get("venue"),
             "facets": index.paper_facets(paper_id), "references_in_corpus": len(cited),
             "cited_by_in_corpus": len(citing), "cites": cited, "cited_by": citing, "edges": edges}

@@ -551,11 +551,78 @@ class Index:
         Raises:
             GraftError: the id is not in the index (`row`).
         """
-        self.row(paper_id)  # an unknown id is an error, not a paper without items
-        rows = self.facets.filter(pl.col("paper_id") == paper_id).sort(["facet", "item_idx"])
+        node = self.row(paper_id)  # an unknown id is an error, not a paper without items
         out: dict[str, list[str]] = {f: [] for f in FACETS}
-        for facet, text in zip(rows["facet"].to_list(), rows["text"].to_list()):
-            out[facet].append(text)
+        if "facets" in self.__dict__ or not (self.path / "cache" / "query" / "items" / "build.json").is_file():
+            rows = self.facets.filter(pl.col("paper_id") == paper_id).sort(["facet", "item_idx"])
+            for facet, text in zip(rows["facet"].to_list(), rows["text"].to_list()):
+                out[facet].append(text)
+            return out
+        mine = {f: np.asarray(rows[indptr[node]:indptr[node + 1]], dtype=np.int64)  # in item order
+                for f, (indptr, rows) in self.item_groups.items()}
+        texts = iter(self.facet_texts(np.concatenate([mine[f] for f in FACETS])))
+        return {f: [next(texts) for _ in mine[f]] for f in FACETS}
+
+    def facet_texts(self, rows: np.ndarray) -> list[str]:
+        """The `text` of `facets.parquet` rows `rows`, reading only the row groups that hold them (from
+        `facets` where that is already read): a large corpus's items are not read whole for one
+        paper's.
+
+        Raises:
+            IndexFormatError: the file cannot be read, or its `text` column holds no strings.
+        """
+        if "facets" in self.__dict__:
+            return self.facets["text"].gather(np.asarray(rows, dtype=np.int64)).to_list()
+        return self._cells("facets.parquet", "text", rows, text=True)
+
+    def paper_record(self, node: int) -> dict[str, Any]:
+        """Title, year and venue (None where the index has no venues) of the paper in row `node`,
+        read from the row group that holds it (from `papers` where that is already read)."""
+        if "papers" in self.__dict__:
+            row = self.papers.row(node, named=True)
+            return {k: row.get(k) for k in ("title", "year", "venue")}
+        import pyarrow.parquet as pq
+
+        names = pq.read_schema(self.path / "papers.parquet").names
+        return {"title": self._cells("papers.parquet", "title", [node], text=True)[0],
+                "year": self._cells("papers.parquet", "year", [node])[0],
+                "venue": self._cells("papers.parquet", "venue", [node])[0] if "venue" in names else None}
+
+    def _cells(self, rel: str, column: str, rows: Any, *, text: bool = False) -> list[Any]:
+        """Values of `column` of the Parquet artefact `rel` at `rows`, reading only that column of the
+        row groups that hold them; `text`: the column must hold strings.
+
+        Raises:
+            IndexFormatError: the file cannot be read, a row past its end, or (with `text`) a column
+                of another type.
+        """
+        import pyarrow.parquet as pq
+        import pyarrow.types as pat
+
+        rows = np.asarray(rows, dtype=np.int64)
+        self._inside(rel)
+        try:
+            meta = pq.ParquetFile(self.path / rel)
+            starts = np.cumsum([0] + [meta.metadata.row_group(g).num_rows for g in range(meta.num_row_groups)])
+            if len(rows) and (rows.min() < 0 or rows.max() >= starts[-1]):
+                raise IndexFormatError(f"index '{self.path}': {rel} has {starts[-1]} rows, not row {rows.max()}")
+            out: list[Any] = [None] * len(rows)
+            group = np.searchsorted(starts, rows, side="right") - 1
+            for g in np.unique(group).tolist():
+                values = meta.read_row_group(g, columns=[column]).column(column)
+                if text and not (pat.is_string(values.type) or pat.is_large_string(values.type)):
+                    raise ArtefactError(f"index '{self.path}': {rel} is damaged: its column '{column}' holds "
+                                        f"{values.type}, not text; rebuild the index with `graft build CORPUS "
+                                        f"--out {self.path}`")
+                at = np.flatnonzero(group == g)
+                for i, value in zip(at.tolist(), values.take(rows[at] - starts[g]).to_pylist()):
+                    out[i] = value
+        except IndexFormatError:
+            raise
+        except Exception as exc:
+            raise IndexFormatError(f"index '{self.path}': {rel} cannot be read ({type(exc).__name__}: {exc}); "
+                                   f"rebuild the index with `graft build CORPUS --out {self.path}`") from exc
+        self.check_version()
         return out
 
     # ---- retrieval -------------------------------------------------------------------------

@@ -174,3 +174,29 @@ def test_text_queries_read_the_items_of_their_candidates_only(index) -> None:
     np.save(index / "embeddings" / "items.npy", vecs)  # changed: scanned again, and refused
     with pytest.raises(IndexFormatError, match="row 2 is not finite"):
         Index.open(index).item_embeddings  # noqa: B018
+
+
+def test_one_papers_items_are_read_from_their_row_groups(index) -> None:
+    """`paper_facets` of a paper reads the text of the row groups that hold its items only, the same
+    items in the same order as from `facets` read whole."""
+    import polars as pl
+
+    whole = Index.open(index)
+    whole.facets  # noqa: B018 - read whole: the reference
+    table = pl.read_parquet(index / "facets.parquet")
+    table.write_parquet(index / "facets.parquet", row_group_size=16)  # several row groups
+    lean = Index.open(index)
+    for pid in whole.paper_ids[::7]:
+        assert lean.paper_facets(pid) == whole.paper_facets(pid)
+        assert any(whole.paper_facets(pid).values())
+    assert "facets" not in lean.__dict__
+    rows = np.array([5, 0, 33, 17])
+    assert lean.facet_texts(rows) == table["text"].gather(rows).to_list()
+    papers = pl.read_parquet(index / "papers.parquet")
+    papers.write_parquet(index / "papers.parquet", row_group_size=8)
+    lean = Index.open(index)
+    for node in (0, 9, 39):
+        want = papers.row(node, named=True)
+        assert lean.paper_record(node) == {k: want.get(k) for k in ("title", "year", "venue")}
+    assert "papers" not in lean.__dict__
+
