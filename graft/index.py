@@ -546,19 +546,14 @@ class Index:
             raise GraftError(f"paper '{paper_id}' is not in index '{self.path}' ({self.n} papers){hint}") from None
 
     def paper_facets(self, paper_id: str) -> dict[str, list[str]]:
-        """The facet items of one corpus paper.
+        """The facet items of one corpus paper, in item order (`item_groups`; their text read from the
+        row groups that hold them: `facet_texts`).
 
         Raises:
             GraftError: the id is not in the index (`row`).
         """
         node = self.row(paper_id)  # an unknown id is an error, not a paper without items
-        out: dict[str, list[str]] = {f: [] for f in FACETS}
-        if "facets" in self.__dict__ or not (self.path / "cache" / "query" / "items" / "build.json").is_file():
-            rows = self.facets.filter(pl.col("paper_id") == paper_id).sort(["facet", "item_idx"])
-            for facet, text in zip(rows["facet"].to_list(), rows["text"].to_list()):
-                out[facet].append(text)
-            return out
-        mine = {f: np.asarray(rows[indptr[node]:indptr[node + 1]], dtype=np.int64)  # in item order
+        mine = {f: np.asarray(rows[indptr[node]:indptr[node + 1]], dtype=np.int64)
                 for f, (indptr, rows) in self.item_groups.items()}
         texts = iter(self.facet_texts(np.concatenate([mine[f] for f in FACETS])))
         return {f: [next(texts) for _ in mine[f]] for f in FACETS}
@@ -573,7 +568,7 @@ class Index:
         """
         if "facets" in self.__dict__:
             return self.facets["text"].gather(np.asarray(rows, dtype=np.int64)).to_list()
-        return self._cells("facets.parquet", "text", rows, text=True)
+        return self._cells("facets.parquet", rows, ("text",), text=("text",))["text"]
 
     def paper_record(self, node: int) -> dict[str, Any]:
         """Title, year and venue (None where the index has no venues) of the paper in row `node`,
@@ -581,42 +576,49 @@ class Index:
         if "papers" in self.__dict__:
             row = self.papers.row(node, named=True)
             return {k: row.get(k) for k in ("title", "year", "venue")}
-        import pyarrow.parquet as pq
+        cells = self._cells("papers.parquet", [node], ("title", "year", "venue"), text=("title",),
+                            optional=("venue",))
+        return {k: v[0] for k, v in cells.items()}
 
-        names = pq.read_schema(self.path / "papers.parquet").names
-        return {"title": self._cells("papers.parquet", "title", [node], text=True)[0],
-                "year": self._cells("papers.parquet", "year", [node])[0],
-                "venue": self._cells("papers.parquet", "venue", [node])[0] if "venue" in names else None}
-
-    def _cells(self, rel: str, column: str, rows: Any, *, text: bool = False) -> list[Any]:
-        """Values of `column` of the Parquet artefact `rel` at `rows`, reading only that column of the
-        row groups that hold them; `text`: the column must hold strings.
+    def _cells(self, rel: str, rows: Any, columns: tuple[str, ...], *, text: tuple[str, ...] = (),
+               optional: tuple[str, ...] = ()) -> dict[str, list[Any]]:
+        """Values of `columns` of the Parquet artefact `rel` at `rows`, reading only those columns of
+        the row groups that hold them, in one pass; the columns in `text` must hold strings, those
+        in `optional` may be absent (their values are then None).
 
         Raises:
-            IndexFormatError: the file cannot be read, a row past its end, or (with `text`) a column
-                of another type.
+            IndexFormatError: the file cannot be read, lacks a column not `optional`, a row past its
+                end, or a `text` column of another type.
         """
         import pyarrow.parquet as pq
         import pyarrow.types as pat
 
         rows = np.asarray(rows, dtype=np.int64)
         self._inside(rel)
+        out: dict[str, list[Any]] = {c: [None] * len(rows) for c in columns}
         try:
             meta = pq.ParquetFile(self.path / rel)
+            names = set(meta.schema_arrow.names)
+            for column in columns:
+                if column not in names and column not in optional:
+                    raise ArtefactError(f"index '{self.path}': {rel} is damaged: it lacks the column '{column}'; "
+                                        f"rebuild the index with `graft build CORPUS --out {self.path}`")
+            present = [c for c in columns if c in names]
             starts = np.cumsum([0] + [meta.metadata.row_group(g).num_rows for g in range(meta.num_row_groups)])
             if len(rows) and (rows.min() < 0 or rows.max() >= starts[-1]):
                 raise IndexFormatError(f"index '{self.path}': {rel} has {starts[-1]} rows, not row {rows.max()}")
-            out: list[Any] = [None] * len(rows)
             group = np.searchsorted(starts, rows, side="right") - 1
             for g in np.unique(group).tolist():
-                values = meta.read_row_group(g, columns=[column]).column(column)
-                if text and not (pat.is_string(values.type) or pat.is_large_string(values.type)):
-                    raise ArtefactError(f"index '{self.path}': {rel} is damaged: its column '{column}' holds "
-                                        f"{values.type}, not text; rebuild the index with `graft build CORPUS "
-                                        f"--out {self.path}`")
+                table = meta.read_row_group(g, columns=present)
                 at = np.flatnonzero(group == g)
-                for i, value in zip(at.tolist(), values.take(rows[at] - starts[g]).to_pylist()):
-                    out[i] = value
+                for column in present:
+                    values = table.column(column)
+                    if column in text and not (pat.is_string(values.type) or pat.is_large_string(values.type)):
+                        raise ArtefactError(f"index '{self.path}': {rel} is damaged: its column '{column}' holds "
+                                            f"{values.type}, not text; rebuild the index with `graft build CORPUS "
+                                            f"--out {self.path}`")
+                    for i, value in zip(at.tolist(), values.take(rows[at] - starts[g]).to_pylist()):
+                        out[column][i] = value
         except IndexFormatError:
             raise
         except Exception as exc:

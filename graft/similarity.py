@@ -60,8 +60,7 @@ class GatheredItems:
 
     def gather(self, papers: Any) -> tuple[np.ndarray, np.ndarray]:
         """(padded (P, L, d) float32, mask (P, L)) of the papers `papers` (rows of the corpus)."""
-        papers = np.atleast_1d(np.arange(self.n)[papers] if isinstance(papers, slice) else
-                               np.asarray(papers, dtype=np.int64))
+        papers = np.atleast_1d(np.asarray(papers, dtype=np.int64))
         key = papers.tobytes()
         if self._last is not None and self._last[0] == key:  # padded[c] and then mask[c]: gathered once
             return self._last[1]

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from graft import Index
 from graft.ann import CandidateSearch, IVFCandidates
 from graft.citations import coupling_row_log, external_citation_row
-from graft.errors import IndexFormatError
+from graft.errors import GraftError, IndexFormatError
 from graft.facets import FACETS
 from graft.similarity import GatheredItems, group_items, score_pairs
 from graft.teacher import symmetrise
@@ -138,7 +138,7 @@ def test_a_faiss_index_read_without_the_corpus_searches_alike(tmp_path) -> None:
     want = IVFCandidates(small, tight).search(small, 30, self_rows=np.arange(40))
     for r in np.flatnonzero((got != want).any(axis=1)):  # near ties may trade places
         np.testing.assert_allclose(small[got[r]] @ small[r], small[want[r]] @ small[r], atol=1e-6)
-    with pytest.raises(Exception, match="holds 2000 vectors, the corpus 10 papers"):
+    with pytest.raises(GraftError, match="holds 2000 vectors, the corpus 10 papers"):
         IVFCandidates.read(tmp_path / "ann.faiss", None, search, n=10)
 
 
