@@ -106,6 +106,11 @@ def build(
                                       help="Also take the papers a paper cites or is cited by as its graph "
                                            "candidates (off: facet-similar, coupled and co-cited papers only, "
                                            "as in the reference design)."),
+    linked_candidates: int | None = typer.Option(None, "--linked-candidates", min=0, metavar="M",
+                                                 help="Coupled or co-cited papers scored as a paper's graph "
+                                                      "candidates: the M with the highest citation score "
+                                                      "(default 100; 0: all, whose number grows with the "
+                                                      "corpus: docs/scale.md)."),
     paper_embeddings: bool = typer.Option(True, "--paper-embeddings/--no-paper-embeddings",
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
                                                "text coupling for queries without references, the dense "
@@ -165,6 +170,7 @@ def build(
     --cache-from seeds them from another index.
     """
     from graft.citations import TEXT_NEIGHBOURS
+    from graft.edges import LINKED_CANDIDATES
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
 
@@ -181,7 +187,9 @@ def build(
                              embedding_model=embedding_model, embedding_device=device,
                              embedding_batch_size=batch_size, embedding_backend=encoder_backend, top_k=top_k,
                              title_weight=title_weight, item_context=item_context, alpha=alpha, beta=1.0 - alpha,
-                             direct_links=direct_links, paper_embeddings=paper_embeddings,
+                             direct_links=direct_links,
+                             linked_candidates=LINKED_CANDIDATES if linked_candidates is None else linked_candidates,
+                             paper_embeddings=paper_embeddings,
                              candidates=candidates, faiss_min_papers=faiss_min_papers, faiss_nprobe=faiss_nprobe,
                              text_coupling=(text_coupling if text_coupling is not None
                                             else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)

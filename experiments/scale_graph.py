@@ -35,7 +35,7 @@ import numpy as np
 from experiments.common import add_results_argument, parser, write_tables
 
 
-def run_one(index_dir: str, corpus: str, method: str, items: int, work: str) -> dict:
+def run_one(index_dir: str, corpus: str, method: str, items: int, work: str, linked: int) -> dict:
     """One graph stage in this process: seconds per part and peak RSS; the graphs written to `work`."""
     import polars as pl
 
@@ -77,7 +77,7 @@ def run_one(index_dir: str, corpus: str, method: str, items: int, work: str) -> 
     a = citation_matrix(np.asarray(citing), np.asarray(cited), n)
     signals = citation_signals(a)
     t_cite = time.perf_counter() - t0
-    config = BuildConfig(candidates=method, text_coupling=0)
+    config = BuildConfig(candidates=method, text_coupling=0, linked_candidates=linked)
     t0 = time.perf_counter()
     graphs = facet_graphs(owner_a, facet_col[picked_a], item_vecs, a, signals, config.graph_params())
     t_graph = time.perf_counter() - t0
@@ -118,19 +118,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpora", required=True, help="synthetic corpora (comma-separated, smallest first)")
     ap.add_argument("--methods", default="exact,faiss", help="candidate methods to run (comma-separated)")
     ap.add_argument("--items", type=int, default=4, help="items a facet per synthetic paper, at most")
+    ap.add_argument("--linked-candidates", type=int, default=None,
+                    help="coupled or co-cited candidates a paper (the build's default; 0 = all)")
     ap.add_argument("--work", required=True, help="scratch folder for the graphs (compared across methods)")
     ap.add_argument("--one", nargs=2, metavar=("CORPUS", "METHOD"), help=argparse_hidden())
     ap.add_argument("--name", default="", help="suffix of the results files")
     add_results_argument(ap)
     args = ap.parse_args(argv)
+    if args.linked_candidates is None:
+        from graft.edges import LINKED_CANDIDATES
+
+        args.linked_candidates = LINKED_CANDIDATES
     if args.one:
-        print(json.dumps(run_one(args.index, args.one[0], args.one[1], args.items, args.work)))
+        print(json.dumps(run_one(args.index, args.one[0], args.one[1], args.items, args.work,
+                                 args.linked_candidates)))
         return 0
     rows = []
     for corpus in args.corpora.split(","):
         for method in args.methods.split(","):
             cmd = [sys.executable, "-m", "experiments.scale_graph", "--index", args.index, "--corpora", corpus,
-                   "--items", str(args.items), "--work", args.work, "--one", corpus, method]
+                   "--items", str(args.items), "--work", args.work, "--one", corpus, method,
+                   "--linked-candidates", str(args.linked_candidates)]
             res = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if res.returncode:
                 print(res.stderr[-3000:], file=sys.stderr)
@@ -140,12 +148,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows[-1].update(kept(Path(args.work), Path(corpus).name, method))
             print(rows[-1], file=sys.stderr)
     meta = {"date": dt.date.today().isoformat(), "cpus": os.cpu_count(), "machine": platform.machine(),
-            "python": platform.python_version(), "index": args.index,
+            "python": platform.python_version(), "index": args.index, "linked_candidates": args.linked_candidates,
             "command": "python -m experiments.scale_graph " + " ".join(argv if argv is not None else sys.argv[1:])}
     lines = ["# The graph stage on synthetic corpora: exact and FAISS candidates", "",
              f"Command: `{meta['command']}`  ",
              f"Date: {meta['date']} · {meta['cpus']} cores (shared with other work), {meta['machine']}, "
              f"Python {meta['python']}", "",
+             f"Coupled or co-cited candidates a paper: {args.linked_candidates or 'all'} (`--linked-candidates`).", "",
              "| papers | items | citations | candidates | citation signals s | facet graphs s | edges | exact edges kept "
              "| peak RSS MiB |",
              "|---:|---:|---:|---|---:|---:|---:|---:|---:|"]

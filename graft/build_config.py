@@ -9,7 +9,7 @@ from typing import Any
 from graft.ann import CANDIDATE_METHODS, FAISS_MIN_PAPERS, FAISS_NPROBE, CandidateSearch
 from graft.citations import RESCALE_MODES, TEXT_NEIGHBOURS
 from graft.config import config_from_dict, type_problems
-from graft.edges import GraphParams
+from graft.edges import LINKED_CANDIDATES, GraphParams
 from graft.encoder import BACKENDS, DEFAULT_ITEM_CONTEXT, DEFAULT_TITLE_WEIGHT, ITEM_CONTEXTS
 from graft.errors import ConfigError
 from graft.extract import EXTRACTORS, SCORERS, HeuristicConfig
@@ -50,6 +50,9 @@ class BuildConfig:
     # direct citation links (either way) as graph candidates; off = the reference design: candidates
     # are facet-similar, coupled and co-cited papers, and a direct link is left to be found (the gold)
     direct_links: bool = False
+    # coupled or co-cited papers scored as candidates per paper, the strongest by citation score; 0 = all
+    # (their number grows with the corpus: docs/scale.md)
+    linked_candidates: int = LINKED_CANDIDATES
     # M: a paper with no citation link in the corpus takes the clipped title + abstract cosine of its
     # M nearest papers as the citation half of its edge weights (graph/text.npz); 0 = that half stays 0
     text_coupling: int = TEXT_NEIGHBOURS
@@ -66,6 +69,8 @@ class BuildConfig:
                  if getattr(self, name) is not None and getattr(self, name) < 1]
         if wrong:
             raise ConfigError(f"{', '.join(wrong)}: must be >= 1 (batch size, block rows and limit: or None)")
+        if self.linked_candidates < 0:
+            raise ConfigError(f"linked_candidates must be >= 0 (0 = all), got {self.linked_candidates}")
         if self.text_coupling < 0:
             raise ConfigError(f"text_coupling must be >= 0 (0 = off), got {self.text_coupling}")
         if self.text_coupling and not self.paper_embeddings:
@@ -106,9 +111,11 @@ class BuildConfig:
         # and those built before link-less papers were text-coupled left their citation half empty
         # and those built before the facet classifier scored sentences with the hand-set rules
         # and those built before approximate candidates searched exactly
+        # and those built before the linked candidates were capped scored all of them
         # and those built before items were read in context embedded them with their title alone
         return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0,
                                       "facet_scorer": "rules", "candidates": "exact", "item_context": "title",
+                                      "linked_candidates": 0,
                                       **data})
 
     def heuristic_config(self) -> HeuristicConfig:
@@ -123,5 +130,5 @@ class BuildConfig:
     def graph_params(self) -> GraphParams:
         return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
                            n_candidates=self.n_candidates, block_rows=self.block_rows,
-                           direct_links=self.direct_links,
+                           direct_links=self.direct_links, linked_candidates=self.linked_candidates,
                            candidates=CandidateSearch(self.candidates, self.faiss_min_papers, self.faiss_nprobe))

@@ -132,10 +132,14 @@ def citation_signals(a: sp.csr_matrix, rescale: str = "pair",
     )
 
 
-def citation_links(a: sp.csr_matrix, score: sp.csr_matrix, *, direct: bool = False) -> sp.csr_matrix:
+def citation_links(a: sp.csr_matrix, score: sp.csr_matrix, *, direct: bool = False,
+                   per_row: int = 0) -> sp.csr_matrix:
     """Pattern of citation-linked pairs, the graph's candidates beyond facet similarity: coupled or
-    co-cited papers (`score` > 0), and with `direct` the direct citations either way too."""
-    linked = sp.csr_matrix(score, dtype=np.float32)
+    co-cited papers (`score` > 0; with `per_row` > 0 only each paper's `per_row` highest-scored,
+    `graft.edges.strongest_per_row`), and with `direct` the direct citations either way too."""
+    from graft.edges import strongest_per_row
+
+    linked = strongest_per_row(score, per_row)
     if direct:
         linked = linked + sp.csr_matrix(a, dtype=np.float32) + sp.csr_matrix(a, dtype=np.float32).T
     return (linked > 0).astype(np.float32).tocsr()

@@ -23,6 +23,13 @@ from graft.similarity import FacetItemsMatrix, block_rows_for, prefilter_blocks,
 from graft.similarity import sorted_unique as _unique  # a name of this module: benchmarks swap it
 
 
+#: Coupled or co-cited papers scored as graph candidates per paper, the strongest by citation score: on
+#: cs768 (dev index, 179 a paper on average, up to 2,509) 100 keep 99.6% of the edges of all of them
+#: and the same teacher recall (docs/results/linked_cap_cs768.md); their number grows with the
+#: corpus, so without a cap the graph stage grows faster than n (docs/scale.md).
+LINKED_CANDIDATES = 100
+
+
 @dataclass(frozen=True)
 class GraphParams:
     top_k: int = 20  # K: out-edges kept per paper and facet, as in the GRAFT paper
@@ -31,6 +38,8 @@ class GraphParams:
     n_candidates: int = 100  # facet-similar candidates per paper from the pooled-vector prefilter
     block_rows: int | None = None  # rows per prefilter block; None sizes blocks to ~128 MiB
     direct_links: bool = False  # direct citation links (either way) as extra candidates; off in the reference design
+    # coupled or co-cited candidates kept per paper: the strongest by citation score (0 = all of them)
+    linked_candidates: int = LINKED_CANDIDATES
     # the prefilter: exact blocked search, or a FAISS IVF index from a size on (`graft.ann`)
     candidates: CandidateSearch = field(default_factory=CandidateSearch)
 
@@ -59,6 +68,23 @@ def _top_k_rows(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, k: int)
     first = np.searchsorted(r, r, side="left")
     rank = np.arange(len(r)) - first
     return order[rank < k]
+
+
+def strongest_per_row(m: sp.csr_matrix, k: int) -> sp.csr_matrix:
+    """`m` with only each row's `k` largest entries (ties: the lower column first); `k` = 0 keeps all.
+
+    The graph's citation-linked candidates: every coupled or co-cited paper is scored exactly, and
+    their number per paper grows with the corpus (heavily cited references couple thousands of
+    papers), so a build keeps the `GraphParams.linked_candidates` strongest (docs/scale.md)."""
+    m = sp.csr_matrix(m, dtype=np.float32)
+    if k <= 0 or m.nnz == 0 or int(np.diff(m.indptr).max()) <= k:
+        return m
+    m.sort_indices()
+    rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+    sel = np.sort(_top_k_rows(rows, m.indices.astype(np.int64), m.data, k))
+    out = sp.csr_matrix((m.data[sel], (rows[sel], m.indices[sel])), shape=m.shape, dtype=np.float32)
+    out.sort_indices()
+    return out
 
 
 def _lookup(m: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -192,7 +218,8 @@ def external_facet_row(
         cand = searcher.search(query.pooled, params.n_candidates)
     else:
         _, cand = next(prefilter_blocks(query.pooled, items.pooled, params.n_candidates, exclude_self=False))
-    cols = np.unique(np.concatenate([cand[0], sp.csr_matrix(cite_row).indices.astype(np.int64)]))
+    linked = strongest_per_row(sp.csr_matrix(cite_row), params.linked_candidates)
+    cols = np.unique(np.concatenate([cand[0], linked.indices.astype(np.int64)]))
     rows = np.zeros(len(cols), dtype=np.int64)
     sim = np.clip(score_pairs(query, rows, items, cols), 0.0, 1.0)
     w = params.alpha * sim + params.beta * _lookup(sp.csr_matrix(cite_row), rows, cols)

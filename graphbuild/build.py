@@ -157,7 +157,8 @@ def facet_graphs(
             distributed engine's (`graphbuild.ray_engine`).
     """
     n = a.shape[0]
-    links = citation_links(a, signals.score, direct=params.direct_links)  # candidates beyond the facet prefilter
+    links = citation_links(a, signals.score, direct=params.direct_links,  # candidates beyond the facet prefilter
+                           per_row=params.linked_candidates)
     score = signals.score
     if text is not None and text.nnz:  # link-less papers' rows: their score row is empty, text fills it
         score = (sp.csr_matrix(score, dtype=np.float32) + text).tocsr()

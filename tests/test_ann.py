@@ -106,6 +106,8 @@ def test_settings_resolve_by_size_and_old_manifests_read_exact() -> None:
     assert BuildConfig(candidates="faiss", faiss_nprobe=32).graph_params().candidates == CandidateSearch(
         "faiss", nprobe=32)
     assert BuildConfig.from_dict({}).candidates == "exact"  # built before approximate candidates
+    assert BuildConfig.from_dict({}).linked_candidates == 0  # built before the linked candidates were capped
+    assert BuildConfig().graph_params().linked_candidates == 100
     assert BuildConfig.from_dict({"candidates": "faiss"}).candidates == "faiss"
     with pytest.raises(ConfigError, match="candidates 'ivf' is unknown; allowed: auto, exact, faiss"):
         BuildConfig(candidates="ivf")

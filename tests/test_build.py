@@ -273,6 +273,7 @@ def test_title_weight_zero_embeds_items_alone_and_old_manifests_read_as_zero(tmp
     for bad, message in (({"block_rows": -1}, "block_rows=-1: must be >= 1"),
                          ({"block_rows": 0}, "block_rows=0: must be >= 1"),
                          ({"n_candidates": 0}, "n_candidates=0: must be >= 1"),
+                         ({"linked_candidates": -1}, "linked_candidates must be >= 0 (0 = all), got -1"),
                          ({"top_k": 2.5}, "top_k=2.5 (a whole number)"), ({"top_k": "5"}, "top_k='5' (a whole number)"),
                          ({"top_k": True}, "top_k=True (a whole number)"),
                          ({"embedding_batch_size": 2.5}, "embedding_batch_size=2.5 (a whole number or None)"),

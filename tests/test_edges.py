@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -18,6 +20,7 @@ from graft.edges import (
     facet_graph_rows,
     graph_from_rows,
     graph_row_ranges,
+    strongest_per_row,
 )
 from graft.similarity import (
     best_columns,
@@ -192,6 +195,62 @@ def test_candidates_are_coupled_papers_and_direct_links_only_when_asked() -> Non
     direct = facet_graph(items, sig.score, citation_links(a, sig.score, direct=True), params)
     assert direct[0, 40] > 0 and direct[40, 0] > 0 and direct[0, 1] > 0
     assert np.all(np.diff(direct.indptr) <= 2 + 2)
+
+
+def test_strongest_per_row_keeps_each_rows_largest_ties_by_column() -> None:
+    rng = np.random.default_rng(2)
+    m = sp.random(40, 60, density=0.3, random_state=3, format="csr", dtype=np.float32)
+    m.data = np.round(m.data * 4) / 4 + 0.25  # ties
+    for k in (1, 3, 10):
+        got = strongest_per_row(m, k)
+        for r in range(m.shape[0]):
+            row = m[r]
+            order = np.lexsort((row.indices, -row.data))[:k]
+            assert sorted(got[r].indices.tolist()) == sorted(row.indices[order].tolist())
+            np.testing.assert_array_equal(got[r].toarray(), m[r].toarray() * (got[r].toarray() != 0))
+    assert (strongest_per_row(m, 0) != m).nnz == 0 and (strongest_per_row(m, 60) != m).nnz == 0
+    assert strongest_per_row(sp.csr_matrix((3, 3), dtype=np.float32), 2).nnz == 0
+    del rng
+
+
+def test_linked_candidates_are_the_strongest_coupled_papers() -> None:
+    """With `linked_candidates` M a paper's coupled or co-cited candidates are its M highest-scored
+    ones: its edges come from them and its facet candidates only; M at least the most a paper has
+    builds the uncapped graph; a paper outside the corpus is capped the same way."""
+    rng = np.random.default_rng(8)
+    n = 60
+    owner, vecs = random_items(rng, n)
+    citing = rng.integers(0, n, size=400)
+    cited = rng.integers(0, 12, size=400)  # a few heavily cited papers couple many
+    a = citation_matrix(citing, cited, n)
+    sig = citation_signals(a)
+    items = group_items(owner, vecs, n)
+    full = facet_graph(items, sig.score, citation_links(a, sig.score), GraphParams(top_k=n, n_candidates=3,
+                                                                                    linked_candidates=0))
+    most = int(np.diff(citation_links(a, sig.score).indptr).max())
+    assert most > 10
+    same = facet_graph(items, sig.score, citation_links(a, sig.score, per_row=most),
+                       GraphParams(top_k=n, n_candidates=3, linked_candidates=most))
+    assert (same != full).nnz == 0
+    cap = 4
+    params = GraphParams(top_k=n, n_candidates=3, linked_candidates=cap)
+    capped = facet_graph(items, sig.score, citation_links(a, sig.score, per_row=cap), params)
+    facet_cands = {r: set(row) for start, block in prefilter_blocks(items.pooled, items.pooled, 3)
+                   for r, row in enumerate(block.tolist(), start=start)}
+    strongest = strongest_per_row(sig.score, cap)
+    for r in range(n):
+        allowed = facet_cands[r] | set(strongest[r].indices.tolist())
+        assert set(capped[r].indices.tolist()) <= allowed
+        for c in capped[r].indices:  # scored as in the uncapped graph
+            assert capped[r, c] == pytest.approx(full[r, c])
+    assert capped.nnz < full.nnz
+    row = sp.csr_matrix(sig.score[0])
+    query = group_items(np.zeros(2, dtype=np.int64), vecs[:2], 1)
+    out = external_facet_row(query, items, row, params)
+    _, cand = next(prefilter_blocks(query.pooled, items.pooled, 3, exclude_self=False))
+    assert set(out.indices.tolist()) <= set(cand[0].tolist()) | set(strongest_per_row(row, cap).indices.tolist())
+    assert set(external_facet_row(query, items, row, replace(params, linked_candidates=0)).indices.tolist()) \
+        >= set(row.indices.tolist())
 
 
 def test_text_coupling_fills_only_the_rows_of_papers_without_citation_links() -> None:

@@ -840,20 +840,30 @@ def test_relations_between_a_sections_papers_come_from_facets_links_years_and_be
     index, vectors = _relation_index()
     rels = section_relations(index, vectors, ["a", "b", "c", "d"], ["MAML", "B", "C", "D"])
     got = {(r.kind, *r.papers, r.detail) for r in rels}
-    assert got == {("builds_on", "b", "a", ""), ("same_problem", "a", "b", ""), ("similar_method", "a", "c", ""),
+    # a and b share a problem, but b builds on a: that, not "the same problem with different methods"
+    assert got == {("builds_on", "b", "a", ""), ("similar_method", "a", "c", ""),
                    ("same_benchmark", "a", "b", "Omniglot")}
-    # b cites a without naming it (a's name unknown, its title one letter): a citation, not "builds on"
-    assert ("cites", "b", "a") in {(r.kind, *r.papers) for r in section_relations(index, vectors, list("abcd"))}
+    # b cites a without naming it (a's name unknown, its title one letter): a citation, not "builds on",
+    # and their shared problem is held with the citing paper first
+    unnamed_rels = {(r.kind, *r.papers, r.detail) for r in section_relations(index, vectors, list("abcd"))}
+    assert {("cites", "b", "a", ""), ("same_problem", "b", "a", "cites")} <= unnamed_rels
+    assert ("same_problem", "a", "b", "") not in unnamed_rels
     names = {p: p.upper() for p in "abcd"}
     text = summary(rels, ["a", "b", "c"], names, "Few-shot results", 2)
     assert text.startswith("2 of the 3 papers discussed here name few-shot results in their title or abstract.")
-    assert f"A {ref('a')} and B {ref('b')} address the same problem with different methods." in text
+    # b builds on a: said, and never "the same problem with different methods" of the two
     assert f"B {ref('b')} builds on A {ref('a')}." in text and "report results on Omniglot" in text
+    assert "same problem" not in text
     authors = summary(rels, ["a", "b"], {"a": "Vinyals et al.", "b": "Snell et al."}, "", 0)
     assert f"Snell et al. {ref('b')} build on Vinyals et al. {ref('a')}." in authors
-    # a citation that does not name the cited paper is left to the table: no statement
-    unnamed = summary(section_relations(index, vectors, list("abcd")), ["a", "b"], names, "", 0)
-    assert "cite" not in unnamed and "build" not in unnamed
+    # a citation that does not name the cited paper: no "builds on"; the shared problem is said with
+    # the citation, not as two different methods
+    plain = section_relations(index, vectors, list("abcd"))
+    unnamed = summary(plain, ["a", "b"], names, "", 0)
+    assert "build" not in unnamed and "different method" not in unnamed
+    assert f"B {ref('b')} addresses the same problem as A {ref('a')}, which it cites." in unnamed
+    they = summary(plain, ["a", "b"], {"a": "Vinyals et al.", "b": "Snell et al."}, "", 0)
+    assert f"Snell et al. {ref('b')} address the same problem as Vinyals et al. {ref('a')}, which they cite." in they
     assert "D" not in text.replace("different", "")  # d is not printed: never named
 
 
@@ -945,9 +955,16 @@ def test_a_section_is_written_paper_by_paper_with_connectives_only_from_relation
     assert openers == {("a", "method"): ("similar_method", f"Like C {ref('c')},".replace("C", "\\textit{C}")),
                        ("b", "method"): ("builds_on", f"Building on \\textit{{A}} {ref('a')},"),
                        ("b", "result"): ("same_benchmark", f"On Omniglot, also used by \\textit{{A}} {ref('a')},")}
-    # b addresses the same problem as a: its problem is not restated; later sentences say "it"
-    assert [d.part for d in drafts if d.clauses[0].paper_id == "b"] == ["method", "result"]
+    # b builds on a: its own problem is stated (they are no "same problem, different method" pair);
+    # later sentences say "it"
+    assert [d.part for d in drafts if d.clauses[0].paper_id == "b"] == ["problem", "method", "result"]
     assert drafts[1].clauses[0].text.startswith("it ") or drafts[1].clauses[0].text.startswith("in ")
+    # where b only addresses a's problem with another method, the summary says so and b's problem is not restated
+    from graft.survey.types import Relation
+
+    alike = [r for r in rels if r.kind != "builds_on"] + [Relation("same_problem", ["a", "b"], score=0.9)]
+    again = composer.write_section("few-shot", [Candidate(p, p.upper()) for p in "abcd"], alike)
+    assert [d.part for d in again if d.clauses[0].paper_id == "b"] == ["method", "result"]
 
 
 def test_a_papers_method_is_said_in_its_authors_voice_when_it_can_be() -> None:

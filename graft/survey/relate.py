@@ -188,7 +188,8 @@ def names_in(text: str, names: Sequence[str]) -> bool:
 def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_names: Sequence[str] = ()) -> list[Relation]:
     """Every relation between the papers of one section (see the module docstring), in the order of
     `paper_ids`: `same_problem` and `similar_method` pairs by the cosine of their mean problem and
-    method items, `builds_on` pairs where a paper cites an earlier one and its title or abstract names
+    method items (none for a pair where one builds on the other; with `detail` "cites", the citing
+    paper first, for a pair where one cites the other), `builds_on` pairs where a paper cites an earlier one and its title or abstract names
     it (`mention_names`; `own_names`: each paper's name in the survey, in `paper_ids` order), `cites`
     for the other citations, `same_benchmark` pairs by the benchmarks both abstracts name."""
     ids = list(paper_ids)
@@ -211,20 +212,29 @@ def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_na
         return common[phrase]
 
     out: list[Relation] = []
+    linked: dict[frozenset[str], Relation] = {}
     for a, b in builds_on_links(index, ids):
         row_a, row_b = index.row(a), index.row(b)
         names = mention_names(str(titles[row_b] or ""), str(abstracts[row_b] or ""), given.get(b, ""))
         names = [n for n in names if " " not in n or not field_term(n)]
         named = names_in(f"{titles[row_a] or ''} {abstracts[row_a] or ''}", names)
         out.append(Relation("builds_on" if named else "cites", [a, b]))
+        held = linked.get(frozenset((a, b)))
+        if held is None or held.kind != "builds_on":  # cited both ways: building on wins
+            linked[frozenset((a, b))] = out[-1]
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
             ms = float(meth[a] @ meth[b]) if meth[a] is not None and meth[b] is not None else 0.0
             ps = float(prob[a] @ prob[b]) if prob[a] is not None and prob[b] is not None else 0.0
-            if ms >= SIMILAR_METHOD:
-                out.append(Relation("similar_method", [a, b], score=round(ms, 4)))
-            elif ps >= SAME_PROBLEM:
-                out.append(Relation("same_problem", [a, b], score=round(ps, 4)))
+            kind, score = ("similar_method", ms) if ms >= SIMILAR_METHOD else \
+                ("same_problem", ps) if ps >= SAME_PROBLEM else ("", 0.0)
+            link = linked.get(frozenset((a, b)))
+            # a paper that builds on another is not "the same problem with a different method" of it; one
+            # that cites it (without naming it) shares the problem or method with a paper it knows
+            if kind and link is None:
+                out.append(Relation(kind, [a, b], score=round(score, 4)))
+            elif kind and link.kind == "cites":
+                out.append(Relation(kind, list(link.papers), detail="cites", score=round(score, 4)))
             for name in bench[a]:
                 if name in bench[b]:
                     out.append(Relation("same_benchmark", [a, b], detail=name))
@@ -278,9 +288,10 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             theme_papers: int) -> str:
     """The section's opening paragraph: what its papers share (`theme`, named by `theme_papers` of
     them), which address the same problem with different methods or similar methods (each paper with
-    those it is closest to), which build on
-    which (a citation that does not name the cited paper is left to the section's table), and which
-    report on the same benchmark. Only papers of `shown` (the papers printed) are
+    those it is closest to; a pair where one cites the other is said to, never "with different
+    methods", and a pair where one builds on the other only that), which build on
+    which (a citation that does not name the cited paper is left to the section's table unless the
+    two share a problem or a method), and which report on the same benchmark. Only papers of `shown` (the papers printed) are
     named; `names` gives each its name (LaTeX allowed); papers are marked with `ref`."""
     order = list(shown)
     keep = set(order)
@@ -298,11 +309,21 @@ def summary(relations: Sequence[Relation], shown: Sequence[str], names: dict[str
             many = (f"{theme_papers} of the {len(order)} papers" if theme_papers < len(order)
                     else "Both papers" if len(order) == 2 else f"All {len(order)} papers")
             out.append(f"{many} discussed here name {phrase} in their title or abstract.")
-    for kind, text, star in (("same_problem", "address the same problem with different methods",
-                              ("addresses the same problem as", "address the same problem as", ", each with a different method")),
-                             ("similar_method", "take similar approaches",
-                              ("takes an approach similar to those of", "take an approach similar to those of", ""))):
-        of_kind = [r for r in rel if r.kind == kind]
+    # a pair where one cites the other is stated with the citation: "A and B address the same problem
+    # with different methods" misreads a paper that extends the one it cites (TADAM, Prototypical Networks)
+    for kind, text, star, lineage in (
+            ("same_problem", "address the same problem with different methods",
+             ("addresses the same problem as", "address the same problem as", ", each with a different method"),
+             ("addresses the same problem as", "address the same problem as")),
+            ("similar_method", "take similar approaches",
+             ("takes an approach similar to those of", "take an approach similar to those of", ""),
+             ("takes an approach similar to that of", "take an approach similar to that of"))):
+        for r in sorted((r for r in rel if r.kind == kind and r.detail == "cites"), key=lambda r: -r.score)[:MAX_GROUPS]:
+            later, earlier = r.papers
+            plural = _plural(names[later])
+            out.append(f"{who(later)} {lineage[1] if plural else lineage[0]} {who(earlier)}, "
+                       f"which {'they cite' if plural else 'it cites'}.")
+        of_kind = [r for r in rel if r.kind == kind and r.detail != "cites"]
         score = {frozenset(r.papers): r.score for r in of_kind}
         groups = cliques(_strongest(of_kind), order)
         # the closest groups only: a list of every pair over the bar reads as a list, not a finding

@@ -87,7 +87,8 @@ def unref(text: str) -> str:
 @dataclass
 class Relation:
     """A relation between papers of one section, computed from the index (not a claim of a paper):
-    `same_problem` (similar problem items, different method items), `similar_method`, `builds_on`
+    `same_problem` (similar problem items, different method items), `similar_method` (either with
+    `detail` "cites": papers[0] cites papers[1], so not necessarily a different method), `builds_on`
     (papers[0] cites papers[1], is not older and names it), `cites` (the same, not named) or
     `same_benchmark` (both abstracts name `detail`)."""
 

@@ -224,7 +224,7 @@ class Composer:
 
         def related(kind: str) -> list[str]:
             return [r.papers[1] if r.papers[0] == pid else r.papers[0] for r in relations
-                    if r.kind == kind and pid in r.papers and (r.papers[1] if r.papers[0] == pid else r.papers[0])
+                    if r.kind == kind and r.detail != "cites" and pid in r.papers and (r.papers[1] if r.papers[0] == pid else r.papers[0])
                     in before]
 
         earlier = [r.papers[1] for r in relations if r.kind == "builds_on" and r.papers[0] == pid
@@ -276,6 +276,8 @@ class Composer:
         "Building on MAML [1],", "Addressing the same problem as X [2] with a different method,",
         "Like X [2],", "On Omniglot, also used by X [2],"."""
         names = self._names_of(others)
+        if kind in ("same_problem", "similar_method") and detail == "cites":  # the summary says it, with the citation
+            return ""
         if kind == "builds_on":
             return f"Building on {names},"
         if kind == "same_problem":
