@@ -867,6 +867,33 @@ def test_relations_between_a_sections_papers_come_from_facets_links_years_and_be
     assert "D" not in text.replace("different", "")  # d is not printed: never named
 
 
+def test_the_same_problem_is_more_alike_than_the_sections_papers_are() -> None:
+    """In a section whose papers all share the field's problem (raw cosines over the bar), a pair is
+    "the same problem" only when it is closer than the section's papers are on average; two papers
+    alone are compared as they are."""
+    from types import SimpleNamespace
+
+    import polars as pl
+    import scipy.sparse as sp
+
+    from graft.survey.relate import SAME_PROBLEM, section_relations
+
+    ids = list("abcd")
+    rows = [{"paper_id": p, "title": p.upper(), "year": 2020, "abstract": "", "authors": []} for p in ids]
+    index = SimpleNamespace(papers=pl.DataFrame(rows), row=ids.index,
+                            citation_matrix=sp.csr_matrix((4, 4), dtype=np.float32))
+    u, own = np.eye(6, dtype=np.float32)[0], np.eye(6, dtype=np.float32)
+    problems = [0.8 * u + 0.6 * own[1], 0.8 * u + 0.6 * own[1], 0.8 * u + 0.6 * own[2], 0.8 * u + 0.6 * own[3]]
+    items = np.stack(problems + [own[k] for k in range(2, 6)])  # methods: four different directions
+    vectors = SimpleNamespace(items=items, facet_items=lambda pid, facet=None: {
+        "problem": [ids.index(pid)], "method": [4 + ids.index(pid)]}.get(facet, []))
+    assert float(items[2] @ items[3]) == pytest.approx(0.64) and 0.64 >= SAME_PROBLEM
+    same = {tuple(r.papers) for r in section_relations(index, vectors, ids) if r.kind == "same_problem"}
+    assert same == {("a", "b")}  # c and d are as alike as any two of the section: no statement
+    alone = {tuple(r.papers) for r in section_relations(index, vectors, ["c", "d"]) if r.kind == "same_problem"}
+    assert alone == {("c", "d")}
+
+
 def test_a_summary_states_only_the_closest_groups_and_like_needs_shared_words() -> None:
     from graft.survey.relate import MAX_GROUPS, summary
     from graft.survey.types import Relation
@@ -1056,6 +1083,17 @@ def test_a_citation_left_in_an_abstract_is_not_part_of_a_clause() -> None:
     assert clean_clause(kept + ".") == kept
     assert clean_clause("We speed up the the attack algorithm.") == "We speed up the attack algorithm"
     assert clean_clause("We show that that bound is tight.") == "We show that that bound is tight"
+
+
+def test_two_papers_on_several_benchmarks_are_one_statement() -> None:
+    from graft.survey.relate import summary
+    from graft.survey.types import Relation, ref
+
+    rels = [Relation("same_benchmark", ["a", "b"], detail=b) for b in ("CIFAR-10", "SVHN")]
+    rels.append(Relation("same_benchmark", ["a", "c"], detail="MNIST"))
+    text = summary(rels, list("abc"), {p: p.upper() for p in "abc"}, "", 0)
+    assert text == (f"A {ref('a')} and B {ref('b')} both report results on CIFAR-10 and SVHN. "
+                    f"A {ref('a')} and C {ref('c')} both report results on MNIST.")
 
 
 def test_a_section_of_alike_papers_names_each_papers_closest_ones() -> None:
