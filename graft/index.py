@@ -316,7 +316,10 @@ class Index:
 
     @cached_property
     def graphs(self) -> dict[str, sp.csr_matrix]:
-        return {f: self._read(f"graph/{f}.npz", self._csr) for f in FACETS}
+        """The typed top-K graphs W_f per facet (`graph/{facet}.npz`). Memory-mapped from
+        `cache/query/` where the build wrote them (`prepare_queries`): a paper's out-edges are read
+        without decompressing the four files whole (4.6 s and 1.2 GB at 10^6 papers)."""
+        return self._query_matrices("graphs", lambda: {f: self._read(f"graph/{f}.npz", self._csr) for f in FACETS})
 
     @cached_property
     def walk_graphs(self) -> dict[str, sp.csr_matrix]:
@@ -416,7 +419,7 @@ class Index:
         return self._query_matrices("links", made)["links"]
 
     def _query_matrices(self, kind: str, make: Callable[[], dict[str, sp.csr_matrix]]) -> dict[str, sp.csr_matrix]:
-        """n x n matrices derived from this build's artefacts (`kind`: "walk" or "links"), kept as
+        """n x n matrices derived from this build's artefacts (`kind`: "graphs", "walk" or "links"), kept as
         `_derived` arrays and range-checked as graphs are (`graft.artefacts.checked_csr`)."""
         n = self.n
 
@@ -471,18 +474,18 @@ class Index:
 
     def prepare_queries(self) -> int:
         """Write what a query reads besides the index's own files, as the build does after writing
-        them: the walk graphs, citation links and matrices, item groups and coupling constants under
+        them: the graphs and walk graphs, citation links and matrices, item groups and coupling constants under
         `cache/query/` (memory-mapped by later processes), and the vectors' one whole scan. An index
         without them (built before they existed) answers the same, making them in memory. Returns
         the number of parts made or found."""
         rescale = str(self.build_setting("citation_rescale", "pair"))
-        for name in ("walk_graphs", "citation_links", "_citation_matrices", "citation_matrix", "cited_by",
+        for name in ("graphs", "walk_graphs", "citation_links", "_citation_matrices", "citation_matrix", "cited_by",
                      "item_groups", "_coupling_row_log", "item_embeddings", "paper_embeddings",
                      "item_text_embeddings"):
             self.__dict__.pop(name, None)  # read before: made again, and written this time
         self._preparing = True
         try:
-            parts = [self.walk_graphs, self.citation_links, self.cited_by, self.item_groups,
+            parts = [self.graphs, self.walk_graphs, self.citation_links, self.cited_by, self.item_groups,
                      self.coupling_row_log(rescale), self.item_embeddings, self.paper_embeddings]
             if (self.path / "embeddings" / "items_alone.npy").is_file():
                 parts.append(self.item_text_embeddings)

@@ -40,10 +40,14 @@ def _is_mapped(a: np.ndarray) -> bool:
 
 def test_the_build_writes_the_query_files_and_a_new_process_maps_them(index) -> None:
     folder = index / "cache" / "query"
-    for kind in ("walk", "links", "citations", "items", "coupling-pair"):
+    for kind in ("graphs", "walk", "links", "citations", "items", "coupling-pair"):
         record = json.loads((folder / kind / "build.json").read_text())
         assert record["version"] == list(Index.open(index).version) and record["names"]
     idx = Index.open(index)
+    for facet in FACETS:  # the stored graphs too: a paper's out-edges without decompressing the npz whole
+        stored = sp.load_npz(index / "graph" / f"{facet}.npz").tocsr()
+        assert _is_mapped(idx.graphs[facet].indices) and _is_mapped(idx.graphs[facet].data)
+        assert (idx.graphs[facet] != stored).nnz == 0 and stored.nnz > 0
     walk = idx.walk_graphs
     want = symmetrise(idx.graphs)
     for facet in FACETS:
