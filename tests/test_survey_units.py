@@ -830,7 +830,11 @@ def _relation_index():
         i = "abcd".index(pid)
         return {"problem": [i], "method": [4 + i]}.get(facet, [i, 4 + i])
 
-    return index, SimpleNamespace(items=items, facet_items=facet_items)
+    # a's and c's method sentences share content words, as alike methods' do
+    text = ["Few labels.", "Few labels.", "Sparse rewards.", "Slow solvers.",
+            "We learn an initialisation by gradient descent over tasks.", "We extend it with attention.",
+            "An initialisation is learned with gradient descent steps.", "A preconditioned solver."]
+    return index, SimpleNamespace(items=items, facet_items=facet_items, item_text=text)
 
 
 def test_relations_between_a_sections_papers_come_from_facets_links_years_and_benchmarks() -> None:
@@ -843,6 +847,10 @@ def test_relations_between_a_sections_papers_come_from_facets_links_years_and_be
     # a and b share a problem, but b builds on a: that, not "the same problem with different methods"
     assert got == {("builds_on", "b", "a", ""), ("similar_method", "a", "c", ""),
                    ("same_benchmark", "a", "b", "Omniglot")}
+    # alike method vectors whose sentences share no content words make no "similar methods"
+    vectors.item_text = vectors.item_text[:6] + ["Results are reported on several tasks.", vectors.item_text[7]]
+    assert not any(r.kind == "similar_method" for r in section_relations(index, vectors, list("abcd")))
+    vectors.item_text = _relation_index()[1].item_text
     # b cites a without naming it (a's name unknown, its title one letter): a citation, not "builds on",
     # and their shared problem is held with the citing paper first
     unnamed_rels = {(r.kind, *r.papers, r.detail) for r in section_relations(index, vectors, list("abcd"))}
@@ -966,7 +974,8 @@ def test_a_section_is_written_paper_by_paper_with_connectives_only_from_relation
     vectors.item_text = text
     vectors.items = np.eye(12, dtype=np.float32)
     rels = section_relations(index, SimpleNamespace(items=_relation_index()[1].items,
-                                                    facet_items=_relation_index()[1].facet_items), list("abcd"),
+                                                    facet_items=_relation_index()[1].facet_items,
+                                                    item_text=_relation_index()[1].item_text), list("abcd"),
                              ["MAML", "B", "C", "D"])
     vectors.facet_items = lambda pid, facet=None: [3 * "abcd".index(pid) + facets.index(facet)] \
         if facet in facets else []
@@ -1083,6 +1092,31 @@ def test_a_citation_left_in_an_abstract_is_not_part_of_a_clause() -> None:
     assert clean_clause(kept + ".") == kept
     assert clean_clause("We speed up the the attack algorithm.") == "We speed up the attack algorithm"
     assert clean_clause("We show that that bound is tight.") == "We show that that bound is tight"
+
+
+def test_a_benchmark_is_shared_under_two_spellings_and_not_from_a_problem_sentence() -> None:
+    """"CIFAR10" and "CIFAR-10" are one benchmark; a benchmark an abstract names only where it states
+    its problem (an earlier finding) is not one the paper reports results on."""
+    from types import SimpleNamespace
+
+    import polars as pl
+    import scipy.sparse as sp
+
+    from graft.survey.relate import section_relations
+
+    abstracts = {"a": "We evaluate on CIFAR10 and MNIST.",
+                 "b": "Overfitting can be observed on SVHN and MNIST. We report results on CIFAR-10.",
+                 "c": "Experiments on SVHN show gains."}
+    ids = list(abstracts)
+    rows = [{"paper_id": p, "title": p.upper(), "year": 2020, "abstract": abstracts[p], "authors": []} for p in ids]
+    index = SimpleNamespace(papers=pl.DataFrame(rows), row=ids.index,
+                            citation_matrix=sp.csr_matrix((3, 3), dtype=np.float32))
+    items = np.eye(6, dtype=np.float32)
+    texts = ["", "Overfitting can be observed on SVHN and MNIST.", "", "", "", ""]
+    vectors = SimpleNamespace(items=items, item_text=texts, facet_items=lambda pid, facet=None: {
+        "problem": [ids.index(pid)], "method": [3 + ids.index(pid)]}.get(facet, []))
+    shared = {(tuple(r.papers), r.detail) for r in section_relations(index, vectors, ids) if r.kind == "same_benchmark"}
+    assert shared == {(("a", "b"), "CIFAR10")}  # not MNIST (a) or SVHN (c) through b's problem sentence
 
 
 def test_two_papers_on_several_benchmarks_are_one_statement() -> None:

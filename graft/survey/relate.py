@@ -118,6 +118,44 @@ def benchmarks(abstract: str, own_names: Sequence[str] = ()) -> list[str]:
     return out
 
 
+_WORDS = re.compile(r"[a-z][a-z0-9-]+")
+_SUFFIX = re.compile(r"(?:ing|ed|es|s)$")
+
+
+def content_words(text: str, *, stem: bool = False) -> set[str]:
+    """The words of `text` that say something: not stop words, not the field's generic words ("method",
+    "propose"), three letters or more; with `stem`, a plural or verb ending taken off ("trained" and
+    "training" are one word)."""
+    from graft.survey.compose import STOPWORDS
+    from graft.survey.outline import GENERIC_WORDS
+
+    words = {w for w in _WORDS.findall(plain_text(text).lower()) if w not in STOPWORDS and w not in GENERIC_WORDS
+             and len(w) > 2}
+    return {_SUFFIX.sub("", w) if len(w) > 5 else w for w in words} if stem else words
+
+
+#: Content words two papers' method sentences must share, beyond their titles' words, for their
+#: methods to be "similar" (`content_words`, stemmed): on the example surveys a researcher disputed
+#: or found vague every similar-method statement made from the cosine alone (4 of 4), and those
+#: pairs' method sentences share at most one such word.
+SHARED_METHOD_WORDS = 2
+
+
+def bench_key(name: str) -> str:
+    """What two spellings of one benchmark share ("CIFAR-10", "CIFAR10", "cifar 10")."""
+    return re.sub(r"[\s_-]+", "", name.lower())
+
+
+def without(abstract: str, sentences: Sequence[str]) -> str:
+    """`abstract` less the given sentences of it (a paper's problem items: a benchmark named where the
+    paper describes its problem or earlier findings, "robust overfitting can be observed on SVHN and
+    CIFAR-10", is not one it reports results on); a sentence not found verbatim is left."""
+    for text in sentences:
+        if text and text in abstract:
+            abstract = abstract.replace(text, " ")
+    return abstract
+
+
 def metrics(abstract: str) -> list[str]:
     """The metrics an abstract names ("accuracy", "ROUGE", "BLEU"), in order, each once."""
     out: list[str] = []
@@ -227,9 +265,22 @@ def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_na
     meth = {p: _mean_unit(vectors, vectors.facet_items(p, "method") or vectors.facet_items(p, "contribution"))
             for p in ids}
     centred, centred_method = _centred(prob), _centred(meth)
+    method_words: dict[str, set[str]] = {}
+
+    def shared_method_words(a: str, b: str) -> int:
+        """Content words of the two papers' method (and contribution) items, titles' words not counted."""
+        for p in (a, b):
+            if p not in method_words:
+                rows = vectors.facet_items(p, "method") + vectors.facet_items(p, "contribution")
+                method_words[p] = set().union(set(), *(content_words(item_text[i], stem=True) for i in rows)) \
+                    - content_words(str(titles[index.row(p)] or ""), stem=True) if item_text else set()
+        return len(method_words[a] & method_words[b])
     abstracts = index.papers["abstract"].to_list()
     titles = index.papers["title"].to_list()
-    bench = {p: benchmarks(str(abstracts[index.row(p)] or ""), own_names) for p in ids}
+    item_text = getattr(vectors, "item_text", None)
+    bench = {p: benchmarks(without(str(abstracts[index.row(p)] or ""),
+                                   [item_text[i] for i in vectors.facet_items(p, "problem")] if item_text else []),
+                           own_names) for p in ids}
     given = dict(zip(ids, own_names))
     lowered: list[str] = []
     common: dict[str, bool] = {}
@@ -259,7 +310,9 @@ def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_na
             ps = float(prob[a] @ prob[b]) if prob[a] is not None and prob[b] is not None else 0.0
             # no more alike than the section's papers are on average: nothing to say of the pair
             apart = _apart(centred, a, b)
-            kind, score = ("similar_method", ms) if ms >= SIMILAR_METHOD and not _apart(centred_method, a, b) else \
+            alike = ms >= SIMILAR_METHOD and not _apart(centred_method, a, b) and \
+                shared_method_words(a, b) >= SHARED_METHOD_WORDS
+            kind, score = ("similar_method", ms) if alike else \
                 ("same_problem", ps) if ps >= SAME_PROBLEM and not apart else ("", 0.0)
             link = linked.get(frozenset((a, b)))
             # a paper that builds on another is not "the same problem with a different method" of it; one
@@ -268,8 +321,9 @@ def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_na
                 out.append(Relation(kind, [a, b], score=round(score, 4)))
             elif kind and link.kind == "cites":
                 out.append(Relation(kind, list(link.papers), detail="cites", score=round(score, 4)))
+            theirs = {bench_key(name) for name in bench[b]}
             for name in bench[a]:
-                if name in bench[b]:
+                if bench_key(name) in theirs:
                     out.append(Relation("same_benchmark", [a, b], detail=name))
     return out
 

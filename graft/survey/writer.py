@@ -35,7 +35,7 @@ from graft.survey.prose import (
     split_sentences,
     words,
 )
-from graft.survey.relate import benchmarks, builds_on_links, metrics
+from graft.survey.relate import benchmarks, builds_on_links, content_words, metrics, without
 from graft.survey.support import citation_like
 from graft.survey.types import Candidate, ClauseDraft, Relation, SentenceDraft, TableRow, ref, unref
 
@@ -306,22 +306,16 @@ class Composer:
         for pid in ids:
             prof = self.profile(pid)
             cells = {"year": str(prof.year) if prof.year else "",
-                     "benchmarks": unref(", ".join(benchmarks(prof.abstract, own)[:4])),
+                     "benchmarks": unref(", ".join(benchmarks(without(prof.abstract, [t for t, _ in prof.clauses.get(
+                         "problem", [])]), own)[:4])),
                      "metrics": unref(", ".join(metrics(prof.abstract)[:3])),
-                     "builds_on": ", ".join(ref(p) for p in builds.get(pid, [])[:4])}
+                     "builds_on": ", ".join(ref(p) for p in builds.get(pid, []))}
             rows.append(TableRow(paper_id=pid, name=self.name_of(prof).text, cells=cells))
         return rows
 
 
-_WORDS = re.compile(r"[a-z][a-z0-9-]+")
-
-
 def _words(text: str) -> set[str]:
-    from graft.survey.compose import STOPWORDS
-    from graft.survey.outline import GENERIC_WORDS
-
-    return {w for w in _WORDS.findall(plain_text(text).lower()) if w not in STOPWORDS and w not in GENERIC_WORDS
-            and len(w) > 2}
+    return content_words(text)
 
 
 def shares_words(text: str, other: Profile, own: Profile, least: int = 2) -> bool:
