@@ -1070,13 +1070,18 @@ def test_a_clause_that_leans_on_context_it_does_not_give_is_not_used() -> None:
                "When facing novel few-shot tasks in the test-time datasets, this transformation can greatly "
                "improve the generalization ability of learned image representations.",
                "To better understand this development, we decompose the variance of the policy gradient estimator.",
-               "We present applications of this learning scenario to convex and non-convex objectives."]
+               "We present applications of this learning scenario to convex and non-convex objectives.",
+               "We show that it is likely not due to information theoretic limitations, but rather it could be "
+               "due to computational constraints.",
+               "Our experiments show that they fail on unseen perturbations."]
     standing = ["We propose a hierarchically structured meta-learning (HSML) algorithm that tailors the "
                 "transferable knowledge to different clusters of tasks.",
                 "To this end, we propose a conditional neural process based approach to multi-task classification.",
                 "Current methods share one limitation, slow inference; this limitation is removed by caching.",
                 "In this paper, we study graph kernels such as the Weisfeiler-Lehman kernel on molecules.",
-                "We propose a sparse transformation and show that this sparse transformation halves the error."]
+                "We propose a sparse transformation and show that this sparse transformation halves the error.",
+                "We show that it is possible to certify robustness for networks with millions of units.",
+                "We prove that the method converges to a stationary point."]
     assert [t for t in leaning if self_contained(t)] == []
     assert all(self_contained(t) for t in standing)
 

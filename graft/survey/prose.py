@@ -136,13 +136,24 @@ _DEMONSTRATIVE = re.compile(r"\b(?:this|these|those|such)\s+([\w-]+)(?:\s+([\w-]
 _POINTS_AT_NOTHING = {*_SELF_NOUNS, "as", "that", "a", "an"}
 
 
+#: A pronoun opening what a reporting verb reports ("We show that it is likely not due to ...", "we
+#: find that they fail"): it names something the abstract said before; "it" before an adjective
+#: and "to" / "that" is no pronoun ("we show that it is possible to ...").
+_REPORTED_PRONOUN = re.compile(
+    r"^\W*(?:[\w-]+\W+){0,4}?(?:that|whether|why|how)\s+(?:it|they|them)\b"
+    r"(?!\s+(?:is|was|becomes|remains|would be|will be|can be|may be)\s+(?:\w+\s+)?(?:possible|impossible|"
+    r"necessary|important|hard|difficult|easy|crucial|natural|common|feasible|beneficial|essential|known|"
+    r"sufficient|unclear|challenging|desirable|useful|advantageous|enough)\s+(?:to|that|for)\b)", re.I)
+
+
 def refers_back(text: str) -> bool:
     """Whether a clause leans on context it does not give: "This allows ...", "to address this
-    limitation", "the benefits of both", "this transformation improves ...": a demonstrative whose
+    limitation", "the benefits of both", "we show that it is likely not due to ...", "this
+    transformation improves ...": a demonstrative whose
     noun the clause has not named before (neither of the two words after it), "this paper" and
     "such as" aside."""
     clause = clean_clause(text)
-    if _ANAPHOR.match(clause) or _BOTH.search(clause):
+    if _ANAPHOR.match(clause) or _BOTH.search(clause) or _REPORTED_PRONOUN.match(clause):
         return True
     for m in _BACK.finditer(clause):
         noun = m.group(1).lower()
