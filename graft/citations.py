@@ -152,6 +152,10 @@ def citation_links(a: sp.csr_matrix, score: sp.csr_matrix, *, direct: bool = Fal
 TEXT_NEIGHBOURS = 10
 
 
+#: Cosines held at once while text coupling a build's link-less papers (64 MiB of float32).
+TEXT_BLOCK_FLOATS = 2**24
+
+
 def linkless_rows(a: sp.csr_matrix) -> np.ndarray:
     """Rows of the papers that cite no corpus paper and are cited by none (no citation evidence)."""
     a = sp.csr_matrix(a)
@@ -199,14 +203,27 @@ def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr
         paper_vectors: (n, d) unit rows (`embeddings/papers.npy`).
         rows: the papers to fill (`linkless_rows`); m: neighbours per paper (0 = an empty matrix).
     """
+    from graft.similarity import best_columns
+
     vectors = np.asarray(paper_vectors, dtype=np.float32)
     n = vectors.shape[0]
     rows = np.asarray(rows, dtype=np.int64)
-    found = [text_coupling_row(vectors, vectors[r], m, exclude=int(r)) for r in rows]
-    cols = np.concatenate([f.indices for f in found]) if found else np.zeros(0, np.int64)
-    data = np.concatenate([f.data for f in found]) if found else np.zeros(0, np.float32)
-    owner = np.repeat(rows, [f.nnz for f in found])
-    out = sp.csr_matrix((data, (owner, cols)), shape=(n, n), dtype=np.float32)
+    if m <= 0 or n == 0 or len(rows) == 0:
+        return sp.csr_matrix((n, n), dtype=np.float32)
+    owners, cols, data = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)]
+    block = max(1, TEXT_BLOCK_FLOATS // n)  # rows of cosines at a time: a few hundred at 10^5 papers
+    for start in range(0, len(rows), block):
+        part = rows[start : start + block]
+        sims = vectors[part] @ vectors.T  # one product a block, not a product and a sort of n a paper
+        sims[np.arange(len(part)), part] = -np.inf  # never its own neighbour
+        best = best_columns(sims, m)  # by (cosine descending, column), as text_coupling_row orders them
+        vals = np.take_along_axis(sims, best, axis=1)
+        keep = np.isfinite(vals) & (vals > 0)
+        owners.append(np.repeat(part, keep.sum(axis=1)))
+        cols.append(best[keep])
+        data.append(np.clip(vals[keep], 0.0, 1.0).astype(np.float32))
+    out = sp.csr_matrix((np.concatenate(data), (np.concatenate(owners), np.concatenate(cols))), shape=(n, n),
+                        dtype=np.float32)
     out.sort_indices()
     return out
 

@@ -566,7 +566,10 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
         adv(int(a.nnz))
     text = None
     if config.text_coupling and papers_vec is not None:
-        text = text_coupling(papers_vec, linkless_rows(a), config.text_coupling)
+        with reporter.stage("text coupling", unit="papers") as adv:
+            lonely = linkless_rows(a)
+            text = text_coupling(papers_vec, lonely, config.text_coupling)
+            adv(len(lonely))
 
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
         graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
@@ -640,8 +643,10 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
         from graft.index import Index
 
         adv(Index.open(out).prepare_queries())
-    for compact in work.compactions:
-        compact()
+    with reporter.stage("compact stores", unit="stores") as adv:  # dead rows out of the per-paper stores
+        for compact in work.compactions:
+            compact()
+            adv(1)
     return BuildSummary(out, counts, reporter.timings(), reporter.peaks(), corpus.report.as_dict(),
                         reused, encoder_export, removed, plan.aside, seeded_from, work.seeded)
 
