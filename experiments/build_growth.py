@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import subprocess
@@ -28,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.common import add_results_argument, parser, write_tables
+from experiments.common import add_results_argument, growth_exponent, parser, write_tables
 
 
 def build_here(corpus: str, out: str, model: str, engine: str, candidates: str) -> dict:
@@ -61,12 +60,6 @@ def build_once(corpus: str, out: Path, model: str, engine: str, candidates: str)
     if res.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
     return {"corpus": corpus, "engine": engine, "wall_s": wall, **json.loads(res.stdout.strip().splitlines()[-1])}
-
-
-def exponent(n0: int, t0: float, n1: int, t1: float) -> float | None:
-    if min(n0, n1, t0, t1) <= 0 or n0 == n1:
-        return None
-    return math.log(t1 / t0) / math.log(n1 / n0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,10 +96,10 @@ def main(argv: list[str] | None = None) -> int:
              "|---|" + "---:|---:|" * len(rows) + "---:|"]
     for stage in stages:
         cells = " | ".join(f"{r['stages_s'].get(stage, 0):.1f} | {r['peak_mib'].get(stage, 0):,.0f}" for r in rows)
-        b = exponent(first["papers"], first["stages_s"].get(stage, 0), last["papers"], last["stages_s"].get(stage, 0))
+        b = growth_exponent(first["papers"], first["stages_s"].get(stage, 0), last["papers"], last["stages_s"].get(stage, 0))
         lines.append(f"| {stage} | {cells} | {'' if b is None else f'{b:.2f}'} |")
     cells = " | ".join(f"**{r['wall_s']:.1f}** | **{max(r['peak_mib'].values()):,.0f}**" for r in rows)
-    b = exponent(first["papers"], first["wall_s"], last["papers"], last["wall_s"])
+    b = growth_exponent(first["papers"], first["wall_s"], last["papers"], last["wall_s"])
     lines.append(f"| **whole process** | {cells} | {'' if b is None else f'{b:.2f}'} |")
     lines += ["", "- s: the stage's wall seconds (the build summary's); MiB: the build process's peak resident "
                   "memory during the stage; b: log(t_last / t_first) / log(n_last / n_first)",

@@ -9,6 +9,7 @@ set).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -151,6 +152,14 @@ def split_report(opened: SplitQueries, args: argparse.Namespace, module: str, ar
              f"Date: {meta['date']} · corpus hash `{str(meta['corpus_hash'])[:16]}` · {len(opened.rows)} in-corpus "
              f"{args.part} {about}", ""]
     return name, meta, lines
+
+
+def growth_exponent(n0: float, t0: float, n1: float, t1: float) -> float | None:
+    """b of t ~ n^b through two measurements (n0, t0) and (n1, t1); None where it is undefined (a
+    size or time not positive, or one size twice)."""
+    if min(n0, n1, t0, t1) <= 0 or n0 == n1:
+        return None
+    return math.log(t1 / t0) / math.log(n1 / n0)
 
 
 def write_tables(results_dir: str | Path, stem: str, meta: dict[str, Any], rows: list[dict[str, Any]],

@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
-import math
 import os
 import platform
 import resource
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common import add_results_argument, parser, write_tables
+from experiments.common import add_results_argument, growth_exponent, parser, write_tables
 
 
 def run_one(index_dir: str, corpus: str, method: str, items: int, work: str, linked: int) -> dict:
@@ -109,7 +108,7 @@ def exponent(rows: list[dict], method: str, key: str) -> float | None:
     if len(pts) < 2:
         return None
     (n0, t0), (n1, t1) = pts[0], pts[-1]
-    return math.log(t1 / t0) / math.log(n1 / n0)
+    return growth_exponent(n0, t0, n1, t1)
 
 
 def main(argv: list[str] | None = None) -> int:

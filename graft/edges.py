@@ -22,7 +22,6 @@ from graft.ann import SEARCH_ROWS, CandidateSearch, IVFCandidates, candidate_blo
 from graft.similarity import FacetItemsMatrix, block_rows_for, prefilter_blocks, score_gathered, score_pairs
 from graft.similarity import sorted_unique as _unique  # a name of this module: benchmarks swap it
 
-
 #: Coupled or co-cited papers scored as graph candidates per paper, the strongest by citation score: on
 #: cs768 (dev index, 179 a paper on average, up to 2,509) 100 keep 99.6% of the edges of all of them
 #: and the same teacher recall (docs/results/linked_cap_cs768.md); their number grows with the
@@ -218,11 +217,12 @@ def external_facet_row(
         cand = searcher.search(query.pooled, params.n_candidates)
     else:
         _, cand = next(prefilter_blocks(query.pooled, items.pooled, params.n_candidates, exclude_self=False))
-    linked = strongest_per_row(sp.csr_matrix(cite_row), params.linked_candidates)
+    cite_row = sp.csr_matrix(cite_row)
+    linked = strongest_per_row(cite_row, params.linked_candidates)
     cols = np.unique(np.concatenate([cand[0], linked.indices.astype(np.int64)]))
     rows = np.zeros(len(cols), dtype=np.int64)
     sim = np.clip(score_pairs(query, rows, items, cols), 0.0, 1.0)
-    w = params.alpha * sim + params.beta * _lookup(sp.csr_matrix(cite_row), rows, cols)
+    w = params.alpha * sim + params.beta * _lookup(cite_row, rows, cols)
     sel = _top_k_rows(rows, cols, w, params.top_k)
     sel = sel[w[sel] > 0]
     return sp.csr_matrix((w[sel], (rows[sel], cols[sel])), shape=(1, n), dtype=np.float32)

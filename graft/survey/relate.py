@@ -68,11 +68,12 @@ METRIC = re.compile(r"\b(?:top-[15] accuracy|accuracy|F1(?:-score)?|F-score|F-me
                     r"certified radius|robust accuracy|success rate)\b")
 
 
-def benchmarks(abstract: str, own_names: Sequence[str] = ()) -> list[str]:
+def benchmarks(abstract: str, own_names: Sequence[str] = (), *, background: Sequence[str] = ()) -> list[str]:
     """The benchmarks and datasets an abstract names where it reports on them ("on Omniglot",
     "the Meta-Dataset benchmark", "on ImageNet-LOC and PASCAL VOC"), in order; never a name the
-    papers give their own methods (`own_names`) or a model family ("on BERT")."""
-    text = plain_text(abstract)
+    papers give their own methods (`own_names`) or a model family ("on BERT"), nor one named only in
+    the `background` sentences of the abstract (its problem items: `_without`)."""
+    text = plain_text(_without(abstract, background))
     own = {n.lower() for n in own_names}
     out: list[str] = []
     for m in _NAME_TOKEN.finditer(text):
@@ -146,7 +147,7 @@ def bench_key(name: str) -> str:
     return re.sub(r"[\s_-]+", "", name.lower())
 
 
-def without(abstract: str, sentences: Sequence[str]) -> str:
+def _without(abstract: str, sentences: Sequence[str]) -> str:
     """`abstract` less the given sentences of it (a paper's problem items: a benchmark named where the
     paper describes its problem or earlier findings, "robust overfitting can be observed on SVHN and
     CIFAR-10", is not one it reports results on); a sentence not found verbatim is left."""
@@ -265,22 +266,23 @@ def section_relations(index: Any, vectors: Any, paper_ids: Sequence[str], own_na
     meth = {p: _mean_unit(vectors, vectors.facet_items(p, "method") or vectors.facet_items(p, "contribution"))
             for p in ids}
     centred, centred_method = _centred(prob), _centred(meth)
+    abstracts = index.papers["abstract"].to_list()
+    titles = index.papers["title"].to_list()
+    item_text = getattr(vectors, "item_text", None) or []
+    bench = {p: benchmarks(str(abstracts[index.row(p)] or ""), own_names,
+                           background=[item_text[i] for i in vectors.facet_items(p, "problem")] if item_text else [])
+             for p in ids}
     method_words: dict[str, set[str]] = {}
 
     def shared_method_words(a: str, b: str) -> int:
-        """Content words of the two papers' method (and contribution) items, titles' words not counted."""
+        """Content words (stemmed) the two papers' method and contribution items share, their titles'
+        words not counted; none where the item texts are unknown."""
         for p in (a, b):
-            if p not in method_words:
+            if p not in method_words and item_text:
                 rows = vectors.facet_items(p, "method") + vectors.facet_items(p, "contribution")
-                method_words[p] = set().union(set(), *(content_words(item_text[i], stem=True) for i in rows)) \
-                    - content_words(str(titles[index.row(p)] or ""), stem=True) if item_text else set()
-        return len(method_words[a] & method_words[b])
-    abstracts = index.papers["abstract"].to_list()
-    titles = index.papers["title"].to_list()
-    item_text = getattr(vectors, "item_text", None)
-    bench = {p: benchmarks(without(str(abstracts[index.row(p)] or ""),
-                                   [item_text[i] for i in vectors.facet_items(p, "problem")] if item_text else []),
-                           own_names) for p in ids}
+                said = set().union(*(content_words(item_text[i], stem=True) for i in rows))
+                method_words[p] = said - content_words(str(titles[index.row(p)] or ""), stem=True)
+        return len(method_words.get(a, set()) & method_words.get(b, set()))
     given = dict(zip(ids, own_names))
     lowered: list[str] = []
     common: dict[str, bool] = {}

@@ -35,7 +35,7 @@ from graft.survey.prose import (
     split_sentences,
     words,
 )
-from graft.survey.relate import benchmarks, builds_on_links, content_words, metrics, without
+from graft.survey.relate import benchmarks, builds_on_links, content_words, metrics
 from graft.survey.support import citation_like
 from graft.survey.types import Candidate, ClauseDraft, Relation, SentenceDraft, TableRow, ref, unref
 
@@ -306,24 +306,20 @@ class Composer:
         for pid in ids:
             prof = self.profile(pid)
             cells = {"year": str(prof.year) if prof.year else "",
-                     "benchmarks": unref(", ".join(benchmarks(without(prof.abstract, [t for t, _ in prof.clauses.get(
-                         "problem", [])]), own)[:4])),
+                     "benchmarks": unref(", ".join(benchmarks(prof.abstract, own, background=[
+                         t for t, _ in prof.clauses.get("problem", [])])[:4])),
                      "metrics": unref(", ".join(metrics(prof.abstract)[:3])),
                      "builds_on": ", ".join(ref(p) for p in builds.get(pid, []))}
             rows.append(TableRow(paper_id=pid, name=self.name_of(prof).text, cells=cells))
         return rows
 
 
-def _words(text: str) -> set[str]:
-    return content_words(text)
-
-
 def shares_words(text: str, other: Profile, own: Profile, least: int = 2) -> bool:
     """Whether a clause about `own` shares `least` content words with `other`'s method and
     contribution sentences, neither paper's title words counted."""
-    theirs = set().union(*(_words(t) for f in ("method", "contribution") for t, _ in other.clauses.get(f, [])))
-    names = _words(other.title) | _words(own.title)
-    return len((_words(text) - names) & (theirs - names)) >= least
+    theirs = set().union(*(content_words(t) for f in ("method", "contribution") for t, _ in other.clauses.get(f, [])))
+    names = content_words(other.title) | content_words(own.title)
+    return len((content_words(text) - names) & (theirs - names)) >= least
 
 
 def title_name(title: str) -> PaperName:
