@@ -111,6 +111,10 @@ def build(
                                                       "candidates: the M with the highest citation score "
                                                       "(default 100; 0: all, whose number grows with the "
                                                       "corpus: docs/scale.md)."),
+    citation_partners: int | None = typer.Option(None, "--citation-partners", min=0, metavar="P",
+                                                 help="Coupled and co-cited papers counted a paper: the P most "
+                                                      "counted of each (default 200; 0: all, whose number "
+                                                      "grows faster than the corpus: docs/scale.md)."),
     paper_embeddings: bool = typer.Option(True, "--paper-embeddings/--no-paper-embeddings",
                                           help="Embed each paper's title + abstract (embeddings/papers.npy): "
                                                "text coupling for queries without references, the dense "
@@ -121,11 +125,14 @@ def build(
                                                   "citation part of its edge weights (default 10; 0: off, "
                                                   "and with --no-paper-embeddings)."),
     candidates: str = typer.Option("auto", help="How each paper's facet-similar candidates are found: exact "
-                                   "(every pair compared, n^2), faiss (an IVF index: docs/scale.md), or auto "
-                                   "(faiss from --faiss-min-papers papers on)."),
-    faiss_min_papers: int = typer.Option(50_000, min=1, help="Papers from which --candidates auto uses faiss."),
+                                   "(every pair compared, n^2), faiss (an IVF index: docs/scale.md), hnsw (an "
+                                   "HNSW graph), or auto (hnsw from --faiss-min-papers papers on)."),
+    faiss_min_papers: int = typer.Option(50_000, min=1, help="Papers from which --candidates auto uses hnsw."),
     faiss_nprobe: int = typer.Option(16, min=1, help="IVF lists (of 2 sqrt(papers)) searched per paper with "
                                      "faiss candidates: more keep more of the exact candidates, slower."),
+    hnsw_ef: int = typer.Option(128, min=1, help="Entries kept while searching the HNSW graph with hnsw "
+                                "candidates (at least the 100 candidates): more keep more of the exact ones, "
+                                "slower."),
     llm_base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (extractor llm)."),
     llm_model: str | None = typer.Option(None, help="Model name for the LLM extractor."),
     llm_api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
@@ -169,7 +176,7 @@ def build(
     papers added, removed or edited takes apart and embeds only the papers not seen before;
     --cache-from seeds them from another index.
     """
-    from graft.citations import TEXT_NEIGHBOURS
+    from graft.citations import CITATION_PARTNERS, TEXT_NEIGHBOURS
     from graft.edges import LINKED_CANDIDATES
     from graft.progress import Reporter
     from graphbuild.build import BuildConfig, build_index
@@ -189,9 +196,10 @@ def build(
                              title_weight=title_weight, item_context=item_context, alpha=alpha, beta=1.0 - alpha,
                              direct_links=direct_links,
                              linked_candidates=LINKED_CANDIDATES if linked_candidates is None else linked_candidates,
+                             citation_partners=CITATION_PARTNERS if citation_partners is None else citation_partners,
                              paper_embeddings=paper_embeddings,
                              candidates=candidates, faiss_min_papers=faiss_min_papers, faiss_nprobe=faiss_nprobe,
-                             text_coupling=(text_coupling if text_coupling is not None
+                             hnsw_ef=hnsw_ef, text_coupling=(text_coupling if text_coupling is not None
                                             else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
         # before any work, even with --quiet: what happens to a trained model
         def note(text: str) -> None:

@@ -87,7 +87,8 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
 
     build = BuildConfig.from_manifest(manifest)
     graph = {k: getattr(build, k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale",
-                                            "title_weight", "item_context", "linked_candidates")}
+                                            "title_weight", "item_context", "linked_candidates",
+                                            "citation_partners")}
     # the code that takes a query apart and scores its rows: entries made by other code are stale
     code = source_digest(*EXTRACTOR_SOURCES.get(extractor, ()), "graft/external.py")
     return {"corpus_hash": manifest.get("corpus_hash"), "graph": graph, "extractor": extractor,

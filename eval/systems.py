@@ -131,7 +131,7 @@ def facet_only_graphs(index: Index) -> dict[str, sp.csr_matrix]:
     params = replace(config.graph_params(), alpha=1.0, beta=0.0)
     return facet_graphs(index.item_rows, index.facets["facet"].to_numpy(),
                         np.asarray(index.item_embeddings, dtype=np.float32), a,
-                        citation_signals(a, config.citation_rescale), params)
+                        citation_signals(a, config.citation_rescale, partners=config.citation_partners), params)
 
 
 class EvalContext:

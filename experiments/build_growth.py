@@ -7,7 +7,8 @@ Each size is one fresh process running the build as `graft build` does (the stag
 of its summary, query files and store compaction included); the
 build settings are the same for every size, so that only n changes: by default the static encoder
 (`training/static_encoder.py`; MiniLM's sentence pass alone would take hours at 10^5 papers on
-2 cores) with the rules scorer, and FAISS candidates at every size.
+2 cores) with the rules scorer, and approximate candidates at every size (`--candidates`, HNSW by
+default).
 
     python -m experiments.build_growth --corpora /tmp/synth-1e4.jsonl.gz,/tmp/synth-1e5.jsonl.gz \
         --work /tmp/build-growth --model /tmp/minilm-static [--engine local|ray] [--name _1e5]
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", required=True, help="folder for the indexes built (one per size)")
     ap.add_argument("--model", required=True, help="encoder folder for every build (e.g. the static encoder)")
     ap.add_argument("--engine", default="local", choices=("local", "ray"))
-    ap.add_argument("--candidates", default="faiss", choices=("exact", "faiss", "auto"))
+    ap.add_argument("--candidates", default="hnsw", choices=("exact", "faiss", "hnsw", "auto"))
     ap.add_argument("--name", default="", help="suffix of the results files")
     ap.add_argument("--one", nargs=2, metavar=("CORPUS", "OUT"), help=argparse.SUPPRESS)
     add_results_argument(ap)

@@ -8,9 +8,12 @@ a lower citation score than the M kept, so it enters a paper's top K only on fac
 where the facet prefilter's candidates also find it. Here: the share of the uncapped graphs' edges
 each M keeps, the graph teacher's in-corpus recall without and with the citation channel, and the
 seconds of each rebuild (the index's stored item vectors and citation signals; other settings the
-index's). Tune on `dev`.
+index's). With `--partners`, the same for the citation signals counted with only each paper's P
+most coupled and P most co-cited papers (`graft.citations.CITATION_PARTNERS`), at the build's
+linked candidates. Tune on `dev`.
 
-    python -m experiments.linked_cap --split SPLITDIR [--caps 50,100,200,400] [--part dev] [--name cs768]
+    python -m experiments.linked_cap --split SPLITDIR [--caps 50,100,200,400] [--partners 50,100,200]
+        [--part dev] [--name cs768]
 
 Writes docs/results/linked_cap_{name}.{md,json}.
 """
@@ -30,8 +33,11 @@ from experiments.common import int_list, open_split_queries, split_parser, split
 def main(argv: list[str] | None = None) -> int:
     ap = split_parser(__doc__, table="linked_cap", part="dev")
     ap.add_argument("--caps", default="50,100,200,400", help="comma-separated M (linked candidates a paper)")
+    ap.add_argument("--partners", default="", help="comma-separated P (citation partners a paper), at the "
+                    "build's M")
     args = ap.parse_args(argv)
     caps = int_list(ap, args.caps, "--caps")
+    partners = int_list(ap, args.partners, "--partners") if args.partners else []
 
     from experiments.edge_mix import both_teachers
     from experiments.index_agreement import edge_agreement
@@ -51,19 +57,22 @@ def main(argv: list[str] | None = None) -> int:
 
     table: list[dict[str, Any]] = []
     full: dict[str, Any] = {}
-    for cap in [0, *caps]:
+    runs = [(cap, 0) for cap in [0, *caps]] + [(config.linked_candidates, p) for p in partners]
+    for cap, p in runs:
         t0 = time.perf_counter()
-        graphs = facet_graphs(owner, facet_col, vectors, a, signals, replace(base, linked_candidates=cap),
+        sig = citation_signals(a, config.citation_rescale, partners=p) if p else signals
+        graphs = facet_graphs(owner, facet_col, vectors, a, sig, replace(base, linked_candidates=cap),
                               text=idx.text_coupling)
         seconds = time.perf_counter() - t0
         full = full or graphs
         agree = [edge_agreement(full[f], graphs[f]) for f in FACETS]
         edges = sum(g["edges_a"] for g in agree)
-        table.append({"cap": cap, "linked_pairs": int(np.minimum(per_paper, cap or per_paper.max()).sum()),
+        table.append({"cap": cap, "partners": p, "pairs": sig.n_coupling_pairs + sig.n_cocitation_pairs,
+                      "linked_pairs": int(np.minimum(per_paper, cap or per_paper.max()).sum()),
                       "kept": sum(g["shared_share"] * g["edges_a"] for g in agree) / max(edges, 1),
                       "rows_identical": float(np.mean([g["rows_identical_share"] for g in agree])),
                       **both_teachers(graphs, queries, gold, idx.citation_links), "seconds": round(seconds, 1)})
-        print(f"M {cap or 'all'}: kept {table[-1]['kept']:.4f}, R@20 {table[-1]['R@20']:.3f}, "
+        print(f"M {cap or 'all'} P {p or 'all'}: kept {table[-1]['kept']:.4f}, R@20 {table[-1]['R@20']:.3f}, "
               f"cite R@20 {table[-1]['cite R@20']:.3f}, {seconds:.0f} s", file=sys.stderr, flush=True)
 
     name, meta, lines = split_report(
@@ -72,15 +81,19 @@ def main(argv: list[str] | None = None) -> int:
         linked_mean=float(per_paper.mean()), linked_max=int(per_paper.max()))
     lines += [f"Coupled or co-cited papers a paper: mean {per_paper.mean():.1f}, median {np.median(per_paper):.0f}, "
               f"max {per_paper.max():,}.", "",
-              "| M | linked candidates | uncapped edges kept | rows identical | teacher R@20 | R@50 "
-              "| teacher-cite R@20 | R@50 | seconds |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| M | P | coupled + co-cited pairs | linked candidates | uncapped edges kept | rows identical "
+              "| teacher R@20 | R@50 | teacher-cite R@20 | R@50 | seconds |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in table:
-        lines.append(f"| {row['cap'] or 'all'} | {row['linked_pairs']:,} | {100 * row['kept']:.2f}% | "
+        lines.append(f"| {row['cap'] or 'all'} | {row['partners'] or 'all'} | {row['pairs']:,} | "
+                     f"{row['linked_pairs']:,} | {100 * row['kept']:.2f}% | "
                      f"{100 * row['rows_identical']:.1f}% | {row['R@20']:.3f} | {row['R@50']:.3f} | "
                      f"{row['cite R@20']:.3f} | {row['cite R@50']:.3f} | {row['seconds']} |")
     lines += ["", "- M: a paper's coupled or co-cited candidates kept, the strongest by citation score "
                   "(`--linked-candidates`); the facet prefilter's 100 candidates a paper are always scored",
+              "- P: the citation partners counted a paper, its P most coupled and P most co-cited "
+              "(`--citation-partners`; a pair kept where either paper keeps it); pairs: coupled plus co-cited "
+              "pairs held; linked candidates: as counted without P",
               "- rebuilt from the index's stored item vectors (float16) and its citation signals; the other "
               "settings the index's"]
     write_tables(args.results, f"linked_cap_{name}", meta, table, lines)

@@ -1,5 +1,5 @@
-"""The graph stage on synthetic corpora of growing size (`experiments/synth_corpus.py`), with exact and
-FAISS candidates: wall time and peak memory, and the growth exponents they fit.
+"""The graph stage on synthetic corpora of growing size (`experiments/synth_corpus.py`), with exact,
+FAISS IVF and HNSW candidates: wall time and peak memory, and the growth exponents they fit.
 
 Encoding 10^5 synthetic papers' sentences takes hours on 2 cores, and only the graph stage is
 measured here: each synthetic paper takes as its facet items the real items (MiniLM vectors, from a
@@ -8,10 +8,11 @@ built index of the real corpus) of the real papers its sentences came from (`sou
 process, so its peak RSS is its own: citation signals (coupling, co-citation), text coupling of
 link-less papers (skipped: `--text-coupling 0`, it is exact and per paper), then the four facet graphs
 (`graphbuild.build.facet_graphs`) as `graft build` makes them; the share of the exact graphs' edges
-that each other method's graphs keep.
+that each other method's graphs keep (the exact graphs of this run, or of an earlier run into the same
+`--work` folder).
 
     python -m experiments.scale_graph --index INDEX --work DIR
-        --corpora /tmp/synth-1e4.jsonl.gz,/tmp/synth-1e5.jsonl.gz [--methods exact,faiss] [--items 4] [--name NAME]
+        --corpora /tmp/synth-1e4.jsonl.gz,/tmp/synth-1e5.jsonl.gz [--methods exact,faiss,hnsw] [--items 4] [--name NAME]
 
 Writes docs/results/scale_graph{NAME}.{md,json}.
 """
@@ -103,6 +104,12 @@ def kept(work: Path, name: str, method: str) -> dict:
     return {"kept": sum(a["shared_share"] * a["edges_a"] for a in agree) / max(edges, 1)}
 
 
+def kept_cell(row: dict) -> str:
+    if row["method"] == "exact":
+        return "100.00%"
+    return f"{100 * row['kept']:.2f}%" if "kept" in row else "–"
+
+
 def exponent(rows: list[dict], method: str, key: str) -> float | None:
     pts = sorted((r["papers"], r[key]) for r in rows if r["method"] == method and r[key] > 0)
     if len(pts) < 2:
@@ -143,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(res.stderr[-3000:], file=sys.stderr)
                 return res.returncode
             rows.append({"corpus": corpus, **json.loads(res.stdout.strip().splitlines()[-1])})
-            if method != "exact" and "exact" in args.methods.split(","):
+            # the exact graphs of this run, or of an earlier one into the same work folder
+            if method != "exact" and (Path(args.work) / f"{Path(corpus).name}.exact.problem.npz").is_file():
                 rows[-1].update(kept(Path(args.work), Path(corpus).name, method))
             print(rows[-1], file=sys.stderr)
     meta = {"date": dt.date.today().isoformat(), "cpus": os.cpu_count(), "machine": platform.machine(),
             "python": platform.python_version(), "index": args.index, "linked_candidates": args.linked_candidates,
             "command": "python -m experiments.scale_graph " + " ".join(argv if argv is not None else sys.argv[1:])}
-    lines = ["# The graph stage on synthetic corpora: exact and FAISS candidates", "",
+    lines = ["# The graph stage on synthetic corpora: exact and approximate candidates", "",
              f"Command: `{meta['command']}`  ",
              f"Date: {meta['date']} · {meta['cpus']} cores (shared with other work), {meta['machine']}, "
              f"Python {meta['python']}", "",
@@ -158,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
              "| peak RSS MiB |",
              "|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['papers']:,} | {r['items']:,} | {r['citations']:,} | {r['method']} | {r['citations_s']:.1f} | "
-              f"{r['graph_s']:.1f} | {r['edges']:,} | {100 * r.get('kept', 1.0):.2f}% | {r['peak_rss_mib']:,.0f} |"
+              f"{r['graph_s']:.1f} | {r['edges']:,} | {kept_cell(r)} | {r['peak_rss_mib']:,.0f} |"
               for r in rows]
     fits = {m: exponent(rows, m, "graph_s") for m in args.methods.split(",")}
     if any(b is not None for b in fits.values()):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from graft.ann import CANDIDATE_METHODS, FAISS_MIN_PAPERS, FAISS_NPROBE, CandidateSearch
-from graft.citations import RESCALE_MODES, TEXT_NEIGHBOURS
+from graft.ann import CANDIDATE_METHODS, FAISS_MIN_PAPERS, FAISS_NPROBE, HNSW_EF_SEARCH, CandidateSearch
+from graft.citations import CITATION_PARTNERS, RESCALE_MODES, TEXT_NEIGHBOURS
 from graft.config import config_from_dict, type_problems
 from graft.edges import LINKED_CANDIDATES, GraphParams
 from graft.encoder import BACKENDS, DEFAULT_ITEM_CONTEXT, DEFAULT_TITLE_WEIGHT, ITEM_CONTEXTS
@@ -41,12 +41,16 @@ class BuildConfig:
     beta: float = 0.25  # citation-score weight in w_f (GRAFT paper)
     n_candidates: int = 100  # facet-similar candidates per paper from the pooled prefilter
     citation_rescale: str = "pair"  # "pair": per-pair rescaling of log counts (README); "global": by the max
+    # coupled and co-cited partners a paper keeps, the most counted of each (graft.citations); 0 = all
+    citation_partners: int = CITATION_PARTNERS
     block_rows: int | None = None  # prefilter rows per block; None sizes blocks to ~128 MiB
     # the prefilter of the n_candidates: "exact" (blocked brute force, n^2 d), "faiss" (an IVF-Flat index,
-    # 2 sqrt(n) lists, faiss_nprobe searched; graft.ann), "auto": faiss from faiss_min_papers papers on
+    # 2 sqrt(n) lists, faiss_nprobe searched; graft.ann), "hnsw" (an HNSW graph, hnsw_ef entries kept while
+    # searching; queries from outside the corpus search an IVF index), "auto": hnsw from faiss_min_papers on
     candidates: str = "auto"
-    faiss_min_papers: int = FAISS_MIN_PAPERS  # papers; below it "auto" is exact (docs/results/ann_candidates.md)
+    faiss_min_papers: int = FAISS_MIN_PAPERS  # papers; below it "auto" is exact, from it hnsw (docs/scale.md)
     faiss_nprobe: int = FAISS_NPROBE  # IVF lists searched per paper (16: 0.97 of the exact top 20, graph_scale.md)
+    hnsw_ef: int = HNSW_EF_SEARCH  # HNSW entries kept while searching (docs/results/ann_growth_1e6.md)
     # direct citation links (either way) as graph candidates; off = the reference design: candidates
     # are facet-similar, coupled and co-cited papers, and a direct link is left to be found (the gold)
     direct_links: bool = False
@@ -71,6 +75,8 @@ class BuildConfig:
             raise ConfigError(f"{', '.join(wrong)}: must be >= 1 (batch size, block rows and limit: or None)")
         if self.linked_candidates < 0:
             raise ConfigError(f"linked_candidates must be >= 0 (0 = all), got {self.linked_candidates}")
+        if self.citation_partners < 0:
+            raise ConfigError(f"citation_partners must be >= 0 (0 = all), got {self.citation_partners}")
         if self.text_coupling < 0:
             raise ConfigError(f"text_coupling must be >= 0 (0 = off), got {self.text_coupling}")
         if self.text_coupling and not self.paper_embeddings:
@@ -89,9 +95,9 @@ class BuildConfig:
             raise ConfigError(f"item_context '{self.item_context}' is unknown; allowed: {', '.join(ITEM_CONTEXTS)}")
         if self.candidates not in CANDIDATE_METHODS:
             raise ConfigError(f"candidates '{self.candidates}' is unknown; allowed: {', '.join(CANDIDATE_METHODS)}")
-        if self.faiss_min_papers < 1 or self.faiss_nprobe < 1:
-            raise ConfigError(f"faiss_min_papers={self.faiss_min_papers}, faiss_nprobe={self.faiss_nprobe}: "
-                              "must be >= 1")
+        if self.faiss_min_papers < 1 or self.faiss_nprobe < 1 or self.hnsw_ef < 1:
+            raise ConfigError(f"faiss_min_papers={self.faiss_min_papers}, faiss_nprobe={self.faiss_nprobe}, "
+                              f"hnsw_ef={self.hnsw_ef}: must be >= 1")
         if self.citation_rescale not in RESCALE_MODES:
             raise ConfigError(f"citation_rescale '{self.citation_rescale}' is unknown; allowed: {', '.join(RESCALE_MODES)}")
         if self.embedding_backend not in BACKENDS:
@@ -112,10 +118,11 @@ class BuildConfig:
         # and those built before the facet classifier scored sentences with the hand-set rules
         # and those built before approximate candidates searched exactly
         # and those built before the linked candidates were capped scored all of them
+        # and those built before the citation partners were capped counted all of them
         # and those built before items were read in context embedded them with their title alone
         return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0,
                                       "facet_scorer": "rules", "candidates": "exact", "item_context": "title",
-                                      "linked_candidates": 0,
+                                      "linked_candidates": 0, "citation_partners": 0,
                                       **data})
 
     def heuristic_config(self) -> HeuristicConfig:
@@ -131,4 +138,5 @@ class BuildConfig:
         return GraphParams(top_k=self.top_k, alpha=self.alpha, beta=self.beta,
                            n_candidates=self.n_candidates, block_rows=self.block_rows,
                            direct_links=self.direct_links, linked_candidates=self.linked_candidates,
-                           candidates=CandidateSearch(self.candidates, self.faiss_min_papers, self.faiss_nprobe))
+                           candidates=CandidateSearch(self.candidates, self.faiss_min_papers, self.faiss_nprobe,
+                                                      hnsw_ef=self.hnsw_ef))

@@ -84,23 +84,81 @@ class CitationSignals:
     n_cocitation_pairs: int
 
 
-def link_count_rows(a: sp.csr_matrix, a_t: sp.csr_matrix, start: int, stop: int) -> tuple[sp.csr_matrix, sp.csr_matrix]:
-    """Rows start..stop of the coupling counts A Aᵀ and the co-citation counts Aᵀ A (`a_t` = Aᵀ as
-    CSR, float32), their diagonal removed: the work unit of a distributed build's citation stage.
-    Stacked in row order they are exactly the whole matrices (counts are whole numbers)."""
+#: Coupled and co-cited partners kept a paper in the build's citation signals: the most counted of
+#: each (ties: the lower row first), a pair kept where either paper keeps it; 0 keeps all. Heavily
+#: cited references couple thousands of papers, so the counts grow faster than the corpus (2.8 * 10^9
+#: coupled pairs on the synthetic 10^6 corpus, docs/scale.md); a paper's weakest partners change
+#: neither its rescaling (its largest count is always kept) nor its strongest candidates
+#: (docs/results/linked_cap_cs768-partners.md).
+CITATION_PARTNERS = 200
+#: Count entries a block of rows may produce before the next block starts (a bound from the cited
+#: papers' in-degrees, `count_blocks`): 2^24, about 200 MiB of a block's sparse product.
+COUNT_BLOCK_ENTRIES = 2**24
+
+
+def count_blocks(a: sp.csr_matrix, budget: int = COUNT_BLOCK_ENTRIES) -> list[tuple[int, int]]:
+    """Consecutive row ranges covering a's rows whose coupling and co-citation products each produce
+    at most about `budget` entries (a row's bound: the summed degrees of the papers it shares; a row
+    above the budget alone is a range of its own)."""
     a = sp.csr_matrix(a, dtype=np.float32)
-    out = []
-    for m in (a[start:stop] @ a.T, a_t[start:stop] @ a):
-        coo = sp.coo_matrix(m)
-        keep = (coo.col != coo.row + start) & (coo.data != 0)
-        m = sp.csr_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=coo.shape, dtype=np.float32)
+    n = a.shape[0]
+    if n == 0:
+        return []
+    indeg = np.asarray(a.sum(axis=0)).ravel()
+    outdeg = np.asarray(a.sum(axis=1)).ravel()
+    bound = np.maximum(a @ indeg, sp.csr_matrix(a.T) @ outdeg)  # coupling and co-citation partners at most
+    ends = np.cumsum(np.minimum(bound, n))
+    out, start = [], 0
+    while start < n:
+        base = ends[start - 1] if start else 0.0
+        stop = max(start + 1, int(np.searchsorted(ends, base + budget, side="right")))
+        out.append((start, min(stop, n)))
+        start = min(stop, n)
+    return out
+
+
+def link_count_rows(a: sp.csr_matrix, a_t: sp.csr_matrix, start: int, stop: int,
+                    partners: int = 0) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """Rows start..stop of the coupling counts A Aᵀ and the co-citation counts Aᵀ A (`a_t` = Aᵀ as
+    CSR, float32), their diagonal removed: the work unit of the citation stage. With `partners` > 0
+    a row keeps its partners among its `partners` most coupled and its `partners` most co-cited
+    (`CITATION_PARTNERS`), both counts of each. Stacked in row order they are exactly the whole
+    matrices (counts are whole numbers), less the dropped partners."""
+    from graft.edges import strongest_per_row
+
+    a = sp.csr_matrix(a, dtype=np.float32)
+    coupling, cocitation = (_off_diagonal_rows(m, start) for m in (a[start:stop] @ a.T, a_t[start:stop] @ a))
+    if partners > 0:
+        kept = ((strongest_per_row(coupling, partners) + strongest_per_row(cocitation, partners)) > 0)
+        coupling, cocitation = (sp.csr_matrix(m.multiply(kept), dtype=np.float32) for m in (coupling, cocitation))
+    for m in (coupling, cocitation):
+        m.eliminate_zeros()
         m.sort_indices()
-        out.append(m)
-    return out[0], out[1]
+    return coupling, cocitation
+
+
+def _off_diagonal_rows(m: sp.spmatrix, start: int) -> sp.csr_matrix:
+    """Rows start.. of a square matrix (as `m`) without the diagonal's entries, nor zeros."""
+    coo = sp.coo_matrix(m)
+    keep = (coo.col != coo.row + start) & (coo.data != 0)
+    return sp.csr_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=coo.shape, dtype=np.float32)
+
+
+def link_counts(a: sp.csr_matrix, partners: int = 0) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """The coupling and co-citation counts of `a` (`link_count_rows` over `count_blocks`), one block
+    of rows at a time so that no whole product is held where `partners` drops most of it."""
+    a = sp.csr_matrix(a, dtype=np.float32)
+    a_t = sp.csr_matrix(a.T)
+    blocks = [link_count_rows(a, a_t, s, e, partners) for s, e in count_blocks(a)]
+    n = a.shape[0]
+    if not blocks:
+        return sp.csr_matrix((n, n), dtype=np.float32), sp.csr_matrix((n, n), dtype=np.float32)
+    return sp.vstack([b[0] for b in blocks]).tocsr(), sp.vstack([b[1] for b in blocks]).tocsr()
 
 
 def citation_signals(a: sp.csr_matrix, rescale: str = "pair",
-                     counts: tuple[sp.csr_matrix, sp.csr_matrix] | None = None) -> CitationSignals:
+                     counts: tuple[sp.csr_matrix, sp.csr_matrix] | None = None,
+                     partners: int = 0) -> CitationSignals:
     """Bibliographic coupling and co-citation of citation matrix `a`, averaged into one score.
 
     Args:
@@ -108,17 +166,24 @@ def citation_signals(a: sp.csr_matrix, rescale: str = "pair",
         rescale: "pair" (the module docstring's per-pair rescaling) or "global" (divide by the
             corpus maximum; kept for comparison).
         counts: the coupling and co-citation counts without their diagonal, where already computed
-            (`link_count_rows` stacked); computed here when None.
+            (`link_count_rows` stacked, with the same `partners`); computed here when None.
+        partners: each paper's `partners` most coupled and `partners` most co-cited papers kept
+            (`CITATION_PARTNERS`); a pair stays where either of its papers keeps it, and scores as it
+            would with every partner kept (both its counts are kept, and a row's largest count, its
+            rescaling constant, is always among them). 0 keeps all.
     Returns:
         `CitationSignals` whose `score` = (rescale(log1p(A Aᵀ)) + rescale(log1p(Aᵀ A))) / 2, with
             the per-pair rescaling of the module docstring.
     """
     a = sp.csr_matrix(a, dtype=np.float32)
     if counts is None:
-        coupling = _off_diagonal(a @ a.T)
-        cocitation = _off_diagonal((a.T @ a).tocsr())
-    else:
-        coupling, cocitation = (sp.csr_matrix(m, dtype=np.float32) for m in counts)
+        if partners > 0:
+            counts = link_counts(a, partners)
+        else:
+            counts = (_off_diagonal(a @ a.T), _off_diagonal((a.T @ a).tocsr()))
+    coupling, cocitation = (sp.csr_matrix(m, dtype=np.float32) for m in counts)
+    if partners > 0:  # symmetric again: a pair one of its papers kept
+        coupling, cocitation = (m.maximum(m.T).tocsr() for m in (coupling, cocitation))
     coupling_n, coupling_row_log = _log_rescale(coupling, rescale)
     cocitation_n, cocitation_row_log = _log_rescale(cocitation, rescale)
     score = ((coupling_n + cocitation_n) * 0.5).tocsr()
@@ -229,9 +294,15 @@ def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr
 
 
 def coupling_row_log(a: sp.csr_matrix, rescale: str = "pair") -> np.ndarray:
-    """log(1 + largest coupling count) of every corpus paper, as used by `citation_signals`."""
+    """log(1 + largest coupling count) of every corpus paper, as used by `citation_signals` (one
+    block of rows of A Aᵀ at a time, each row's largest count kept)."""
     a = sp.csr_matrix(a, dtype=np.float32)
-    return _row_max_log(_off_diagonal(a @ a.T), rescale)
+    if rescale == "global":
+        return _row_max_log(link_counts(a, partners=1)[0], rescale)
+    out = np.zeros(a.shape[0], dtype=np.float64)
+    for start, stop in count_blocks(a):
+        out[start:stop] = _row_max_log(_off_diagonal_rows(a[start:stop] @ a.T, start), rescale)
+    return out
 
 
 def external_citation_row(a: sp.csr_matrix, references: np.ndarray, row_log: np.ndarray, *,

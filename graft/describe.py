@@ -21,7 +21,7 @@ from graft.manifest import has_model
 
 #: Build settings shown by `index_summary`, in order (the rest is in manifest.json).
 BUILD_SETTINGS = ("extractor", "top_k", "alpha", "beta", "title_weight", "item_context", "citation_rescale",
-                  "n_candidates")
+                  "n_candidates", "linked_candidates", "citation_partners")
 
 
 def index_summary(index: Index) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from graft.ann import SEARCH_ROWS, CandidateSearch, IVFCandidates, candidate_blocks
+from graft.ann import SEARCH_ROWS, CandidateSearch, Searcher, candidate_blocks, graph_searcher
 from graft.similarity import FacetItemsMatrix, block_rows_for, prefilter_blocks, score_gathered, score_pairs
 from graft.similarity import sorted_unique as _unique  # a name of this module: benchmarks swap it
 
@@ -96,7 +96,7 @@ def _lookup(m: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
 def graph_block_rows(n: int, params: GraphParams) -> int:
     """Rows per candidate block of a facet graph of n papers (the prefilter's blocks): a slice of
     rows starting at a multiple of it is computed block for block as the whole graph is."""
-    if params.candidates.resolve(n) == "faiss":
+    if params.candidates.resolve(n) != "exact":
         return params.block_rows or SEARCH_ROWS
     return params.block_rows or block_rows_for(n)
 
@@ -119,7 +119,7 @@ def facet_graph_rows(
     stop: int,
     *,
     progress: Callable[[int], None] | None = None,
-    searcher: IVFCandidates | None = None,
+    searcher: Searcher | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows start..stop of one facet's top-K graph (`facet_graph`) as (rows, cols, weights), sorted
     by row then weight; `start` a multiple of `graph_block_rows` so that the numbers are those of the
@@ -132,8 +132,8 @@ def facet_graph_rows(
     out_w: list[np.ndarray] = [np.zeros(0, np.float32)]
     query = items.pooled[start:stop]
     block = graph_block_rows(n, params)
-    if params.candidates.resolve(n) == "faiss":
-        searcher = searcher or IVFCandidates(items.pooled, params.candidates)
+    if params.candidates.resolve(n) != "exact":
+        searcher = searcher or graph_searcher(items.pooled, params.candidates)
         blocks = candidate_blocks(query, items.pooled, params.n_candidates, searcher, block_rows=block,
                                   progress=progress, offset=start)
     else:
@@ -177,7 +177,7 @@ def facet_graph(
     params: GraphParams,
     *,
     progress: Callable[[int], None] | None = None,
-    searcher: IVFCandidates | None = None,
+    searcher: Searcher | None = None,
 ) -> sp.csr_matrix:
     """Build one facet's top-K graph.
 
@@ -187,8 +187,8 @@ def facet_graph(
         cite_links: n x n pattern of citation-linked pairs used as extra candidates.
         params: K, alpha, beta and prefilter settings.
         progress: called with the number of rows finished.
-        searcher: the IVF index of `items.pooled` where `params.candidates` resolves to FAISS for n
-            papers (made here when None); unused by the exact prefilter.
+        searcher: the IVF index or HNSW graph of `items.pooled` where `params.candidates` resolves
+            to one for n papers (made here when None); unused by the exact prefilter.
     Returns:
         n x n CSR, row i = i's top-K out-edges, weights in [0, 1].
     """
@@ -201,7 +201,7 @@ def external_facet_row(
     items: FacetItemsMatrix,
     cite_row: sp.csr_matrix,
     params: GraphParams,
-    searcher: IVFCandidates | None = None,
+    searcher: Searcher | None = None,
 ) -> sp.csr_matrix:
     """Top-K edge row (1 x n) for one paper outside the corpus, scored exactly like corpus rows.
 
@@ -209,8 +209,8 @@ def external_facet_row(
         query: the new paper's facet items grouped as a 1-row matrix.
         items: the corpus' grouped items of the same facet.
         cite_row: 1 x n citation score of the new paper (bibliographic coupling only).
-        searcher: the corpus's IVF index of the facet, for an index built with FAISS candidates
-            (`params.candidates`); None = the exact prefilter.
+        searcher: the corpus's IVF index of the facet, for an index built with approximate
+            candidates (`params.candidates`); None = the exact prefilter.
     """
     n = items.n
     if searcher is not None:

@@ -186,11 +186,12 @@ class CorpusScorer:
 
     @cached_property
     def searchers(self) -> dict[str, IVFCandidates | None]:
-        """Per facet, the FAISS index the build took its candidates from (`graph/ann_{facet}.faiss`,
-        made again from the items where the file is missing), or None where the build searched exactly:
-        a paper outside the corpus gets its candidates as corpus papers got theirs."""
+        """Per facet, the build's IVF index (`graph/ann_{facet}.faiss`, made again from the items
+        where the file is missing), or None where the build searched exactly: a paper outside the
+        corpus gets its candidates as corpus papers got theirs (from the same IVF index with
+        "faiss"; from it in place of the build's HNSW graph with "hnsw", `graft.ann`)."""
         search = self.params.candidates
-        if search.resolve(self.index.n) != "faiss":
+        if search.resolve(self.index.n) == "exact":
             return dict.fromkeys(FACETS)
         out: dict[str, IVFCandidates | None] = {}
         for facet in FACETS:

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from graft.ann import IVFCandidates
+from graft.ann import IVFCandidates, graph_searcher
 from graft.build_config import BuildConfig
 from graft.citations import (
     CitationSignals,
@@ -150,8 +150,9 @@ def facet_graphs(
         a: the citation matrix; signals: its coupling / co-citation score.
         text: text coupling of the papers without citation links (`text_coupling`), which stands in
             for their (empty) citation score rows and adds their text neighbours as candidates.
-        ann_dir: where the FAISS index of each facet is written as `{facet}.faiss` when the
-            candidates are approximate (`graft.ann`), for queries outside the corpus to search.
+        ann_dir: where an IVF index of each facet is written as `{facet}.faiss` when the candidates
+            are approximate (`graft.ann`: the graph's own with "faiss", one made for the purpose with
+            "hnsw"), for queries outside the corpus to search.
         one_graph: what makes one facet's graph, called as `one_graph(facet, items, score, links,
             params, progress=, searcher=)`: `local_facet_graph` (this process) by default, or a
             distributed engine's (`graphbuild.ray_engine`).
@@ -167,13 +168,14 @@ def facet_graphs(
     for facet in FACETS:
         sel = facet_of_item == facet
         items = group_items(owner[sel], np.asarray(vectors[sel], dtype=np.float32), n)
-        searcher = IVFCandidates(items.pooled, params.candidates) if params.candidates.resolve(n) == "faiss" else None
+        searcher = graph_searcher(items.pooled, params.candidates)
         if ann_dir is not None:  # an earlier, stopped build's index of this facet is not this one's
             (ann_dir / f"{facet}.faiss").unlink(missing_ok=True)
         graphs[facet] = (one_graph or local_facet_graph)(facet, items, score, links, params, progress=progress,
                                                         searcher=searcher)
-        if searcher is not None and ann_dir is not None:
-            searcher.write(ann_dir / f"{facet}.faiss")
+        if searcher is not None and ann_dir is not None:  # queries from outside search an IVF index
+            ivf = searcher if isinstance(searcher, IVFCandidates) else IVFCandidates(items.pooled, params.candidates)
+            ivf.write(ann_dir / f"{facet}.faiss")
     return graphs
 
 
@@ -535,7 +537,7 @@ class GraphEngine:
     (`LOCAL_GRAPH`), or spread over a cluster (`graphbuild.ray_engine`). Both give the same numbers."""
 
     name: str
-    signals: Callable[[sp.csr_matrix, str], CitationSignals]
+    signals: Callable[..., CitationSignals]  # as `citation_signals(a, rescale, partners=)`
     one_graph: Callable[..., sp.csr_matrix]  # as `local_facet_graph`
 
 
@@ -562,7 +564,7 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
         citing = np.array([row_of[p] for p in cites["citing"].to_list()], dtype=np.int64)
         cited = np.array([row_of[p] for p in cites["cited"].to_list()], dtype=np.int64)
         a = citation_matrix(citing, cited, n)
-        signals = engine.signals(a, config.citation_rescale)
+        signals = engine.signals(a, config.citation_rescale, partners=config.citation_partners)
         adv(int(a.nnz))
     text = None
     if config.text_coupling and papers_vec is not None:
@@ -591,7 +593,7 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
         for facet, g in graphs.items():
             write_npz(out / "graph" / f"{facet}.npz", g)
         write_npz(out / "graph" / "citation.npz", signals.score)
-        approximate = config.graph_params().candidates.resolve(n) == "faiss"
+        approximate = config.graph_params().candidates.resolve(n) != "exact"
         for facet in graphs:  # the FAISS index each facet's candidates came from (`graft.ann`), or none
             made, ann = out / "cache" / "ann" / f"{facet}.faiss", out / "graph" / f"ann_{facet}.faiss"
             if approximate and made.is_file():

@@ -40,7 +40,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from graft.build_config import BuildConfig
-from graft.citations import CitationSignals, citation_signals, link_count_rows
+from graft.citations import CitationSignals, citation_signals, count_blocks, link_count_rows
 from graft.config import config_to_dict
 from graft.errors import GraftError
 from graft.facets import FACETS
@@ -283,10 +283,10 @@ def read_paper_work(files: list[Path], config: BuildConfig) -> Any:
 
 def _graph_rows(items: Any, score: sp.csr_matrix, links: sp.csr_matrix, params: Any, start: int, stop: int,
                 ann: bytes | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from graft.ann import IVFCandidates
+    from graft.ann import searcher_from_bytes
     from graft.edges import facet_graph_rows
 
-    searcher = IVFCandidates.from_bytes(items.pooled, params.candidates, ann) if ann is not None else None
+    searcher = searcher_from_bytes(items.pooled, params.candidates, ann) if ann is not None else None
     return facet_graph_rows(items, score, links, params, start, stop, searcher=searcher)
 
 
@@ -297,16 +297,17 @@ def ray_graph_engine(session: Session, cache: Path, settings: RaySettings) -> An
     graph_task = ray.remote(max_retries=3)(_graph_rows)
     parts = settings.graph_tasks or 2 * session.cpus
 
-    def signals(a: sp.csr_matrix, rescale: str) -> CitationSignals:
+    def signals(a: sp.csr_matrix, rescale: str, partners: int = 0) -> CitationSignals:
         n = a.shape[0]
         a32 = sp.csr_matrix(a, dtype=np.float32)
         a_ref, at_ref = ray.put(a32), ray.put(sp.csr_matrix(a32.T))
-        step = max(1, -(-n // parts))
-        blocks = ray.get([count_task.remote(a_ref, at_ref, s, min(n, s + step)) for s in range(0, n, step)])
+        step = max(1, -(-n // parts))  # at least `parts` tasks, none producing more than a count block
+        ranges = [(s, min(e, s + step)) for b, e in count_blocks(a32) for s in range(b, e, step)]
+        blocks = ray.get([count_task.remote(a_ref, at_ref, s, e, partners) for s, e in ranges])
         if not blocks:
-            return citation_signals(a, rescale)
+            return citation_signals(a, rescale, partners=partners)
         counts = (sp.vstack([b[0] for b in blocks]).tocsr(), sp.vstack([b[1] for b in blocks]).tocsr())
-        return citation_signals(a, rescale, counts=counts)
+        return citation_signals(a, rescale, counts=counts, partners=partners)
 
     put: dict[int, Any] = {}  # the score and link matrices, shared by the four facets: put once
 

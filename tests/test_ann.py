@@ -1,4 +1,4 @@
-"""Approximate candidates (graft.ann): the FAISS IVF path against the exact prefilter it replaces."""
+"""Approximate candidates (graft.ann): the FAISS IVF and HNSW paths against the exact prefilter they replace."""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graft.ann import CandidateSearch, IVFCandidates, candidate_blocks
+from graft.ann import (
+    CandidateSearch,
+    HNSWCandidates,
+    IVFCandidates,
+    candidate_blocks,
+    graph_searcher,
+    searcher_from_bytes,
+)
 from graft.build_config import BuildConfig
 from graft.edges import GraphParams, external_facet_row, facet_graph
 from graft.errors import ConfigError, GraftError
@@ -25,7 +32,7 @@ def exact(x: np.ndarray, c: int = 100) -> np.ndarray:
 
 
 def approximate(x: np.ndarray, search: CandidateSearch, c: int = 100) -> np.ndarray:
-    return np.vstack([cand for _, cand in candidate_blocks(x, x, c, IVFCandidates(x, search))])
+    return np.vstack([cand for _, cand in candidate_blocks(x, x, c, graph_searcher(x, search))])
 
 
 def assert_equal_up_to_near_ties(x: np.ndarray, got: np.ndarray, want: np.ndarray) -> None:
@@ -51,6 +58,31 @@ def test_default_probes_keep_the_exact_top_20(vectors, exact_candidates) -> None
     share = np.mean([len(set(g[:20]) & set(w[:20])) / 20 for g, w in zip(got, exact_candidates)])
     assert 0.97 <= share < 1  # approximate: some of the exact top 20 are missed
     assert not (got == np.arange(3000)[:, None]).any()  # never a paper's own row
+
+
+def test_hnsw_keeps_the_exact_top_20_and_the_same_vectors_give_the_same_graph(vectors, exact_candidates) -> None:
+    search = CandidateSearch("hnsw")
+    got = approximate(vectors, search)
+    assert got.shape == exact_candidates.shape == (3000, 100)
+    share = np.mean([len(set(g[:20]) & set(w[:20])) / 20 for g, w in zip(got, exact_candidates)])
+    assert 0.97 <= share < 1
+    assert not (got == np.arange(3000)[:, None]).any()
+    # inserted one thread at a time: a second graph of the same vectors answers alike
+    np.testing.assert_array_equal(approximate(vectors, search), got)
+    # fewer entries kept while searching find fewer of the exact candidates
+    narrow = approximate(vectors, CandidateSearch("hnsw", hnsw_ef=1, hnsw_m=4))
+    assert np.mean([len(set(g[:20]) & set(w[:20])) / 20 for g, w in zip(narrow, exact_candidates)]) < share
+
+
+def test_a_searcher_sent_as_bytes_searches_alike(vectors) -> None:
+    for search in (CandidateSearch("faiss", nprobe=4), CandidateSearch("hnsw")):
+        made = graph_searcher(vectors, search)
+        back = searcher_from_bytes(vectors, search, made.to_bytes())
+        assert type(back) is type(made)
+        np.testing.assert_array_equal(back.search(vectors[:50], 100, self_rows=np.arange(50)),
+                                      made.search(vectors[:50], 100, self_rows=np.arange(50)))
+    assert isinstance(graph_searcher(vectors, CandidateSearch("hnsw")), HNSWCandidates)
+    assert graph_searcher(vectors, CandidateSearch("exact")) is None
 
 
 def test_every_list_probed_is_the_exact_search(vectors, exact_candidates) -> None:
@@ -102,15 +134,19 @@ def test_index_written_and_read_back_searches_alike(vectors, tmp_path) -> None:
 
 def test_settings_resolve_by_size_and_old_manifests_read_exact() -> None:
     auto = BuildConfig().graph_params().candidates
-    assert auto.method == "auto" and auto.resolve(49_999) == "exact" and auto.resolve(50_000) == "faiss"
+    assert auto.method == "auto" and auto.resolve(49_999) == "exact" and auto.resolve(50_000) == "hnsw"
     assert BuildConfig(candidates="faiss", faiss_nprobe=32).graph_params().candidates == CandidateSearch(
         "faiss", nprobe=32)
     assert BuildConfig.from_dict({}).candidates == "exact"  # built before approximate candidates
     assert BuildConfig.from_dict({}).linked_candidates == 0  # built before the linked candidates were capped
     assert BuildConfig().graph_params().linked_candidates == 100
     assert BuildConfig.from_dict({"candidates": "faiss"}).candidates == "faiss"
-    with pytest.raises(ConfigError, match="candidates 'ivf' is unknown; allowed: auto, exact, faiss"):
+    hnsw = BuildConfig(candidates="hnsw", hnsw_ef=200).graph_params().candidates
+    assert hnsw.resolve(10) == "hnsw" and hnsw.hnsw_ef == 200
+    with pytest.raises(ConfigError, match="candidates 'ivf' is unknown; allowed: auto, exact, faiss, hnsw"):
         BuildConfig(candidates="ivf")
+    with pytest.raises(ConfigError, match="hnsw_ef=0"):
+        BuildConfig(hnsw_ef=0)
     with pytest.raises(ConfigError, match="faiss_nprobe=0"):
         BuildConfig(faiss_nprobe=0)
     with pytest.raises(ConfigError, match="nprobe=0"):
@@ -125,5 +161,5 @@ def test_cli_refuses_an_unknown_candidate_method(tmp_path) -> None:
 
     res = CliRunner().invoke(app, ["build", "aclsum", "--out", str(tmp_path / "idx"), "--candidates", "ivf"])
     assert res.exit_code != 0
-    assert "candidates 'ivf' is unknown; allowed: auto, exact, faiss" in " ".join(res.output.split())
+    assert "candidates 'ivf' is unknown; allowed: auto, exact, faiss, hnsw" in " ".join(res.output.split())
     assert not (tmp_path / "idx").exists()

@@ -5,6 +5,7 @@ import random
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from graft.citations import citation_matrix, citation_signals, coupling_row_log, external_citation_row
 
@@ -80,3 +81,43 @@ def test_global_rescale_divides_by_the_corpus_maximum() -> None:
     assert pair.data.mean() > citation_signals(a, "global").score.data.mean()
     with pytest.raises(ValueError, match="pair, global"):
         citation_signals(a, "row")
+
+
+def test_capped_partners_keep_the_strongest_pairs_at_their_uncapped_scores() -> None:
+    """With `partners` P each paper keeps its P most coupled and P most co-cited papers: a pair stays
+    where either paper keeps it, at exactly its uncapped score (both its counts kept; the rescaling
+    constants are the rows' largest counts, always kept); a dropped partner is coupled no more than
+    the P-th most coupled one."""
+    from graft.citations import count_blocks, link_counts
+
+    rng = np.random.default_rng(4)
+    n = 120
+    hubs = rng.random((n, n)) < np.where(np.arange(n) < 6, 0.5, 0.03)[None, :]  # six heavily cited papers
+    np.fill_diagonal(hubs, False)
+    a = citation_matrix(*np.nonzero(hubs), n)
+    whole = citation_signals(a)
+    capped = citation_signals(a, partners=5)
+    assert 0 < capped.score.nnz < whole.score.nnz
+    assert (capped.score != capped.score.T).nnz == 0
+    kept = capped.score.tocoo()
+    np.testing.assert_array_equal(kept.data, np.asarray(whole.score[kept.row, kept.col]).ravel())
+    np.testing.assert_array_equal(capped.coupling_row_log, whole.coupling_row_log)
+    np.testing.assert_array_equal(capped.cocitation_row_log, whole.cocitation_row_log)
+    counts = (a @ a.T).toarray()
+    np.fill_diagonal(counts, 0)
+    cc = link_counts(a, partners=5)[0].toarray()
+    for i in range(n):  # at least the five most coupled; anything dropped no more coupled than the fifth
+        mine = np.flatnonzero(cc[i])
+        assert len(mine) >= min(5, np.count_nonzero(counts[i]))
+        np.testing.assert_array_equal(cc[i][mine], counts[i][mine])
+        if len(mine):
+            fifth = np.sort(counts[i])[::-1][min(5, np.count_nonzero(counts[i])) - 1]
+            assert counts[i][np.setdiff1d(np.arange(n), mine)].max(initial=0) <= fifth
+    # counted in blocks of rows (a small budget: many blocks), the same as in one
+    blocks = count_blocks(a, budget=200)
+    assert len(blocks) > 3 and blocks[0][0] == 0 and blocks[-1][1] == n
+    assert all(b[0] == p[1] for p, b in zip(blocks, blocks[1:]))
+    np.testing.assert_array_equal(coupling_row_log(a), whole.coupling_row_log)
+    uncapped_blocks = link_counts(a)
+    assert (uncapped_blocks[0] != sp.csr_matrix(counts, dtype=np.float32)).nnz == 0
+    assert count_blocks(citation_matrix(np.zeros(0, np.int64), np.zeros(0, np.int64), 0)) == []

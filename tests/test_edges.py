@@ -97,11 +97,11 @@ def test_blocked_top_k_equals_dense_argsort(seed: int, block_rows: int, monkeypa
     assert np.all(np.diff(got.indptr) <= 7)
 
 
-@pytest.mark.parametrize("candidates", ["exact", "faiss"])
+@pytest.mark.parametrize("candidates", ["exact", "faiss", "hnsw"])
 def test_a_graph_made_in_row_ranges_equals_the_whole_graph(candidates: str) -> None:
     """A distributed build's graph stage: ranges of whole candidate blocks, computed apart and put
     together, give the very graph (same edges, same float32 weights) the whole build gives."""
-    from graft.ann import CandidateSearch, IVFCandidates
+    from graft.ann import CandidateSearch, graph_searcher
 
     rng = np.random.default_rng(5)
     n = 90
@@ -112,7 +112,7 @@ def test_a_graph_made_in_row_ranges_equals_the_whole_graph(candidates: str) -> N
     params = GraphParams(top_k=6, n_candidates=12, block_rows=8,
                          candidates=CandidateSearch(method=candidates, nprobe=2))
     items = group_items(owner, vecs, n)
-    searcher = IVFCandidates(items.pooled, params.candidates) if candidates == "faiss" else None
+    searcher = graph_searcher(items.pooled, params.candidates)
     whole = facet_graph(items, sig.score, links, params, searcher=searcher)
     ranges = graph_row_ranges(n, params, 4)
     assert ranges[0][0] == 0 and ranges[-1][1] == n and all(s % 8 == 0 for s, _ in ranges)

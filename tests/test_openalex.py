@@ -190,7 +190,9 @@ def test_build_from_an_openalex_slice(snapshot, tmp_path, encoder) -> None:
 
 def test_build_with_faiss_candidates_writes_their_index_and_queries_search_it(snapshot, tmp_path, encoder) -> None:
     """All six works, built with exact and then (the same folder: facets and vectors reused) with FAISS
-    candidates searching every list: the same graphs, and the FAISS build's index files for queries."""
+    candidates searching every list, then with HNSW: the same graphs, and the approximate builds' IVF
+    index files for queries."""
+    from graft.ann import IVFCandidates
     from graft.external import CorpusScorer
     from graft.facets import FACETS
     from graft.index import Index
@@ -214,5 +216,12 @@ def test_build_with_faiss_candidates_writes_their_index_and_queries_search_it(sn
     node = approx.row("W1")
     rows = CorpusScorer(approx).paper_rows(node, approx.citation_score[node])
     assert rows["method"].nnz > 0
+    # an HNSW graph for the build's search (six vectors: it finds them all), an IVF index for queries
+    build_index(snapshot / "works", out, BuildConfig(candidates="hnsw"), encoder=encoder)
+    walked = Index.open(out)
+    assert walked.manifest["stages"]["build"]["counts"]["candidates"] == "hnsw"
+    for f in FACETS:
+        assert ((graphs[f] > 0) != (walked.graphs[f] > 0)).nnz == 0
+    assert all(isinstance(s, IVFCandidates) for s in CorpusScorer(walked).searchers.values())
     build_index(snapshot / "works", out, BuildConfig(candidates="exact"), encoder=encoder)
     assert not list((out / "graph").glob("ann_*.faiss"))  # a later exact build removes them
