@@ -799,6 +799,10 @@ def test_benchmarks_and_metrics_are_the_names_an_abstract_reports_on() -> None:
     assert benchmarks("We train on ResNet-18, on Markov decision processes and on Real-world datasets.") == []
     # two plain capitalised words are one name (Matching Networks' abstract): not "Penn"
     assert benchmarks("We introduce a one-shot task on the Penn Treebank.") == ["Penn Treebank"]
+    # a name a comparison follows (Matching Networks' abstract), a lower-case prefix (TADAM's)
+    assert benchmarks("It improves accuracy on ImageNet from 87.6% to 93.2% and from 88.0% to 93.8% on Omniglot "
+                      "compared to competing approaches.") == ["ImageNet", "Omniglot"]
+    assert benchmarks("The model achieves state of the art on mini-Imagenet.") == ["mini-Imagenet"]
     assert metrics("improves ROUGE-L and accuracy, BLEU and accuracy again") == ["ROUGE-L", "accuracy", "BLEU"]
 
 

@@ -53,7 +53,11 @@ _MODEL_FAMILY = re.compile(r"^(?:ResNet|WideResNet|WRN|VGG|ViT|DeiT|Swin|BERT|Ro
                            r"CLIP|UNet|U-Net|Mistral|Vicuna|OPT)(?![a-z])")
 _BENCH_AFTER = re.compile(r"^\s*(?:dataset|datasets|benchmark|benchmarks|corpus|test set|challenge|shared task)\b",
                           re.I)
-_NAME_TOKEN = re.compile(r"\b(?:[a-z]+[A-Z][A-Za-z0-9]*|[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)\b")
+#: Lower-case prefixes of benchmark variants ("mini-ImageNet", "tiered-ImageNet", "colored-MNIST"); not
+#: "non-" or "meta-" ("non-IID", "meta-RL" name no dataset).
+_VARIANT = r"(?:mini|tiered|tiny|multi|colou?red|split|permuted|rotated|i)-[A-Z]"
+_NAME_TOKEN = re.compile(r"\b(?:" + _VARIANT + r"[A-Za-z0-9]*(?:-[A-Za-z0-9]+)*|[a-z]+[A-Z][A-Za-z0-9]*|"
+                         r"[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)\b")
 #: Capitalised words that are no benchmark ("On Omniglot" yes, "on ImageNet" yes, "on BERT" no).
 _NOT_BENCH = frozenset("""
 we our the a an in on this that these it its they their for and or of to with by from as at is are be both
@@ -81,7 +85,8 @@ def benchmarks(abstract: str, own_names: Sequence[str] = (), *, background: Sequ
         low = word.lower()
         if low in _NOT_BENCH or low in own or len(word) < 3 or word.isdigit():
             continue
-        if not (re.search(r"[A-Z].*[A-Z0-9]|[0-9]", word[1:]) or word[0].isupper()):
+        if not (re.search(r"[A-Z].*[A-Z0-9]|[0-9]", word[1:]) or word[0].isupper()
+                or re.match(_VARIANT, word)):
             continue
         before = text[max(0, m.start() - 80): m.start()]
         after = text[m.end(): m.end() + 30]
@@ -95,7 +100,8 @@ def benchmarks(abstract: str, own_names: Sequence[str] = (), *, background: Sequ
             continue
         tail = text[m.start() + len(name): m.start() + len(name) + 30]
         sentence_start = re.search(r"(?:^|[.!?]\s+)$", before) is not None
-        multi_cap = sum(ch.isupper() for ch in word) >= 2 or any(ch.isdigit() for ch in word)
+        multi_cap = (sum(ch.isupper() for ch in word) >= 2 or any(ch.isdigit() for ch in word)
+                     or re.match(_VARIANT, word) is not None)  # "mini-Imagenet"
         listed = False
         keys = list(_BENCH_KEY.finditer(before))
         if keys and not re.search(r"[.!?;:]\s", before[keys[-1].end():]):
@@ -105,7 +111,10 @@ def benchmarks(abstract: str, own_names: Sequence[str] = (), *, background: Sequ
         if f"({word})" in text or _MODEL_FAMILY.match(word):
             continue  # an abbreviation the abstract defines ("named entity recognition (NER)"), a model: no benchmark
         if not multi_cap and " " not in name and re.match(r"\s+(?!(?:and|or|with|for|in|on|to|as|by|from|using|"
-                                                          r"dataset|datasets|benchmark|benchmarks|corpus)\b)[a-z]", tail):
+                                                          r"dataset|datasets|benchmark|benchmarks|corpus|compared|"
+                                                          r"than|while|whereas|where|which|when|respectively|but|"
+                                                          r"at|under|against|over|across|is|are|was|were)\b)[a-z]",
+                                                          tail):
             continue  # a capitalised word before a lower-case noun names a kind ("Markov decision processes")
         right_after = re.search(r"\b(?:on|datasets?|benchmarks?)\s+(?:the\s+)?$", before, re.I) is not None
         if _BENCH_AFTER.match(tail):  # "the Natural Questions dataset": the capitalised words before it too
