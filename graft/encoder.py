@@ -121,13 +121,22 @@ def read_found(read: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(read)).sum(axis=1) > 0
 
 
+#: Item rows mixed at a time by `read_or_alone` and `with_title` (16 MiB of float32 a block at 384
+#: dimensions): the whole result is one array, without item-sized temporaries.
+MIX_ROWS = 1 << 14
+
+
 def read_or_alone(read: np.ndarray, alone: np.ndarray) -> np.ndarray:
     """Per item, its vector read in context (`ContextReader`) where it has one (`read_found`), else
-    its own embedding."""
-    read = np.asarray(read, dtype=np.float32)
-    if read.shape != np.shape(alone):
-        raise ConfigError(f"{read.shape[0]} items read in context but {len(alone)} items")
-    return np.where(read_found(read)[:, None], read, np.asarray(alone, dtype=np.float32))
+    its own embedding (float32, a block of rows at a time)."""
+    if np.shape(read) != np.shape(alone):
+        raise ConfigError(f"{np.shape(read)[0]} items read in context but {len(alone)} items")
+    out = np.empty(np.shape(alone), dtype=np.float32)
+    for lo in range(0, len(out), MIX_ROWS):
+        block = np.asarray(read[lo : lo + MIX_ROWS], dtype=np.float32)
+        out[lo : lo + MIX_ROWS] = np.where(read_found(block)[:, None], block,
+                                           np.asarray(alone[lo : lo + MIX_ROWS], dtype=np.float32))
+    return out
 
 
 def title_vectors(encoder: Any, titles: list[str]) -> np.ndarray:
@@ -144,16 +153,26 @@ def title_vectors(encoder: Any, titles: list[str]) -> np.ndarray:
     return out
 
 
-def with_title(item_vecs: np.ndarray, title_vecs: np.ndarray, title_weight: float) -> np.ndarray:
+def with_title(item_vecs: np.ndarray, title_vecs: np.ndarray, title_weight: float,
+               rows: np.ndarray | None = None) -> np.ndarray:
     """unit(item + w · title), row by row; a zero title row leaves its item as it is.
 
     Args:
         item_vecs: (m, d) unit item embeddings.
-        title_vecs: (m, d) the owning paper's title embedding per item (zeros: no title).
+        title_vecs: (m, d) the owning paper's title embedding per item (zeros: no title); with
+            `rows`, one per paper, item k's being `title_vecs[rows[k]]` (no (m, d) copy is made).
         title_weight: w >= 0.
+    Returns:
+        (m, d) float32, made a block of rows at a time.
     """
-    out = np.asarray(item_vecs, dtype=np.float32) + np.float32(title_weight) * np.asarray(title_vecs, np.float32)
-    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+    out = np.empty(np.shape(item_vecs), dtype=np.float32)
+    w = np.float32(title_weight)
+    for lo in range(0, len(out), MIX_ROWS):
+        hi = min(len(out), lo + MIX_ROWS)
+        titles = title_vecs[rows[lo:hi]] if rows is not None else title_vecs[lo:hi]
+        block = np.asarray(item_vecs[lo:hi], dtype=np.float32) + w * np.asarray(titles, np.float32)
+        out[lo:hi] = block / np.maximum(np.linalg.norm(block, axis=1, keepdims=True), 1e-12)
+    return out
 
 
 #: Separator of a context key's two parts (`context_key`): a character no text holds.

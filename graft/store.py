@@ -246,6 +246,9 @@ def write_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
 
 
 def write_npz(path: str | os.PathLike[str], matrix: sp.spmatrix | sp.sparray) -> None:
+    """A sparse matrix as scipy's `.npz`, uncompressed: zlib took 23.6 of the write stage's 26 s at
+    10^5 papers (the citation score's 28 million entries: 17.6 s compressed, 0.6 s not) for files
+    1.3-2.2 times smaller (docs/scale.md)."""
     with atomic_path(path, suffix=".npz") as tmp:
-        sp.save_npz(tmp, sp.csr_matrix(matrix), compressed=True)
+        sp.save_npz(tmp, sp.csr_matrix(matrix), compressed=False)
 

@@ -557,7 +557,8 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
     row_of = {pid: i for i, pid in enumerate(paper_ids)}
     owner = np.array([row_of[p] for p in table["paper_id"].to_list()], dtype=np.int64)
     own = read_or_alone(work.context, alone) if work.context is not None else alone
-    vectors = with_title(own, work.titles[owner], config.title_weight) if work.titles is not None else own
+    vectors = with_title(own, work.titles, config.title_weight, rows=owner) if work.titles is not None else own
+    del own
 
     cites = corpus.citations()
     with reporter.stage("citations", unit="edges") as adv:
