@@ -101,7 +101,36 @@ def _faiss() -> Any:
     return faiss
 
 
-class IVFCandidates:
+class _FaissSearcher:
+    """What the IVF index and the HNSW graph share: n corpus vectors, searched for each query row's
+    c best candidates (`search`), and sent to another process as bytes (`to_bytes`)."""
+
+    n: int
+    index: Any
+
+    def to_bytes(self) -> bytes:
+        """The filled index as bytes (FAISS's own format), for another process to search."""
+        return _faiss().serialize_index(self.index).tobytes()
+
+    def search(self, query: np.ndarray, c: int, *, self_rows: np.ndarray | None = None) -> np.ndarray:
+        """(b, c) int64 corpus rows of each query row's c best candidates, best first, equal scores by
+        lower row (as `best_columns`). `self_rows`: per query, a corpus row never returned (its own)."""
+        q = np.ascontiguousarray(query, dtype=np.float32)
+        c = max(0, min(c, self.n - (1 if self_rows is not None else 0)))
+        if q.shape[0] == 0 or c == 0:
+            return np.zeros((q.shape[0], c), dtype=np.int64)
+        k = min(self.n, c + (1 if self_rows is not None else 0))
+        scores, found = self._search(q, k)
+        return _ranked(scores, found, c, self_rows, lambda r: self._exact_row(q[r : r + 1]))
+
+    def _search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _exact_row(self, q: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class IVFCandidates(_FaissSearcher):
     """An IVF-Flat inner-product index over a corpus's unit vectors, searched for candidates.
 
     Args:
@@ -140,24 +169,12 @@ class IVFCandidates:
         index.nprobe = int(min(search.nprobe, index.nlist))
         self.index = index
 
-    def to_bytes(self) -> bytes:
-        """The trained, filled index as bytes (FAISS's own format), for another process to search."""
-        return _faiss().serialize_index(self.index).tobytes()
-
     @property
     def lists(self) -> int:
         return int(self.index.nlist)
 
-    def search(self, query: np.ndarray, c: int, *, self_rows: np.ndarray | None = None) -> np.ndarray:
-        """(b, c) int64 corpus rows of each query row's c best candidates, best first, equal scores by
-        lower row (as `best_columns`). `self_rows`: per query, a corpus row never returned (its own)."""
-        q = np.ascontiguousarray(query, dtype=np.float32)
-        c = max(0, min(c, self.n - (1 if self_rows is not None else 0)))
-        if q.shape[0] == 0 or c == 0:
-            return np.zeros((q.shape[0], c), dtype=np.int64)
-        k = min(self.n, c + (1 if self_rows is not None else 0))
-        scores, found = self.index.search(q, k)
-        return _ranked(scores, found, c, self_rows, lambda r: self._exact_row(q[r : r + 1]))
+    def _search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(q, k)
 
     def _exact_row(self, q: np.ndarray) -> np.ndarray:
         """(1, n) inner products of one query with every corpus vector."""
@@ -225,7 +242,7 @@ def _ranked(scores: np.ndarray, found: np.ndarray, c: int, self_rows: np.ndarray
     return out
 
 
-class HNSWCandidates:
+class HNSWCandidates(_FaissSearcher):
     """An HNSW inner-product graph (FAISS IndexHNSWFlat) over a corpus's unit vectors, searched for
     candidates: the graph stage's searcher with `candidates` "hnsw" (the module docstring).
 
@@ -259,21 +276,11 @@ class HNSWCandidates:
         """Entries kept while searching for k rows: efSearch, and never fewer than k."""
         return max(self.settings.hnsw_ef, k)
 
-    def to_bytes(self) -> bytes:
-        """The filled graph as bytes (FAISS's own format), for another process to search."""
-        return _faiss().serialize_index(self.index).tobytes()
+    def _search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(q, k, params=_faiss().SearchParametersHNSW(efSearch=self.ef_search(k)))
 
-    def search(self, query: np.ndarray, c: int, *, self_rows: np.ndarray | None = None) -> np.ndarray:
-        """(b, c) int64 corpus rows of each query row's c best candidates, best first, equal scores by
-        lower row (as `best_columns`). `self_rows`: per query, a corpus row never returned (its own)."""
-        q = np.ascontiguousarray(query, dtype=np.float32)
-        c = max(0, min(c, self.n - (1 if self_rows is not None else 0)))
-        if q.shape[0] == 0 or c == 0:
-            return np.zeros((q.shape[0], c), dtype=np.int64)
-        k = min(self.n, c + (1 if self_rows is not None else 0))
-        params = _faiss().SearchParametersHNSW(efSearch=self.ef_search(k))
-        scores, found = self.index.search(q, k, params=params)
-        return _ranked(scores, found, c, self_rows, lambda r: q[r : r + 1] @ self.corpus.T)
+    def _exact_row(self, q: np.ndarray) -> np.ndarray:
+        return q @ self.corpus.T
 
 
 Searcher = IVFCandidates | HNSWCandidates
