@@ -757,3 +757,24 @@ def test_a_local_model_folder_that_cannot_load_stops_the_survey(acl, tmp_path) -
     with pytest.raises(SurveyError, match="local model .*not-a-model' does not load"):
         survey("late")
     assert not (tmp_path / "early").exists() and not (tmp_path / "late" / "survey.md").exists()
+
+
+def test_corpus_share_counts_the_papers_holding_a_phrase(acl, monkeypatch) -> None:
+    """The share of an index's papers whose title + abstract hold a phrase's content stems (what
+    decides that "Deep learning" is too common to head a section), none for a small corpus."""
+    import graft.survey.backends as backends
+    from graft.survey.outline import content_stems
+
+    idx, _ = acl
+    assert backends.corpus_share(idx) is None  # 40 papers: a topic's words fill a third of them
+    monkeypatch.setattr(backends, "SHARE_MIN_PAPERS", 10)
+    monkeypatch.setattr(backends, "_STEMS", {})
+    share = backends.corpus_share(idx)
+    texts = [f"{t or ''} {a or ''}" for t, a in zip(idx.papers["title"].to_list(), idx.papers["abstract"].to_list())]
+    want = content_stems("language models")
+    expected = sum(want <= content_stems(x) for x in texts) / len(texts)
+    assert 0 < expected < 1 and share(want) == expected
+    monkeypatch.setattr(backends, "SHARE_SAMPLE", 15)  # a sample of a larger corpus: 15 of its papers
+    monkeypatch.setattr(backends, "_STEMS", {})
+    sampled = backends.corpus_share(idx)(want)
+    assert sampled * 15 == round(sampled * 15) and 0 <= sampled <= 1

@@ -373,6 +373,14 @@ def test_a_section_heading_prefers_what_two_thirds_share_and_is_no_verb_nor_a_us
     one = theme_heading(["Studying the History of Ideas Using Topic Models"],
                         ["We apply Jensen-Shannon divergence, possibly rising again, to topics."], others, topic="x")
     assert one is not None and one[0] == "Topic models"
+    # generic words a corpus uses everywhere name no theme: "Deep learning" in every title (but in 20%
+    # of the corpus) loses to what half of them share; at 5% of the corpus it is a theme
+    deep = ["Adversarial Examples for Deep Learning", "Deep Learning under Adversarial Examples",
+            "Robust Deep Learning", "Certified Deep Learning"]
+    got = theme_heading(deep, [""] * 4, others, topic="robustness", corpus_share=lambda stems: 0.2)
+    assert got is not None and got[0] == "Adversarial examples"
+    got = theme_heading(deep, [""] * 4, others, topic="robustness", corpus_share=lambda stems: 0.05)
+    assert got is not None and got[0] == "Deep learning"
 
 
 def test_parse_json_object_tolerates_fences_but_not_garbage() -> None:

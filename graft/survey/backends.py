@@ -103,6 +103,32 @@ def corpus_background(index: Index, texts: Sequence[str]) -> tuple[Any, int]:
         return _BACKGROUND[key]
 
 
+_STEMS: dict[tuple[str, str], list[set[str]]] = {}
+#: Papers a corpus needs before a phrase's share of them says it is generic (`corpus_share`): in a
+#: few dozen papers one topic's words fill a third of them.
+SHARE_MIN_PAPERS = 1_000
+#: Papers whose content stems `corpus_share` reads at most (a seeded sample of a larger corpus).
+SHARE_SAMPLE = 20_000
+
+
+def corpus_share(index: Index) -> Any:
+    """phrase stems -> the share of the index's papers (title + abstract; a seeded sample of
+    `SHARE_SAMPLE` in a larger corpus) that hold them all (`outline.theme_heading`); None for a
+    corpus under `SHARE_MIN_PAPERS` papers."""
+    if index.n < SHARE_MIN_PAPERS:
+        return None
+    key = (str(index.path), str(index.manifest.get("corpus_hash")))
+    with _BACKGROUND_LOCK:
+        if key not in _STEMS:
+            rows = np.arange(index.n)
+            if len(rows) > SHARE_SAMPLE:
+                rows = np.sort(np.random.default_rng(0).choice(len(rows), SHARE_SAMPLE, replace=False))
+            titles, abstracts = index.papers["title"].to_list(), index.papers["abstract"].to_list()
+            _STEMS[key] = [content_stems(f"{titles[r] or ''} {abstracts[r] or ''}") for r in rows.tolist()]
+        docs = _STEMS[key]
+    return lambda want: sum(want <= d for d in docs) / max(len(docs), 1)
+
+
 class OfflineBackend:
     """The extractive writer (no LLM)."""
 
@@ -199,13 +225,16 @@ class OfflineBackend:
         avoid = {a.lower() for a in avoid}
         best = list(first) + list(rest)[: max(0, n - len(first))]
         rest_texts = [" ".join(x) for x in zip(*self._texts(others))] if others else []
-        got = theme_heading(*self._texts([c.paper_id for c in best]), rest_texts, avoid=avoid, topic=topic)
+        share = corpus_share(self.ctx.index)
+        got = theme_heading(*self._texts([c.paper_id for c in best]), rest_texts, avoid=avoid, topic=topic,
+                            corpus_share=share)
         if got is not None:
             return got[0], best, True
         every = list(first) + list(rest)
         titles, abstracts = self._texts([c.paper_id for c in every])
         for least in (3, 2):
-            got = theme_heading(titles, abstracts, rest_texts, avoid=avoid, topic=topic, min_papers=least)
+            got = theme_heading(titles, abstracts, rest_texts, avoid=avoid, topic=topic, min_papers=least,
+                                corpus_share=share)
             if got is None:
                 continue
             want = content_stems(got[0])

@@ -49,6 +49,8 @@ make makes making learn learning based new novel improved improving efficient to
 """.split()) - frozenset({"learning"})
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+\-]*")
 #: Words that name no theme when they stand alone as a heading ("Article", "Limitations").
+#: Share of a corpus's papers from which a heading of generic words only is generic (`theme_heading`).
+GENERIC_SHARE = 0.10
 GENERIC_WORDS = frozenset("""
 article articles paper papers study studies work works analysis analyses approach approaches method methods
 model models framework frameworks problem problems result results survey review overview application
@@ -191,14 +193,18 @@ def verbs_of(texts: Sequence[str]) -> set[str]:
 
 
 def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[str], *,
-                  avoid: set[str] = frozenset(), topic: str = "", min_papers: int = 0) -> tuple[str, float] | None:
+                  avoid: set[str] = frozenset(), topic: str = "", min_papers: int = 0,
+                  corpus_share: Any = None) -> tuple[str, float] | None:
     """The heading of a section: the noun phrase of its papers' titles (or a part of one) whose
     content words occur in the most of its papers (`titles` with `texts`: title and abstract), set
     against the papers of the other sections (`others`: their titles and abstracts) as class-based
     TF-IDF does: score = share inside x log(1 + 1 / (share outside + 0.05)), longer phrases preferred.
     A heading's content words occur in at least half of the section's papers, and a phrase two thirds
     of them share is preferred to any that only half share (and then a phrase to one word); it repeats no word, is not the topic and
-    not in `avoid`; a single word must not be generic nor the last word of a phrase in `avoid`; its first
+    not in `avoid`; it is not made of generic words only (`GENERIC_WORDS`) that `corpus_share` (a
+    phrase's content stems -> the share of the corpus's papers holding them; None: not checked) finds
+    in `GENERIC_SHARE` of the corpus or more ("Deep learning" in cs768: 13.5%; "Adversarial examples":
+    1.4%); a single word must not be generic nor the last word of a phrase in `avoid`; its first
     word is no verb of the texts (`verbs_of`). Returns (heading, share
     inside), or None when no phrase is shared by half of the papers (`min_papers`: by that many of
     them instead)."""
@@ -231,6 +237,9 @@ def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[
             continue
         if len(ws) == 1 and any(a.split()[-1] == key for a in avoid):
             continue  # the head of a heading in use ("Examples" beside "Adversarial examples") names nothing new
+        if corpus_share is not None and all(w in GENERIC_WORDS for w in ws) \
+                and corpus_share(want) >= GENERIC_SHARE:
+            continue  # generic words a corpus uses everywhere ("Deep learning" in ML) name no section's theme
         n_in = sum(want <= d for d in docs)
         inside = n_in / max(len(docs), 1)
         if (n_in < min_papers) if min_papers else (2 * inside < 1):
