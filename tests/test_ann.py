@@ -163,3 +163,21 @@ def test_cli_refuses_an_unknown_candidate_method(tmp_path) -> None:
     assert res.exit_code != 0
     assert "candidates 'ivf' is unknown; allowed: auto, exact, faiss, hnsw" in " ".join(res.output.split())
     assert not (tmp_path / "idx").exists()
+
+
+def test_ann_growth_benchmark_smoke(vectors, tmp_path) -> None:
+    """experiments/ann_growth.py on clustered vectors at two sizes: each index's make and search
+    times, recall against the exact top 100, and growth exponents, as a table."""
+    from experiments.ann_growth import main
+
+    np.save(tmp_path / "v.npy", vectors)
+    assert main(["--vectors", str(tmp_path / "v.npy"), "--sizes", "1000,3000", "--queries", "100",
+                 "--probes", "1000", "--ef", "128", "--results", str(tmp_path)]) == 0
+    text = (tmp_path / "ann_growth.md").read_text()
+    assert "| 3,000 | HNSW, M 16, efSearch 128 |" in text and "- IVF-Flat: b =" in text
+    import json
+
+    rows = json.loads((tmp_path / "ann_growth.json").read_text())["rows"]
+    ivf = [r for r in rows if r["method"].startswith("IVF")]
+    assert len(rows) == 4 and all(r["recall100"] > 0.999 for r in ivf)  # every list probed: exact
+    assert all(0.9 < r["recall20"] <= 1 for r in rows)

@@ -121,3 +121,21 @@ def test_capped_partners_keep_the_strongest_pairs_at_their_uncapped_scores() -> 
     uncapped_blocks = link_counts(a)
     assert (uncapped_blocks[0] != sp.csr_matrix(counts, dtype=np.float32)).nnz == 0
     assert count_blocks(citation_matrix(np.zeros(0, np.int64), np.zeros(0, np.int64), 0)) == []
+
+
+def test_citation_churn_benchmark_smoke(tmp_path, capsys) -> None:
+    """experiments/citation_churn.py on a small corpus: the newest papers taken out and added back
+    change the citation score rows of the papers they cite (and of those coupled with them)."""
+    import json
+
+    from experiments.citation_churn import main
+
+    rng = random.Random(5)
+    records = [{"id": f"p{i:03d}", "title": f"T{i}", "abstract": "A.", "year": 2000 + i // 10,
+                "references": sorted({f"p{rng.randrange(i):03d}" for _ in range(min(i, 4))})} for i in range(60)]
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["--corpus", str(path), "--added", "5,20", "--partners", "0"]) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines()[2:]]
+    changed = [float(r[3]) for r in rows]
+    assert len(rows) == 2 and 0 < changed[0] <= changed[1] <= 1
