@@ -291,16 +291,14 @@ class Index:
         self.facets  # noqa: B018 - loading it sets item_rows
         return self.__dict__["item_rows"]
 
-    @cached_property
-    def _item_rows(self) -> dict[tuple[str, str], np.ndarray]:
-        grouped = (self.facets.select("paper_id", "facet").with_row_index("row")
-                   .group_by(["paper_id", "facet"], maintain_order=True).agg("row"))
-        return {(pid, facet): np.asarray(rows, dtype=np.int64)
-                for pid, facet, rows in grouped.iter_rows()}
-
     def item_rows_of(self, paper_id: str, facet: str) -> np.ndarray:
-        """`facets` rows (and item embedding rows) of one paper's items of one facet, in item order."""
-        return self._item_rows.get((paper_id, facet), np.zeros(0, dtype=np.int64))
+        """`facets` rows (and item embedding rows) of one paper's items of one facet, in item order
+        (`item_groups`: no per-paper table is made); none for a paper or facet the index lacks."""
+        row = self.row_of.get(paper_id)
+        if row is None or facet not in self.item_groups:
+            return np.zeros(0, dtype=np.int64)
+        indptr, rows = self.item_groups[facet]
+        return np.asarray(rows[int(indptr[row]) : int(indptr[row + 1])], dtype=np.int64)
 
     @cached_property
     def paper_ids(self) -> list[str]:

@@ -875,6 +875,14 @@ def test_item_rows_align_facets_with_papers(cs768_index) -> None:
     rows = idx.item_rows
     assert len(rows) == idx.facets.height
     assert [idx.paper_ids[r] for r in rows[:50]] == idx.facets["paper_id"].to_list()[:50]
+    # a paper's items of a facet, in the order the facets table holds them (no per-paper table made)
+    table = idx.facets.select("paper_id", "facet").with_row_index("row")
+    for pid in idx.paper_ids[:40]:
+        for facet in FACETS:
+            want = table.filter((pl.col("paper_id") == pid) & (pl.col("facet") == facet))["row"].to_list()
+            assert idx.item_rows_of(pid, facet).tolist() == want
+    assert sum(len(idx.item_rows_of(p, "method")) for p in idx.paper_ids) == int((idx.facets["facet"] == "method").sum())
+    assert idx.item_rows_of("no such paper", "method").size == 0 and idx.item_rows_of(idx.paper_ids[0], "x").size == 0
 
 
 def test_build_writes_title_and_abstract_embeddings_of_the_papers(cs768_index, encoder) -> None:

@@ -462,3 +462,15 @@ def test_seed_set_view(served):
                                 ({"seeds": "a-string"}, 400, "list")):
         res = client.post("/api/graph", json=body)
         assert res.status_code == status and words in res.json()["error"], res.text
+
+
+def test_serve_warm_benchmark_smoke(web_index, capsys) -> None:
+    """experiments/serve_warm.py: each step the explorer loads before its first page, timed."""
+    from experiments.serve_warm import main
+
+    assert main([str(web_index)]) == 0
+    out = capsys.readouterr().out
+    steps = [line.split("|")[1].strip() for line in out.splitlines()[2:]]
+    assert steps == ["papers", "facets", "graphs", "citation links", "paper rows", "item groups", "title search",
+                     "summary", "first related papers", "**warm, in all**"]
+    assert "40 papers" in out

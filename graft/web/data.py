@@ -79,7 +79,7 @@ class Explorer:
         matrices, the title search) so that the first page answers as fast as the next."""
         idx = self.index
         with self._lock:
-            _ = idx.papers, idx.facets, idx.graphs, idx.citation_links, idx.row_of, idx._item_rows
+            _ = idx.papers, idx.facets, idx.graphs, idx.citation_links, idx.row_of, idx.item_groups
             self._titles()
             self.summary()
             if idx.n:
