@@ -37,13 +37,6 @@ def citation_matrix(citing: np.ndarray, cited: np.ndarray, n: int) -> sp.csr_mat
     return a
 
 
-def _off_diagonal(m: sp.csr_matrix) -> sp.csr_matrix:
-    m = sp.csr_matrix(m)
-    m.setdiag(0)
-    m.eliminate_zeros()
-    return m
-
-
 #: How log counts are rescaled to [0, 1]: per pair of papers (default) or by the corpus maximum.
 RESCALE_MODES = ("pair", "global")
 
@@ -180,7 +173,7 @@ def citation_signals(a: sp.csr_matrix, rescale: str = "pair",
         if partners > 0:
             counts = link_counts(a, partners)
         else:
-            counts = (_off_diagonal(a @ a.T), _off_diagonal((a.T @ a).tocsr()))
+            counts = (_off_diagonal_rows(a @ a.T, 0), _off_diagonal_rows(a.T @ a, 0))
     coupling, cocitation = (sp.csr_matrix(m, dtype=np.float32) for m in counts)
     if partners > 0:  # symmetric again: a pair one of its papers kept
         coupling, cocitation = (m.maximum(m.T).tocsr() for m in (coupling, cocitation))
@@ -296,12 +289,13 @@ def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr
 def coupling_row_log(a: sp.csr_matrix, rescale: str = "pair") -> np.ndarray:
     """log(1 + largest coupling count) of every corpus paper, as used by `citation_signals` (one
     block of rows of A Aᵀ at a time, each row's largest count kept)."""
+    _row_max_log(sp.csr_matrix((0, 0)), rescale)  # an unknown mode raises, naming the modes
     a = sp.csr_matrix(a, dtype=np.float32)
-    if rescale == "global":
-        return _row_max_log(link_counts(a, partners=1)[0], rescale)
     out = np.zeros(a.shape[0], dtype=np.float64)
     for start, stop in count_blocks(a):
-        out[start:stop] = _row_max_log(_off_diagonal_rows(a[start:stop] @ a.T, start), rescale)
+        out[start:stop] = _row_max_log(_off_diagonal_rows(a[start:stop] @ a.T, start))
+    if rescale == "global" and len(out):  # the corpus's largest count for every row
+        out[:] = out.max()
     return out
 
 

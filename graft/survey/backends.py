@@ -95,12 +95,17 @@ _BACKGROUND: dict[tuple[str, str], tuple[Any, int]] = {}
 _BACKGROUND_LOCK = threading.Lock()
 
 
-def corpus_background(index: Index, texts: Sequence[str]) -> tuple[Any, int]:
+def _per_index(cache: dict[tuple[str, str], Any], index: Index, make: Callable[[], Any]) -> Any:
+    """`make()` once per (index path, corpus hash) in `cache`, whichever thread asks first."""
     key = (str(index.path), str(index.manifest.get("corpus_hash")))
     with _BACKGROUND_LOCK:
-        if key not in _BACKGROUND:
-            _BACKGROUND[key] = document_frequencies(texts)
-        return _BACKGROUND[key]
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
+
+def corpus_background(index: Index, texts: Sequence[str]) -> tuple[Any, int]:
+    return _per_index(_BACKGROUND, index, lambda: document_frequencies(texts))
 
 
 _STEMS: dict[tuple[str, str], list[set[str]]] = {}
@@ -117,15 +122,15 @@ def corpus_share(index: Index) -> Any:
     corpus under `SHARE_MIN_PAPERS` papers."""
     if index.n < SHARE_MIN_PAPERS:
         return None
-    key = (str(index.path), str(index.manifest.get("corpus_hash")))
-    with _BACKGROUND_LOCK:
-        if key not in _STEMS:
-            rows = np.arange(index.n)
-            if len(rows) > SHARE_SAMPLE:
-                rows = np.sort(np.random.default_rng(0).choice(len(rows), SHARE_SAMPLE, replace=False))
-            titles, abstracts = index.papers["title"].to_list(), index.papers["abstract"].to_list()
-            _STEMS[key] = [content_stems(f"{titles[r] or ''} {abstracts[r] or ''}") for r in rows.tolist()]
-        docs = _STEMS[key]
+
+    def stems() -> list[set[str]]:
+        rows = np.arange(index.n)
+        if len(rows) > SHARE_SAMPLE:
+            rows = np.sort(np.random.default_rng(0).choice(len(rows), SHARE_SAMPLE, replace=False))
+        titles, abstracts = index.papers["title"].to_list(), index.papers["abstract"].to_list()
+        return [content_stems(f"{titles[r] or ''} {abstracts[r] or ''}") for r in rows.tolist()]
+
+    docs = _per_index(_STEMS, index, stems)
     return lambda want: sum(want <= d for d in docs) / max(len(docs), 1)
 
 

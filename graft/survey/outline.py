@@ -49,8 +49,6 @@ make makes making learn learning based new novel improved improving efficient to
 """.split()) - frozenset({"learning"})
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+\-]*")
 #: Words that name no theme when they stand alone as a heading ("Article", "Limitations").
-#: Share of a corpus's papers from which a heading of generic words only is generic (`theme_heading`).
-GENERIC_SHARE = 0.10
 GENERIC_WORDS = frozenset("""
 article articles paper papers study studies work works analysis analyses approach approaches method methods
 model models framework frameworks problem problems result results survey review overview application
@@ -59,6 +57,8 @@ limitations limitation challenges challenge insights lessons understanding role 
 examples example towards toward beyond revisiting rethinking investigation exploration comparison improvements performance
 learning deep neural network networks algorithm algorithms task tasks text language information generation
 """.split())
+#: Share of a corpus's papers from which a heading of generic words only is generic (`theme_heading`).
+GENERIC_SHARE = 0.10
 
 
 def title_chunks(title: str, max_words: int = 4) -> list[str]:
