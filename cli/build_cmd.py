@@ -124,6 +124,14 @@ def build(
                                                   "title + abstract cosine of its M nearest papers as the "
                                                   "citation part of its edge weights (default 10; 0: off, "
                                                   "and with --no-paper-embeddings)."),
+    lexical_weight: float = typer.Option(0.35, "--lexical-weight", parser=finite(0, 1), metavar="FLOAT",
+                                         help="In [0, 1]: share of word overlap (TF-IDF cosine of a paper's title "
+                                              "and items of the facet) in facet similarity; the items' embeddings "
+                                              "get the rest (0: embeddings alone; docs/facets.md)."),
+    text_lexical_weight: float = typer.Option(0.5, "--text-lexical-weight", parser=finite(0, 1), metavar="FLOAT",
+                                              help="In [0, 1]: share of word overlap (TF-IDF cosine of title + "
+                                                   "abstract) in the similarity that picks a link-less paper's "
+                                                   "text coupling neighbours (0: embeddings alone)."),
     candidates: str = typer.Option("auto", help="How each paper's facet-similar candidates are found: exact "
                                    "(every pair compared, n^2), faiss (an IVF index: docs/scale.md), hnsw (an "
                                    "HNSW graph), or auto (hnsw from --faiss-min-papers papers on)."),
@@ -199,7 +207,8 @@ def build(
                              citation_partners=CITATION_PARTNERS if citation_partners is None else citation_partners,
                              paper_embeddings=paper_embeddings,
                              candidates=candidates, faiss_min_papers=faiss_min_papers, faiss_nprobe=faiss_nprobe,
-                             hnsw_ef=hnsw_ef, text_coupling=(text_coupling if text_coupling is not None
+                             hnsw_ef=hnsw_ef, lexical_weight=lexical_weight,
+                             text_lexical_weight=text_lexical_weight, text_coupling=(text_coupling if text_coupling is not None
                                             else TEXT_NEIGHBOURS if paper_embeddings else 0), llm=llm)
         # before any work, even with --quiet: what happens to a trained model
         def note(text: str) -> None:

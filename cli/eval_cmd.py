@@ -104,6 +104,12 @@ def build_split(
                                        help="In [0, 100]: weight of the paper's title vector added to each facet "
                                             "item's vector (as graft build's --title-weight; 0.7 with --item-context "
                                             "title)."),
+    lexical_weight: float = typer.Option(0.35, "--lexical-weight", parser=finite(0, 1), metavar="FLOAT",
+                                         help="In [0, 1]: share of word overlap in facet similarity (as graft "
+                                              "build's --lexical-weight; 0: embeddings alone)."),
+    text_lexical_weight: float = typer.Option(0.5, "--text-lexical-weight", parser=finite(0, 1), metavar="FLOAT",
+                                              help="In [0, 1]: share of word overlap in text coupling (as graft "
+                                                   "build's --text-lexical-weight)."),
     force: bool = typer.Option(False, "--force", help="Rebuild indexes that are up to date."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -122,7 +128,9 @@ def build_split(
     try:
         build_split_indexes(split_dir, BuildConfig(direct_links=direct_links, facet_scorer=facet_scorer,
                                                         embedding_model=embedding_model,
-                                                        item_context=item_context, title_weight=title_weight),
+                                                        item_context=item_context, title_weight=title_weight,
+                                                        lexical_weight=lexical_weight,
+                                                        text_lexical_weight=text_lexical_weight),
                             cache_from=cache_from, force=force,
                             reporter=Reporter(quiet=quiet), on_index=say)
     except GraftError as exc:
@@ -142,7 +150,7 @@ def _split_hash(folder: Path) -> str | None:
 @eval_app.command()
 def run(
     split_dir: Path = typer.Argument(..., help="Split directory from `graft eval prepare`."),
-    systems: str | None = typer.Option(None, help="Comma-separated: bm25, dense, citation, facet, "
+    systems: str | None = typer.Option(None, help="Comma-separated: bm25, dense, hybrid, citation, facet, "
                                        "teacher, teacher-fb, teacher-cite, graft, graft-rrf, graft-walk, graft-naive, "
                                        "graft-cite, graft-text; survey suite: graft-survey, baseline-survey. Default: "
                                        "bm25,dense,teacher, and the two survey writers for --suite survey."),

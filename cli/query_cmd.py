@@ -43,6 +43,8 @@ def print_matches(result, out: Console = console) -> None:
         out.print(f"{h.rank:>3}. {h.paper_id} {textwrap.shorten(h.title, 80, placeholder=' …')}", highlight=False)
         for facet, m in matched:
             out.print(f"     {facet} {m.cosine:.2f}: “{m.query}” ↔ “{m.hit}”", highlight=False)
+            if m.words:
+                out.print(f"       shared words: {', '.join(m.words)}", highlight=False)
 
 
 def _read_queries(path: Path, known: Container[str]) -> list[dict]:

@@ -88,9 +88,9 @@ def cache_key(manifest: dict[str, Any], *, extractor: str, extractor_config: dic
     build = BuildConfig.from_manifest(manifest)
     graph = {k: getattr(build, k) for k in ("top_k", "alpha", "beta", "n_candidates", "citation_rescale",
                                             "title_weight", "item_context", "linked_candidates",
-                                            "citation_partners")}
+                                            "citation_partners", "lexical_weight", "text_lexical_weight")}
     # the code that takes a query apart and scores its rows: entries made by other code are stale
-    code = source_digest(*EXTRACTOR_SOURCES.get(extractor, ()), "graft/external.py")
+    code = source_digest(*EXTRACTOR_SOURCES.get(extractor, ()), "graft/external.py", "graft/lexical.py")
     return {"corpus_hash": manifest.get("corpus_hash"), "graph": graph, "extractor": extractor,
             "extractor_config": extractor_config, "encoder": encoder, "text_neighbours": text_neighbours,
             "feedback": feedback, "code": code}

@@ -160,14 +160,14 @@ def _check_note(index: Index) -> str:
 
 def _graph_stamp(index: Index | None, system: str) -> dict[str, Any] | None:
     """What of the index's build a system's run depends on beyond the corpus: nothing for `bm25`,
-    the sentence encoder for `dense`, and for every other system the build (its settings and when
+    the sentence encoder for `dense` and `hybrid`, and for every other system the build (its settings and when
     it finished), so a rebuilt graph over the same corpus is never scored with an older graph's runs."""
     from graft.encoder import model_name
 
     if index is None or system == "bm25":
         return None
     build = index.manifest.get("stages", {}).get("build", {})
-    if system == "dense":
+    if system in ("dense", "hybrid"):
         return {"encoder": model_name((build.get("config") or {}).get("embedding_model"))}
     return {"config": build.get("config"), "finished_at": build.get("finished_at")}
 
@@ -266,7 +266,7 @@ def read_labels(path: str | Path) -> dict[str, list[list[str]]] | None:
 
 
 #: Systems that answer out-of-corpus queries from the text alone, not from the cached facets and rows.
-TEXT_SYSTEMS = ("bm25", "dense", "citation")
+TEXT_SYSTEMS = ("bm25", "dense", "hybrid", "citation")
 
 
 def _ooc_stamp(ctx: EvalContext) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 |---|---|---|
 | bm25 | BM25 (bm25s, English stopwords, no stemming) over title + abstract | same, the query's text |
 | dense | MiniLM cosine of title + abstract embeddings | same, the query's text embedded |
+| hybrid | dense blended with word overlap: (1 - μ) x the MiniLM cosine + μ x the TF-IDF cosine of title + abstract (a lexicon of the corpus, `graft.lexical`; μ = 0.5, text coupling's) | same, the query's text |
 | citation | the coupling / co-citation score row of the query (n/a on a leak-free in-corpus index: the query's links are its gold, hidden) | n/a: a held-out paper has no citations to the corpus without its reference list, which is the gold |
 | facet | graph teacher over facet-only graphs (beta = 0, rebuilt from the index's items) | teacher walk over those graphs from the query's facet-only edge rows |
 | teacher | the graph teacher over the index (the stored rows: what the generative retriever learns) | teacher walk from `ExternalScorer` rows built from title + abstract only (with the feedback pass) |
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from eval.ooc_facets import OocEntry
 
 #: Every retrieval system name `graft eval run --systems` accepts, in table order.
-SYSTEMS = ("bm25", "dense", "citation", "facet", "teacher", "teacher-fb", "teacher-cite", "graft", "graft-rrf",
+SYSTEMS = ("bm25", "dense", "hybrid", "citation", "facet", "teacher", "teacher-fb", "teacher-cite", "graft", "graft-rrf",
            "graft-walk", "graft-naive", "graft-cite", "graft-text")
 #: The survey suite's writers (`eval.survey_suite`), which `--systems` accepts beside the retrievers.
 SURVEY_SYSTEMS = ("graft-survey", "baseline-survey")
@@ -121,8 +122,9 @@ def _record(out: SystemRun, qid: str, result: QueryResult) -> None:
 
 
 def facet_only_graphs(index: Index) -> dict[str, sp.csr_matrix]:
-    """The four facet graphs of an index rebuilt from its items with beta = 0 (no citation term),
-    same top-K and candidate settings as its build."""
+    """The four facet graphs of an index rebuilt from its items (and their lexical rows, where the
+    build blended them in) with beta = 0 (no citation term), same top-K and candidate settings as
+    its build."""
     from graft.citations import citation_signals
     from graphbuild.build import BuildConfig, facet_graphs
 
@@ -131,7 +133,8 @@ def facet_only_graphs(index: Index) -> dict[str, sp.csr_matrix]:
     params = replace(config.graph_params(), alpha=1.0, beta=0.0)
     return facet_graphs(index.item_rows, index.facets["facet"].to_numpy(),
                         np.asarray(index.item_embeddings, dtype=np.float32), a,
-                        citation_signals(a, config.citation_rescale, partners=config.citation_partners), params)
+                        citation_signals(a, config.citation_rescale, partners=config.citation_partners), params,
+                        lexical=index.lexical or None)
 
 
 class EvalContext:
@@ -380,6 +383,31 @@ def _dense(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], 
     return out
 
 
+def _hybrid(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
+    from graft.lexical import TEXT_LEXICAL_WEIGHT, Lexicon, blend
+
+    idx = ctx.index
+    x = ctx.paper_vectors
+    lexicon = Lexicon.fit(ctx.texts)  # the corpus's own, whatever the build's settings
+    words = lexicon.vectors(ctx.texts)
+    ooc = [q for q in queries if not q.in_corpus]
+    qvec = dict(zip([q.qid for q in ooc], ctx.encoder.encode([q.text for q in ooc]))) if ooc else {}
+    qwords = lexicon.vectors([q.text for q in ooc])
+    qrow = {q.qid: qwords[i] for i, q in enumerate(ooc)}
+    out = SystemRun()
+    for q in queries:
+        node = idx.row_of[q.paper_id] if q.in_corpus else None
+        mine = words[node] if node is not None else qrow[q.qid]
+        s = blend(x @ (x[node] if node is not None else qvec[q.qid]), (words @ mine.T).toarray().ravel(),
+                  TEXT_LEXICAL_WEIGHT).astype(np.float64)
+        if node is not None:
+            s[node] = -np.inf
+        order = np.lexsort((np.arange(idx.n), -s))[:DEPTH]
+        out.run[q.qid] = [(idx.paper_ids[i], float(s[i])) for i in order if np.isfinite(s[i])]
+        advance(1)
+    return out
+
+
 def _citation(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
     if any(not q.in_corpus for q in queries):
         raise NotApplicable("citation-only is n/a out of corpus: a held-out paper's only citation links "
@@ -512,6 +540,8 @@ def run_system(name: str, ctx: EvalContext, queries: list[EvalQuery], reporter: 
             return _bm25(ctx, queries, advance)
         if name == "dense":
             return _dense(ctx, queries, advance)
+        if name == "hybrid":
+            return _hybrid(ctx, queries, advance)
         if name == "citation":
             return _citation(ctx, queries, advance)
         if name == "facet":

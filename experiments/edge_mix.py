@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         for alpha in alphas:
             t0 = time.perf_counter()
             params = replace(base, alpha=alpha, beta=round(1.0 - alpha, 10), top_k=k)
-            graphs = facet_graphs(owner, facet_col, vectors, a, signals, params, text=idx.text_coupling)
+            graphs = facet_graphs(owner, facet_col, vectors, a, signals, params, text=idx.text_coupling,
+                                  lexical=idx.lexical or None)
             table.append({"alpha": alpha, "top_k": k, "graphs": "rebuilt",
                           **both_teachers(graphs, queries, gold, links),
                           "seconds": round(time.perf_counter() - t0, 1)})

@@ -27,12 +27,15 @@ RRF) scores close to the "RRF" column of the index's own items. Variants:
 - `idf` — `items` with each item weighted by how specific it is, an IDF over items: weight = 1 − the
   mean cosine of its 20 nearest items of the same facet in other papers, so a generic item ("we
   achieve state-of-the-art results") with many near copies counts little in the mean best match.
+- `words` — the index's own item vectors (`embeddings/items.npy`, as its build made them) with word
+  overlap blended in as a build does (`graft.lexical`): s_f = (1 − λ)·s_f + λ·(the TF-IDF cosine of
+  the two papers' title and items of the facet), one row per λ of `--lexical-weights`.
 
 Per variant: R@20 of each facet alone, of the RRF of the four facet rankings (k = 60) and of their
 score sum, and dense R@20 (title + abstract) for the same encoder.
 
     python -m experiments.facet_levers --split SPLITDIR [--part dev] [--variants items,joined,joined+title,adapter]
-        [--epochs 3] [--late-weights 0,0.35,0.7] [--name cs768]
+        [--epochs 3] [--late-weights 0,0.35,0.7] [--lexical-weights 0,0.35] [--name cs768]
 
 Writes docs/results/facet_levers_{name}.{md,json}. Tune on `dev`.
 """
@@ -47,7 +50,7 @@ import numpy as np
 
 from experiments.common import open_split_queries, split_parser, split_report, write_tables
 
-VARIANTS = ("items", "centred", "pc3", "joined", "joined+title", "adapter", "late", "late+title", "idf")
+VARIANTS = ("items", "centred", "pc3", "joined", "joined+title", "adapter", "late", "late+title", "idf", "words")
 RRF_K = 60
 
 
@@ -248,12 +251,38 @@ def train_adapter(papers: np.ndarray, titles: np.ndarray, items: np.ndarray, idx
     return apply
 
 
+def word_rows(idx: Any, owner: np.ndarray, facet_col: np.ndarray, query_rows: list[int], papers: np.ndarray,
+              rows: dict[str, int], gold: dict[str, set[int]], weights: list[float]) -> list[dict[str, Any]]:
+    """`words` rows: the index's item vectors' exact facet similarity blended with the TF-IDF cosine of
+    each paper's title and items of the facet at each weight (`graft.lexical`)."""
+    from graft.facets import FACETS
+    from graft.lexical import Lexicon, blend, facet_texts
+    from graft.text import paper_texts
+
+    built = facet_rows(np.asarray(idx.item_embeddings, dtype=np.float32), owner, facet_col, idx.n, query_rows)
+    lexicon = Lexicon.fit(paper_texts(idx.papers))
+    joined = facet_texts(idx.papers["title"].to_list(), owner, facet_col, idx.facets["text"].to_list(), idx.n)
+    words = {}
+    for f in FACETS:
+        m = lexicon.vectors(joined[f])
+        words[f] = {r: (m @ m[r].T).toarray().ravel() for r in query_rows}
+    out = []
+    for w in weights:
+        t0 = time.perf_counter()
+        per_facet = {f: {r: blend(built[f][r], words[f][r], w) for r in query_rows} for f in FACETS}
+        out.append({"variant": f"words λ={w:g}", **score_variant(per_facet, papers, rows, gold),
+                    "seconds": round(time.perf_counter() - t0, 1)})
+        print(f"{out[-1]['variant']}: RRF {out[-1]['RRF']:.3f}", file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = split_parser(__doc__, table="facet_levers", part="dev")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--epochs", type=int, default=3, help="adapter: passes over the citation links")
     ap.add_argument("--late-weights", default="", help="late+title: title weights to try (comma-separated; "
                                                        "default: the index's own)")
+    ap.add_argument("--lexical-weights", default="0,0.35", help="words: lexical weights to try (comma-separated)")
     args = ap.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     if not variants or any(v not in VARIANTS for v in variants):
@@ -294,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{np.percentile(weights, 10):.3f}-{np.percentile(weights, 90):.3f}", file=sys.stderr, flush=True)
             per_facet = weighted_facet_rows(items, weights, owner, facet_col, idx.n, query_rows)
             dense = papers
+        elif variant == "words":
+            table += word_rows(idx, owner, facet_col, query_rows, papers, rows, gold,
+                               [float(x) for x in args.lexical_weights.split(",") if x.strip()])
+            continue
         elif variant in ("late", "late+title"):
             if late is None:
                 late, share = late_item_vectors(encoder, idx, alone)

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         sig = citation_signals(a, config.citation_rescale, partners=p) if p else signals
         graphs = facet_graphs(owner, facet_col, vectors, a, sig, replace(base, linked_candidates=cap),
-                              text=idx.text_coupling)
+                              text=idx.text_coupling, lexical=idx.lexical or None)
         seconds = time.perf_counter() - t0
         full = full or graphs
         agree = [edge_agreement(full[f], graphs[f]) for f in FACETS]

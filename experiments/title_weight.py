@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         vectors = with_title(items, title_of_item, w)
         for label, params in settings.items():
             t0 = time.perf_counter()
-            graphs = facet_graphs(owner, facet_col, vectors, a, signals, params, text=idx.text_coupling)
+            graphs = facet_graphs(owner, facet_col, vectors, a, signals, params, text=idx.text_coupling,
+                                  lexical=idx.lexical or None)
             table.append({"title_weight": w, "graphs": label, **teacher_recalls(graphs, queries, gold),
                           "seconds": round(time.perf_counter() - t0, 1)})
             print(f"w = {w}, {label}: R@20 {table[-1]['R@20']:.3f}", file=sys.stderr, flush=True)

@@ -46,7 +46,7 @@ def _integers(index: Path, rel: str, name: str, array: np.ndarray) -> None:
     return array
 
 
-def load_csr(index: Path, rel: str, n: int | None = None) -> sp.csr_matrix:
+def load_csr(index: Path, rel: str, n: int | None = None, columns: int | None = None) -> sp.csr_matrix:
     """The CSR matrix `sp.save_npz` wrote at `index / rel`, after checking what scipy would trust: the
     format, a shape of (n, n), `indptr` starting at 0, never decreasing and ending at nnz, column
     indices inside [0, n), and weights finite and not negative (every graph GRAFT writes holds
@@ -55,6 +55,7 @@ def load_csr(index: Path, rel: str, n: int | None = None) -> sp.csr_matrix:
     Args:
         index: the index folder; rel: the `.npz` file inside it; n: the papers of the index (None:
             the shape is only checked for being square).
+        columns: the matrix is n x `columns` (a paper's lexical rows, `graft.lexical`), not square.
     Raises:
         ArtefactError: naming the file and the first fault found.
     """
@@ -75,11 +76,11 @@ def load_csr(index: Path, rel: str, n: int | None = None) -> sp.csr_matrix:
         raise _fault(index, rel, f"its format is {fmt_text!r:.20}, not 'csr'")
     if shape.shape != (2,) or shape.dtype.kind not in "iu":
         raise _fault(index, rel, f"its shape {shape.tolist()!r:.40} is not two integers")
-    return checked_csr(index, rel, (int(shape[0]), int(shape[1])), indptr, indices, data, n)
+    return checked_csr(index, rel, (int(shape[0]), int(shape[1])), indptr, indices, data, n, columns=columns)
 
 
 def checked_csr(index: Path, rel: str, shape: tuple[int, int], indptr: np.ndarray, indices: np.ndarray,
-                data: np.ndarray, n: int | None = None) -> sp.csr_matrix:
+                data: np.ndarray, n: int | None = None, *, columns: int | None = None) -> sp.csr_matrix:
     """A CSR matrix of these arrays (memory-mapped ones stay mapped: nothing is copied), after the
     checks `load_csr` describes; the O(nnz) ones read `BLOCK_BYTES` at a time.
 
@@ -87,7 +88,10 @@ def checked_csr(index: Path, rel: str, shape: tuple[int, int], indptr: np.ndarra
         ArtefactError: naming the file and the first fault found.
     """
     rows, cols = shape
-    if rows != cols or rows < 0 or (n is not None and rows != n):
+    if columns is not None:
+        if rows < 0 or cols != columns or (n is not None and rows != n):
+            raise _fault(index, rel, f"its shape is ({rows}, {cols}), not ({'n' if n is None else n}, {columns})")
+    elif rows != cols or rows < 0 or (n is not None and rows != n):
         want = f"({n}, {n})" if n is not None else "square"
         raise _fault(index, rel, f"its shape is ({rows}, {cols}), not {want}")
     _integers(index, rel, "row pointers", indptr)

@@ -13,6 +13,7 @@ from graft.edges import LINKED_CANDIDATES, GraphParams
 from graft.encoder import BACKENDS, DEFAULT_ITEM_CONTEXT, DEFAULT_TITLE_WEIGHT, ITEM_CONTEXTS
 from graft.errors import ConfigError
 from graft.extract import EXTRACTORS, SCORERS, HeuristicConfig
+from graft.lexical import LEXICAL_WEIGHT, TEXT_LEXICAL_WEIGHT
 
 #: Largest title weight a build takes: past it an item's vector is its title's (and float32 overflows far beyond).
 MAX_TITLE_WEIGHT = 100.0
@@ -60,6 +61,11 @@ class BuildConfig:
     # M: a paper with no citation link in the corpus takes the clipped title + abstract cosine of its
     # M nearest papers as the citation half of its edge weights (graph/text.npz); 0 = that half stays 0
     text_coupling: int = TEXT_NEIGHBOURS
+    # λ: share of the lexical cosine (TF-IDF of a paper's title and items of the facet, graft.lexical) in
+    # facet similarity, s_f = (1 - λ) dense + λ lexical; 0 = the items' embeddings alone
+    lexical_weight: float = LEXICAL_WEIGHT
+    # μ: share of the lexical cosine of title + abstract in text coupling's similarity; 0 = the embeddings alone
+    text_lexical_weight: float = TEXT_LEXICAL_WEIGHT
     skip_bad: bool = False  # skip invalid corpus records (counted and listed) instead of stopping
     limit: int | None = None  # keep only the first N valid records
     llm: dict[str, Any] = field(default_factory=dict)  # LLMConfig fields for extractor="llm"
@@ -82,6 +88,9 @@ class BuildConfig:
         if self.text_coupling and not self.paper_embeddings:
             raise ConfigError("text_coupling needs paper_embeddings (the title + abstract vectors it compares); "
                              "set text_coupling to 0 to build without them")
+        for name in ("lexical_weight", "text_lexical_weight"):
+            if not 0 <= getattr(self, name) <= 1:  # NaN too
+                raise ConfigError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
         if self.extractor not in EXTRACTORS:
             raise ConfigError(f"extractor '{self.extractor}' is unknown; allowed: {', '.join(EXTRACTORS)}")
         if self.facet_scorer not in SCORERS:
@@ -120,9 +129,11 @@ class BuildConfig:
         # and those built before the linked candidates were capped scored all of them
         # and those built before the citation partners were capped counted all of them
         # and those built before items were read in context embedded them with their title alone
+        # and those built before lexical similarity compared embeddings alone
         return config_from_dict(cls, {"title_weight": 0.0, "direct_links": True, "text_coupling": 0,
                                       "facet_scorer": "rules", "candidates": "exact", "item_context": "title",
                                       "linked_candidates": 0, "citation_partners": 0,
+                                      "lexical_weight": 0.0, "text_lexical_weight": 0.0,
                                       **data})
 
     def heuristic_config(self) -> HeuristicConfig:
@@ -139,4 +150,11 @@ class BuildConfig:
                            n_candidates=self.n_candidates, block_rows=self.block_rows,
                            direct_links=self.direct_links, linked_candidates=self.linked_candidates,
                            candidates=CandidateSearch(self.candidates, self.faiss_min_papers, self.faiss_nprobe,
-                                                      hnsw_ef=self.hnsw_ef))
+                                                      hnsw_ef=self.hnsw_ef),
+                           lexical_weight=self.lexical_weight)
+
+    @property
+    def lexical(self) -> bool:
+        """Whether the build fits a lexicon and stores lexical rows (`graft.lexical`): a lexical
+        weight above 0, for the facets or (with text coupling on) for text coupling."""
+        return self.lexical_weight > 0 or (self.text_lexical_weight > 0 and self.text_coupling > 0)

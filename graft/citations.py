@@ -22,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graft.errors import ConfigError
+from graft.lexical import blend
 
 
 def citation_matrix(citing: np.ndarray, cited: np.ndarray, n: int) -> sp.csr_matrix:
@@ -222,9 +223,12 @@ def linkless_rows(a: sp.csr_matrix) -> np.ndarray:
 
 
 def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
-                      exclude: int | None = None) -> sp.csr_matrix:
-    """A text-only paper's stand-in for its citation score row (1 x n): the cosine of its title +
-    abstract embedding with its `m` nearest corpus papers, clipped to [0, 1], zero elsewhere.
+                      exclude: int | None = None, lexical: sp.csr_matrix | None = None,
+                      query_lexical: sp.csr_matrix | None = None, lexical_weight: float = 0.0) -> sp.csr_matrix:
+    """A text-only paper's stand-in for its citation score row (1 x n): its similarity by title +
+    abstract with its `m` nearest corpus papers, clipped to [0, 1], zero elsewhere. The similarity
+    is the cosine of the title + abstract embeddings, blended at `lexical_weight` with the cosine of
+    their lexical rows where both are given (`graft.lexical`).
 
     A paper outside the corpus that lists no references has no bibliographic coupling with any
     corpus paper; the papers it reads most like are the ones it would most likely share references with.
@@ -234,11 +238,16 @@ def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
         query: (d,) unit vector of the paper's own title + abstract, same encoder.
         m: neighbours kept (0 = an empty row).
         exclude: a row never taken as a neighbour (the paper itself, when it is in the corpus).
+        lexical, query_lexical: the corpus's (n x V) and the paper's (1 x V) lexical rows of title +
+            abstract (`embeddings/lexical_papers.npz`), or None.
+        lexical_weight: μ, the lexical cosine's share.
     """
     n = paper_vectors.shape[0]
     if m <= 0 or n == 0:
         return sp.csr_matrix((1, n), dtype=np.float32)
     sims = np.asarray(paper_vectors @ np.asarray(query, dtype=np.float32), dtype=np.float32)
+    if lexical_weight > 0 and lexical is not None and query_lexical is not None:
+        sims = blend(sims, np.asarray((lexical @ sp.csr_matrix(query_lexical).T).todense()).ravel(), lexical_weight)
     if exclude is not None:
         sims[exclude] = -np.inf
     order = np.lexsort((np.arange(n), -sims))[:m]
@@ -248,10 +257,11 @@ def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
                          shape=(1, n), dtype=np.float32)
 
 
-def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr_matrix:
+def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int, *, lexical: sp.csr_matrix | None = None,
+                  lexical_weight: float = 0.0) -> sp.csr_matrix:
     """n x n stand-in for the citation score of the papers `rows`: each row is that paper's
-    `text_coupling_row` (its `m` nearest other papers by title + abstract, clipped cosine); every
-    other row is empty.
+    `text_coupling_row` (its `m` nearest other papers by title + abstract, clipped similarity, with
+    the `lexical` rows blended in at `lexical_weight`); every other row is empty.
 
     A paper without citation links has no coupling or co-citation with any paper, so the citation
     half (beta) of its edge weights would be zero; it is scored as a paper outside the corpus
@@ -273,6 +283,8 @@ def text_coupling(paper_vectors: np.ndarray, rows: np.ndarray, m: int) -> sp.csr
     for start in range(0, len(rows), block):
         part = rows[start : start + block]
         sims = vectors[part] @ vectors.T  # one product a block, not a product and a sort of n a paper
+        if lexical_weight > 0 and lexical is not None:
+            sims = blend(sims, (lexical[part] @ lexical.T).toarray(), lexical_weight)
         sims[np.arange(len(part)), part] = -np.inf  # never its own neighbour
         best = best_columns(sims, m)  # by (cosine descending, column), as text_coupling_row orders them
         vals = np.take_along_axis(sims, best, axis=1)

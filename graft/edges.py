@@ -1,5 +1,9 @@
 """Typed top-K facet graph: w_f(i, j) = alpha * s_f(i, j) + beta * cite(i, j), top K out-edges per row.
 
+s_f is the items' symmetric mean best-match cosine, blended with the cosine of the two papers' lexical
+rows for the facet where the items carry them (`graft.lexical`): s_f = (1 - λ) dense + λ lexical,
+λ = `GraphParams.lexical_weight`.
+
 Candidates of row i are the union of its facet-similar papers (prefilter over pooled facet vectors)
 and its coupled or co-cited papers (shared references, shared citers); with `direct_links`, the
 papers it cites or is cited by too. Every candidate is scored exactly; the K best by (-weight,
@@ -19,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graft.ann import SEARCH_ROWS, CandidateSearch, Searcher, candidate_blocks, graph_searcher
+from graft.lexical import blend, pair_cosines
 from graft.similarity import FacetItemsMatrix, block_rows_for, prefilter_blocks, score_gathered, score_pairs
 from graft.similarity import sorted_unique as _unique  # a name of this module: benchmarks swap it
 
@@ -41,6 +46,21 @@ class GraphParams:
     linked_candidates: int = LINKED_CANDIDATES
     # the prefilter: exact blocked search, or a FAISS IVF index from a size on (`graft.ann`)
     candidates: CandidateSearch = field(default_factory=CandidateSearch)
+    # λ: share of the lexical cosine in facet similarity, where the items carry lexical rows (`graft.lexical`)
+    lexical_weight: float = 0.0
+
+
+def facet_similarity(left: FacetItemsMatrix, rows: np.ndarray, right: FacetItemsMatrix | None, cols: np.ndarray,
+                     params: GraphParams) -> np.ndarray:
+    """s_f of the pairs (left row rows[k], right row cols[k]) clipped to [0, 1]: the items' mean
+    best-match cosine (`score_gathered` within one matrix when `right` is None, `score_pairs`
+    otherwise), blended with the lexical rows' cosine at `params.lexical_weight` where both sides
+    carry lexical rows."""
+    other = left if right is None else right
+    dense = score_gathered(left, rows, cols) if right is None else score_pairs(left, rows, right, cols)
+    if params.lexical_weight > 0 and left.lexical is not None and other.lexical is not None:
+        dense = blend(dense, pair_cosines(left.lexical, rows, other.lexical, cols), params.lexical_weight)
+    return np.clip(dense, 0.0, 1.0)
 
 
 def _top_k_rows(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:
@@ -150,7 +170,7 @@ def facet_graph_rows(
         rows, cols = keys // n, keys % n
         keep = rows != cols
         rows, cols = rows[keep], cols[keep]
-        sim = np.clip(score_gathered(items, rows, cols), 0.0, 1.0)
+        sim = facet_similarity(items, rows, None, cols, params)
         w = params.alpha * sim + params.beta * _lookup(cite_score, rows, cols)
         sel = _top_k_rows(rows, cols, w, params.top_k)
         sel = sel[w[sel] > 0]
@@ -206,7 +226,8 @@ def external_facet_row(
     """Top-K edge row (1 x n) for one paper outside the corpus, scored exactly like corpus rows.
 
     Args:
-        query: the new paper's facet items grouped as a 1-row matrix.
+        query: the new paper's facet items grouped as a 1-row matrix (with its lexical row where the
+            corpus's items carry theirs).
         items: the corpus' grouped items of the same facet.
         cite_row: 1 x n citation score of the new paper (bibliographic coupling only).
         searcher: the corpus's IVF index of the facet, for an index built with approximate
@@ -221,7 +242,7 @@ def external_facet_row(
     linked = strongest_per_row(cite_row, params.linked_candidates)
     cols = np.unique(np.concatenate([cand[0], linked.indices.astype(np.int64)]))
     rows = np.zeros(len(cols), dtype=np.int64)
-    sim = np.clip(score_pairs(query, rows, items, cols), 0.0, 1.0)
+    sim = facet_similarity(query, rows, items, cols, params)
     w = params.alpha * sim + params.beta * _lookup(cite_row, rows, cols)
     sel = _top_k_rows(rows, cols, w, params.top_k)
     sel = sel[w[sel] > 0]

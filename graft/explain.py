@@ -6,13 +6,15 @@ facet graph's edge weight is the symmetric mean of best-match cosines, `graft.si
 strongest of those matches: the query's item and the result's item most alike, with their cosine
 in the vectors the facet graphs were built from (`embeddings/items.npy`: each item read in its
 paper's text and mixed with its title, as the build set), so the pair shown is the best match
-inside the edge's weight and its cosine one of the cosines that weight averages. Nothing is
-re-ranked; only `Evidence.match` is filled in.
+inside the edge's weight and its cosine one of the cosines that weight averages. Where the build
+blends word overlap into facet similarity (`graft.lexical`), the match also names the words the two
+papers share in that facet, the largest part of their lexical cosine first. Nothing is re-ranked;
+only `Evidence.match` is filled in.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,14 +38,38 @@ def corpus_items(index: Index, paper_id: str) -> tuple[dict[str, list[str]], dic
     return items, embedded
 
 
+#: Shared words a match names at most.
+MATCH_WORDS = 5
+
+
+def shared_words(index: Index, query: Any, facet: str, paper_id: str, most: int = MATCH_WORDS) -> list[str]:
+    """The terms of the query's lexical row `query` (1 x V) that the paper's row of `facet` also
+    holds, by their part of the two rows' cosine (largest first, then alphabetical); none where the
+    index has no lexical rows of the facet."""
+    rows = index.lexical.get(facet)
+    if rows is None or query is None or index.lexicon is None:
+        return []
+    mine = rows[index.row_of[paper_id]]
+    q = query.tocsr() if hasattr(query, "tocsr") else query
+    common, qi, mi = np.intersect1d(q.indices, mine.indices, return_indices=True)
+    if not len(common):
+        return []
+    part = np.asarray(q.data, dtype=np.float64)[qi] * np.asarray(mine.data, dtype=np.float64)[mi]
+    terms = index.lexicon.terms
+    order = sorted(range(len(common)), key=lambda k: (-part[k], terms[int(common[k])]))[:most]
+    return [terms[int(common[k])] for k in order]
+
+
 def attach_matches(index: Index, result: QueryResult, items: dict[str, list[str]],
-                   vectors: dict[str, np.ndarray]) -> QueryResult:
+                   vectors: dict[str, np.ndarray], lexical: dict[str, Any] | None = None) -> QueryResult:
     """Fill in `Evidence.match` of every facet credit of `result`'s hits: the query's item
     (`items[facet][i]`, embedded as `vectors[facet][i]`: unit rows made as the build made its graph
-    vectors) and the hit's item of that facet with the highest cosine in the graph vectors. A facet
-    without items on either side gets no match. Returns `result`."""
+    vectors) and the hit's item of that facet with the highest cosine in the graph vectors, and the
+    words the two share (`shared_words`, from the query's lexical rows `lexical`, per facet, where
+    given). A facet without items on either side gets no match. Returns `result`."""
     texts = index.facets["text"]
     stored = index.item_embeddings
+    lexical = lexical or {}
     for hit in result.hits:
         for facet, evidence in hit.evidence.items():
             query = vectors.get(facet)
@@ -53,5 +79,6 @@ def attach_matches(index: Index, result: QueryResult, items: dict[str, list[str]
             cosines = np.asarray(query, dtype=np.float32) @ np.asarray(stored[rows], dtype=np.float32).T
             i, j = np.unravel_index(int(np.argmax(cosines)), cosines.shape)
             evidence.match = ItemMatch(query=items[facet][i], hit=texts[int(rows[j])],
-                                       cosine=round(float(cosines[i, j]), 4))
+                                       cosine=round(float(cosines[i, j]), 4),
+                                       words=shared_words(index, lexical.get(facet), facet, hit.paper_id))
     return result

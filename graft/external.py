@@ -19,6 +19,7 @@ from graft.encoder import embed_items
 from graft.errors import IndexFormatError, InputValidationError
 from graft.facets import FACETS, FacetItems
 from graft.fusion import CITATION_WEIGHT
+from graft.lexical import facet_rows_of
 from graft.results import QueryResult
 from graft.similarity import GatheredItems, group_items
 from graft.teacher import TeacherConfig
@@ -104,8 +105,15 @@ class RecordFacets:
         if m <= 0 or not records:
             return [sp.csr_matrix((1, self.index.n), dtype=np.float32) for _ in records]
         row_of = self.index.row_of
-        return [text_coupling_row(papers, vec, m, exclude=row_of.get(str(rec.get("id"))))
-                for rec, vec in zip(records, self.text_vectors(records))]
+        lexical, weight = self.index.lexical.get("papers"), self.config.text_lexical_weight
+        if lexical is None or weight <= 0 or self.index.lexicon is None:
+            query_lexical = [None] * len(records)
+        else:  # the records' title + abstract lexical rows, as the build made the corpus's
+            rows = self.index.lexicon.vectors([paper_text(rec.get("title"), rec.get("abstract")) for rec in records])
+            query_lexical = [rows[i] for i in range(len(records))]
+        return [text_coupling_row(papers, vec, m, exclude=row_of.get(str(rec.get("id"))), lexical=lexical,
+                                  query_lexical=q, lexical_weight=weight)
+                for rec, vec, q in zip(records, self.text_vectors(records), query_lexical)]
 
     def neighbours(self, records: list[dict[str, Any]], m: int = TEXT_NEIGHBOURS) -> list[dict[str, float]]:
         """Each record's `m` nearest corpus papers by title + abstract (paper id -> cosine, from
@@ -182,7 +190,14 @@ class CorpusScorer:
         """Per facet, the corpus's items grouped by paper as the build scores them, gathered from the
         memory-mapped item vectors for the candidates a query scores (`Index.item_groups`)."""
         vectors = self.index.item_embeddings
-        return {f: GatheredItems(vectors, *self.index.item_groups[f]) for f in FACETS}
+        lexical = self.index.lexical if self.params.lexical_weight > 0 else {}
+        return {f: GatheredItems(vectors, *self.index.item_groups[f], lexical=lexical.get(f)) for f in FACETS}
+
+    @property
+    def lexical_on(self) -> bool:
+        """Whether facet similarity blends in lexical rows (`graft.lexical`): the build's lexical
+        weight is above 0 and the index holds the rows."""
+        return self.params.lexical_weight > 0 and all(f in self.index.lexical for f in FACETS)
 
     @cached_property
     def searchers(self) -> dict[str, IVFCandidates | None]:
@@ -227,15 +242,23 @@ class CorpusScorer:
         return _without(cite.maximum(self.link_share(np.asarray(first, dtype=np.int64))), own)
 
     def rows_from(self, cite: sp.csr_matrix, vectors: dict[str, np.ndarray],
-                  params: GraphParams | None = None) -> dict[str, sp.csr_matrix]:
+                  params: GraphParams | None = None, lexical: dict[str, sp.csr_matrix] | None = None,
+                  ) -> dict[str, sp.csr_matrix]:
         """Edge rows (1 x n per facet) from a paper's citation score row and its facet items'
-        vectors (`embed_items`, `own_vectors`), under the index's graph settings unless `params` is given."""
+        vectors (`embed_items`, `own_vectors`) and lexical rows (`lexical_rows`, `own_lexical`; None:
+        facet similarity from the vectors alone), under the index's graph settings unless `params` is given."""
         params = params or self.params
         rows = {}
         for facet in FACETS:
             query = group_items(np.zeros(len(vectors[facet]), dtype=np.int64), vectors[facet], 1)
+            if lexical is not None:
+                query.lexical = lexical[facet]
             rows[facet] = external_facet_row(query, self.items[facet], cite, params, self.searchers[facet])
         return rows
+
+    def own_lexical(self, node: int) -> dict[str, sp.csr_matrix] | None:
+        """A corpus paper's lexical rows per facet (1 x V each), or None where facet similarity has none."""
+        return {f: self.index.lexical[f][node] for f in FACETS} if self.lexical_on else None
 
     def own_vectors(self, node: int) -> dict[str, np.ndarray]:
         """A corpus paper's facet items' vectors, per facet (as `embed_items` gives a new paper's)."""
@@ -254,7 +277,7 @@ class CorpusScorer:
         params = params or self.params
         wider = replace(params, top_k=params.top_k + 1)  # room for the paper itself
         out = {}
-        for facet, row in self.rows_from(cite, self.own_vectors(node), wider).items():
+        for facet, row in self.rows_from(cite, self.own_vectors(node), wider, self.own_lexical(node)).items():
             row = row.tocoo()
             keep = row.col != node
             cols, w = row.col[keep], row.data[keep]
@@ -371,6 +394,14 @@ class ExternalScorer(CorpusScorer):
             out.append(by_facet)
         return out
 
+    def lexical_rows(self, records: list[dict[str, Any]], facets: list[FacetItems],
+                     ) -> list[dict[str, sp.csr_matrix] | None]:
+        """Per new paper, its lexical row per facet (its title and items of the facet, with the
+        index's lexicon: `graft.lexical.facet_rows_of`), or None each where facet similarity has none."""
+        if not self.lexical_on or self.index.lexicon is None:
+            return [None] * len(records)
+        return list(facet_rows_of(self.index.lexicon, [str(rec.get("title") or "") for rec in records], facets))
+
     def rows_many(self, records: list[dict[str, Any]], *, chunk: int = RECORD_CHUNK,
                   progress: Callable[[int], None] | None = None,
                   ) -> list[tuple[dict[str, sp.csr_matrix], FacetItems]]:
@@ -405,11 +436,12 @@ class ExternalScorer(CorpusScorer):
             part = records[start : start + max(1, chunk)]
             facets = self.facets_of.many(part)
             cites = self.citation_rows(part)
-            for rec, items, vectors, cite in zip(part, facets, self.embed_items(part, facets), cites):
-                rows = self.rows_from(cite, vectors)
+            lexical = self.lexical_rows(part, facets)
+            for rec, items, vectors, cite, lex in zip(part, facets, self.embed_items(part, facets), cites, lexical):
+                rows = self.rows_from(cite, vectors, lexical=lex)
                 if self.feedback:
-                    rows = self.rows_from(self.with_feedback(rec, rows, cite), vectors)
-                out.append((rows, items, self.rows_from(cite, vectors, plain) if facet_only else None))
+                    rows = self.rows_from(self.with_feedback(rec, rows, cite), vectors, lexical=lex)
+                out.append((rows, items, self.rows_from(cite, vectors, plain, lex) if facet_only else None))
             if progress is not None:
                 progress(len(part))
         return out

@@ -23,6 +23,7 @@ from graft.artefacts import (
 from graft.errors import GraftError, IndexFormatError, QueryError
 from graft.facets import FACETS
 from graft.fusion import CITATION
+from graft.lexical import LEXICAL_SETS, LEXICON_FILE, Lexicon, lexical_file
 from graft.manifest import read_manifest
 from graft.results import CitationEvidence, Evidence, Hit, QueryResult
 from graft.teacher import GraphTeacher, TeacherConfig, symmetrise
@@ -181,9 +182,9 @@ class Index:
             return value
         if rel == "citations.parquet":
             return check_citations(value, self.paper_column("paper_id"), self.path, rel)
-        if rel.endswith(".npz"):
+        if rel.startswith("graph/") and rel.endswith(".npz"):
             self._expect(rel, tuple(value.shape), None if n is None else (n, n))
-        elif rel.startswith("embeddings/"):
+        elif rel.startswith("embeddings/") and rel.endswith(".npy"):
             if value.ndim:
                 self._expect(rel, value.shape[0], n if rel == "embeddings/papers.npy" else items)
             dim = (self.manifest.get("embedding") or {}).get("dim")
@@ -283,6 +284,41 @@ class Index:
         `embeddings/papers.npy`), or None for an index built before the build wrote them."""
         path = self.path / "embeddings" / "papers.npy"
         return self._read("embeddings/papers.npy", _memmap) if path.is_file() else None
+
+    @cached_property
+    def lexicon(self) -> Lexicon | None:
+        """The corpus's terms and their IDF (`embeddings/lexicon.parquet`, `graft.lexical`), or None
+        for an index built without lexical similarity."""
+        if not (self.path / LEXICON_FILE).is_file():
+            return None
+        return self._read(LEXICON_FILE, Lexicon.read)
+
+    @cached_property
+    def lexical(self) -> dict[str, sp.csr_matrix]:
+        """The lexical rows the build stored (`embeddings/lexical_{name}.npz`, `graft.lexical`): per
+        facet (a paper's title and items of the facet) and "papers" (title + abstract), n x V each;
+        {} for an index built without them. Memory-mapped from `cache/query/` where the build wrote
+        them (`prepare_queries`), so a query gathers its candidates' rows without reading them whole."""
+        lexicon = self.lexicon
+        names = [name for name in LEXICAL_SETS if (self.path / lexical_file(name)).is_file()]
+        if lexicon is None or not names:
+            return {}
+        n, width = self.n, lexicon.size
+
+        def make() -> dict[str, np.ndarray]:
+            out = {}
+            for name in names:
+                rel = lexical_file(name)
+                m = self._read(rel, lambda _p, rel=rel: load_csr(self.path, rel, n, columns=width))
+                out.update({f"{name}.{part}": getattr(m, part) for part in ("indptr", "indices", "data")})
+            return out
+
+        def check(found: dict[str, np.ndarray]) -> dict[str, sp.csr_matrix]:
+            return {name: checked_csr(self.path, f"cache/query/lexical/{name}", (n, width), found[f"{name}.indptr"],
+                                      found[f"{name}.indices"], found[f"{name}.data"], n, columns=width)
+                    for name in sorted({key.rsplit(".", 1)[0] for key in found})}
+
+        return self._derived("lexical", make, check)
 
     @cached_property
     def item_rows(self) -> np.ndarray:
@@ -479,12 +515,12 @@ class Index:
         rescale = str(self.build_setting("citation_rescale", "pair"))
         for name in ("graphs", "walk_graphs", "citation_links", "_citation_matrices", "citation_matrix", "cited_by",
                      "item_groups", "_coupling_row_log", "item_embeddings", "paper_embeddings",
-                     "item_text_embeddings"):
+                     "item_text_embeddings", "lexicon", "lexical"):
             self.__dict__.pop(name, None)  # read before: made again, and written this time
         self._preparing = True
         try:
             parts = [self.graphs, self.walk_graphs, self.citation_links, self.cited_by, self.item_groups,
-                     self.coupling_row_log(rescale), self.item_embeddings, self.paper_embeddings]
+                     self.coupling_row_log(rescale), self.item_embeddings, self.paper_embeddings, self.lexical]
             if (self.path / "embeddings" / "items_alone.npy").is_file():
                 parts.append(self.item_text_embeddings)
         finally:

@@ -572,9 +572,12 @@ class Searcher:
             # embedded as its facet rows were: in its own text, with its title, at the build's settings
             read = {f: list(items.get(f) or []) for f in FACETS}
             vectors = {f: v for f, v in self.scorer.embed_items([record], [read])[0].items() if len(v)}
+            lexical = self.scorer.lexical_rows([record], [read])[0]
         else:
             items, vectors = corpus_items(self.index, str(record["id"]))
-        attach_matches(self.index, result, items, vectors)
+            node = self.index.row(str(record["id"]))
+            lexical = {f: m[node] for f, m in self.index.lexical.items() if f in FACETS}
+        attach_matches(self.index, result, items, vectors, lexical)
         return result
 
     def _query(self, record: dict[str, Any], ready: tuple | None, exclude: set[str]) -> QueryResult:

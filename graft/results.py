@@ -49,6 +49,9 @@ class ItemMatch:
     query: str  # the query paper's item
     hit: str  # the result's item of the same facet
     cosine: float  # their cosine in the facet graph's item vectors (`embeddings/items.npy`)
+    # the words the two papers share in this facet (title and items), the largest part of their
+    # lexical cosine first (`graft.lexical`); none where the index blends in no lexical rows
+    words: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -29,6 +29,8 @@ class FacetItemsMatrix:
     padded: np.ndarray  # (n, L, d) float32; rows past a paper's item count are zero
     mask: np.ndarray  # (n, L) bool; True where an item exists
     pooled: np.ndarray  # (n, d) float32, L2-normalised mean of the items (zero if none)
+    # (n, V) unit TF-IDF rows of each paper's title and items of the facet (`graft.lexical`), or None
+    lexical: Any = None
 
     @property
     def n(self) -> int:
@@ -46,10 +48,11 @@ class GatheredItems:
         vectors: (m, d) unit item vectors (`graft.Index.item_embeddings`).
         indptr, rows: paper p's items are `vectors[rows[indptr[p]:indptr[p + 1]]]`
             (`graft.Index.item_groups`).
+        lexical: the facet's (n, V) lexical rows (`FacetItemsMatrix.lexical`), or None.
     """
 
-    def __init__(self, vectors: np.ndarray, indptr: np.ndarray, rows: np.ndarray) -> None:
-        self.vectors, self.indptr, self.rows = vectors, indptr, rows
+    def __init__(self, vectors: np.ndarray, indptr: np.ndarray, rows: np.ndarray, lexical: Any = None) -> None:
+        self.vectors, self.indptr, self.rows, self.lexical = vectors, indptr, rows, lexical
         self.padded = _Gather(self, 0)
         self.mask = _Gather(self, 1)
         self._last: tuple[bytes, tuple[np.ndarray, np.ndarray]] | None = None

@@ -35,6 +35,7 @@ from graft.errors import GraftError
 from graft.extract import FacetExtractor
 from graft.facets import FACETS, FacetItems
 from graft.jsonio import loads
+from graft.lexical import LEXICAL_SETS, LEXICON_FILE, Lexicon, facet_texts, lexical_file
 from graft.manifest import FORMAT_NAME, manifest_path, new_manifest, read_manifest, record_stage
 from graft.progress import Reporter
 from graft.similarity import group_items
@@ -142,6 +143,7 @@ def facet_graphs(
     text: sp.csr_matrix | None = None,
     ann_dir: Path | None = None,
     one_graph: Callable[..., sp.csr_matrix] | None = None,
+    lexical: dict[str, sp.csr_matrix] | None = None,
 ) -> dict[str, sp.csr_matrix]:
     """The four typed top-K graphs from item embeddings and citation signals.
 
@@ -156,6 +158,8 @@ def facet_graphs(
         one_graph: what makes one facet's graph, called as `one_graph(facet, items, score, links,
             params, progress=, searcher=)`: `local_facet_graph` (this process) by default, or a
             distributed engine's (`graphbuild.ray_engine`).
+        lexical: per facet, the papers' lexical rows (`graft.lexical`), blended into facet similarity
+            at `params.lexical_weight`; None = the items' embeddings alone.
     """
     n = a.shape[0]
     links = citation_links(a, signals.score, direct=params.direct_links,  # candidates beyond the facet prefilter
@@ -168,6 +172,8 @@ def facet_graphs(
     for facet in FACETS:
         sel = facet_of_item == facet
         items = group_items(owner[sel], np.asarray(vectors[sel], dtype=np.float32), n)
+        if lexical is not None and params.lexical_weight > 0:
+            items.lexical = lexical[facet]
         searcher = graph_searcher(items.pooled, params.candidates)
         if ann_dir is not None:  # an earlier, stopped build's index of this facet is not this one's
             (ann_dir / f"{facet}.faiss").unlink(missing_ok=True)
@@ -177,6 +183,23 @@ def facet_graphs(
             ivf = searcher if isinstance(searcher, IVFCandidates) else IVFCandidates(items.pooled, params.candidates)
             ivf.write(ann_dir / f"{facet}.faiss")
     return graphs
+
+
+def lexical_rows(papers: pl.DataFrame, table: pl.DataFrame, owner: np.ndarray, config: BuildConfig,
+                 ) -> tuple[Lexicon, dict[str, sp.csr_matrix]]:
+    """The corpus's lexicon (fitted on its papers' title + abstract) and the lexical rows the build's
+    settings use (`graft.lexical`): per facet (title and the facet's items) where
+    `config.lexical_weight` > 0, and "papers" (title + abstract) where text coupling blends them in."""
+    texts = paper_texts(papers)
+    lexicon = Lexicon.fit(texts)
+    out: dict[str, sp.csr_matrix] = {}
+    if config.lexical_weight > 0:
+        per_facet = facet_texts(papers["title"].to_list(), owner, table["facet"].to_numpy(), table["text"].to_list(),
+                                papers.height)
+        out.update({f: lexicon.vectors(per_facet[f]) for f in FACETS})
+    if config.text_lexical_weight > 0 and config.text_coupling > 0:
+        out["papers"] = lexicon.vectors(texts)
+    return lexicon, out
 
 
 def local_facet_graph(facet: str, items: Any, score: sp.csr_matrix, links: sp.csr_matrix, params: GraphParams, *,
@@ -567,16 +590,23 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
         a = citation_matrix(citing, cited, n)
         signals = engine.signals(a, config.citation_rescale, partners=config.citation_partners)
         adv(int(a.nnz))
+    lexicon, lexical = None, {}
+    if config.lexical:
+        with reporter.stage("lexicon", total=n, unit="papers") as adv:
+            lexicon, lexical = lexical_rows(corpus.papers, table, owner, config)
+            adv(n)
     text = None
     if config.text_coupling and papers_vec is not None:
         with reporter.stage("text coupling", unit="papers") as adv:
             lonely = linkless_rows(a)
-            text = text_coupling(papers_vec, lonely, config.text_coupling)
+            text = text_coupling(papers_vec, lonely, config.text_coupling, lexical=lexical.get("papers"),
+                                 lexical_weight=config.text_lexical_weight)
             adv(len(lonely))
 
     with reporter.stage("graph", total=n * len(FACETS), unit="rows") as adv:
         graphs = facet_graphs(owner, table["facet"].to_numpy(), vectors, a, signals, config.graph_params(),
-                              progress=adv, text=text, ann_dir=out / "cache" / "ann", one_graph=engine.one_graph)
+                              progress=adv, text=text, ann_dir=out / "cache" / "ann", one_graph=engine.one_graph,
+                              lexical=lexical or None)
 
     with reporter.stage("write", unit="files") as adv:
         _check_no_links(out)
@@ -601,11 +631,22 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
                 os.replace(made, ann)
             elif ann.exists():  # an earlier build's
                 ann.unlink()
+        for name in LEXICAL_SETS:  # this build's lexical rows; an earlier build's are not
+            path = out / lexical_file(name)
+            if name in lexical:
+                write_npz(path, lexical[name])
+            elif path.exists():
+                path.unlink()
+        if lexicon is not None:
+            lexicon.write(out / LEXICON_FILE)
+        elif (out / LEXICON_FILE).exists():
+            (out / LEXICON_FILE).unlink()
         if text is not None:
             write_npz(out / "graph" / "text.npz", text)
         elif (out / "graph" / "text.npz").exists():  # an earlier build's
             (out / "graph" / "text.npz").unlink()
-        adv(5 + len(graphs) + (config.title_weight > 0) + (papers_vec is not None) + (text is not None))
+        adv(5 + len(graphs) + (config.title_weight > 0) + (papers_vec is not None) + (text is not None)
+            + len(lexical) + (lexicon is not None))
 
     has_in = {f: float((np.asarray((g > 0).sum(axis=0)).ravel() > 0).mean()) if n else 0.0
               for f, g in graphs.items()}
@@ -619,6 +660,7 @@ def finish_index(out: Path, corpus: Corpus, corpus_hash: str, corpus_path: str |
         "paper_embeddings": 0 if papers_vec is None else int(papers_vec.shape[0]),
         "coupling_pairs": signals.n_coupling_pairs,
         "text_coupled_papers": 0 if text is None else int((np.diff(text.indptr) > 0).sum()),
+        "lexicon_terms": 0 if lexicon is None else lexicon.size,
         "cocitation_pairs": signals.n_cocitation_pairs,
         "candidates": config.graph_params().candidates.resolve(n),
         "skipped_records": len(corpus.report.skipped),

@@ -933,16 +933,28 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     assert (plain.text_neighbours, plain.text_coupling_off) == (0, "text_neighbours = 0")
     rows, facets = coupled.rows(record)
     zero, _ = plain.rows(record)
-    # by hand: the citation half is beta x the clipped cosine with the 10 nearest papers by title + abstract
+    # by hand: the citation half is beta x the clipped similarity with the 10 nearest papers by title +
+    # abstract: their embeddings' cosine blended with their lexical rows' at the build's weight
     vec = encoder.encode([paper_text(row["title"], row["abstract"])])[0]
     papers = np.asarray(idx.paper_embeddings, dtype=np.float32)
-    cite = text_coupling_row(papers, vec, TEXT_NEIGHBOURS)
+    config = coupled.facets_of.config
+    assert config.text_lexical_weight == 0.5 and config.lexical_weight == 0.35
+    own_lexical = idx.lexicon.vectors([paper_text(row["title"], row["abstract"])])
+    assert abs(own_lexical - idx.lexical["papers"][node]).max() < 1e-6  # the same text, the same row
+    cite = text_coupling_row(papers, vec, TEXT_NEIGHBOURS, lexical=idx.lexical["papers"], query_lexical=own_lexical,
+                             lexical_weight=config.text_lexical_weight)
+    dense_only = text_coupling_row(papers, vec, TEXT_NEIGHBOURS)
+    assert cite.indices.tolist() != dense_only.indices.tolist() or not np.allclose(cite.data, dense_only.data)
     near = cite.indices.tolist()
     assert len(near) == TEXT_NEIGHBOURS and node in near  # the paper reads most like itself
     vectors = coupled.embed_items([record], [facets])[0]
+    lexical = idx.lexicon.vectors([" ".join([row["title"] + ".", *facets[f]]) for f in FACETS])
+    lexical = {f: lexical[j] for j, f in enumerate(FACETS)}  # its title and items of each facet
+    assert all(abs(lexical[f] - got).max() < 1e-6 for f, got in coupled.lexical_rows([record], [facets])[0].items())
     raised = 0
     for f in FACETS:
         query = group_items(np.zeros(len(vectors[f]), dtype=np.int64), vectors[f], 1)
+        query.lexical = lexical[f]
         expect = external_facet_row(query, coupled.items[f], cite, coupled.params)
         assert rows[f].indices.tolist() == expect.indices.tolist()
         np.testing.assert_allclose(rows[f].data, expect.data, atol=1e-6)
@@ -965,6 +977,7 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     fed_rows, _ = fed.rows(record)
     for f in FACETS:
         query = group_items(np.zeros(len(vectors[f]), dtype=np.int64), vectors[f], 1)
+        query.lexical = lexical[f]
         expect = external_facet_row(query, fed.items[f], fed_cite, fed.params)
         assert fed_rows[f].indices.tolist() == expect.indices.tolist()
         np.testing.assert_allclose(fed_rows[f].data, expect.data, atol=1e-6)
@@ -982,7 +995,7 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     first = [idx.row_of[h.paper_id] for h in idx.query_rows(no_pass, k=3, exclude={given}).hits]
     assert len(first) == 3 and given not in first
     raised = coupled.citation_rows([cited_record])[0].maximum(sp.csr_matrix(linked[first].mean(axis=0)[None, :]))
-    expect = coupled.rows_from(sp.csr_matrix(raised, dtype=np.float32), vectors)
+    expect = coupled.rows_from(sp.csr_matrix(raised, dtype=np.float32), vectors, lexical=lexical)
     assert any(with_refs[f].nnz != no_pass[f].nnz or (with_refs[f] != no_pass[f]).nnz for f in FACETS)
     for f in FACETS:
         assert with_refs[f].indices.tolist() == expect[f].indices.tolist()
@@ -1009,6 +1022,7 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     expect_cite = sp.csr_matrix(np.maximum(np.maximum(bib, links), text)[None, :].astype(np.float32))
     for f in FACETS:
         query = group_items(np.zeros(len(vectors[f]), dtype=np.int64), vectors[f], 1)
+        query.lexical = lexical[f]
         expect = external_facet_row(query, coupled.items[f], expect_cite, coupled.params)
         assert a[f].indices.tolist() == expect.indices.tolist()
         np.testing.assert_allclose(a[f].data, expect.data, atol=1e-6)
@@ -1057,6 +1071,7 @@ def test_corpus_paper_rows_with_the_feedback_pass(cs768_index) -> None:
     for f in FACETS:
         mine = (owner == node) & (facet_col == f)
         query = group_items(np.zeros(int(mine.sum()), dtype=np.int64), vectors[mine], 1)
+        query.lexical = idx.lexical[f][node]  # its stored lexical row of the facet
         expect = external_facet_row(query, scorer.items[f], sp.csr_matrix(by_hand[None, :].astype(np.float32)),
                                     wider).toarray().ravel()
         expect[node] = 0
@@ -1108,7 +1123,9 @@ def test_papers_without_citation_links_are_text_coupled_in_the_graph(cs768_index
     assert set(filled.tolist()) == set(lonely.tolist())
     assert idx.manifest["stages"]["build"]["counts"]["text_coupled_papers"] == len(filled)
     np.testing.assert_allclose(text.toarray(), text_coupling(np.asarray(idx.paper_embeddings, np.float32),
-                                                             lonely, 10).toarray(), atol=1e-3)
+                                                             lonely, 10, lexical=idx.lexical["papers"],
+                                                             lexical_weight=config.text_lexical_weight).toarray(),
+                               atol=1e-3)
     assert np.all(np.diff(text.indptr)[filled] == 10)
     linked = (idx.citation_matrix + idx.citation_matrix.T).tocsr()
     assert text.multiply(linked).nnz == 0 and idx.citation_score[lonely].nnz == 0
@@ -1232,3 +1249,70 @@ def test_graph_scale_benchmark_smoke(cs768_index, tmp_path) -> None:
     assert all(r["pairs"] == r["papers"] * min(100, r["papers"] - 1) and r["max_diff"] < 1e-5
                for r in res["meta"]["scoring"])
     assert "| 600 | exact, best_columns (graft build) |" in (tmp_path / "graph_scale.md").read_text()
+
+
+def test_facet_edges_blend_the_items_cosine_with_their_words_and_lexical_off_builds_without(cs768_index, encoder,
+                                                                                             tmp_path) -> None:
+    """A facet edge's weight is alpha x ((1 - λ) x the items' mean best-match cosine + λ x the cosine of
+    the two papers' lexical rows of the facet, their title and items' TF-IDF) + beta x citation score;
+    the lexicon and rows the build stored are the ones a query reads. Lexical weights 0 build as before
+    (no lexicon, the items' cosine alone) and remove an earlier build's lexical files."""
+    from graft.lexical import LEXICON_FILE, Lexicon, facet_texts, lexical_file
+    from graft.similarity import group_items, score_pairs
+    from graft.text import paper_texts
+
+    out = cs768_index[0]
+    idx = Index.open(out)
+    config = BuildConfig.from_manifest(idx.manifest)
+    lam = config.lexical_weight
+    assert lam == 0.35 and idx.manifest["stages"]["build"]["counts"]["lexicon_terms"] == idx.lexicon.size > 1000
+    lexicon = Lexicon.fit(paper_texts(idx.papers))  # fitted again from the corpus: the same terms
+    assert lexicon.terms == idx.lexicon.terms and np.allclose(lexicon.idf, idx.lexicon.idf)
+    joined = facet_texts(idx.paper_column("title").to_list(), idx.item_rows, idx.facets["facet"].to_numpy(),
+                         idx.facets["text"].to_list(), idx.n)
+    owner, facet_col = idx.item_rows, idx.facets["facet"].to_numpy()
+    vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
+    cite = idx.citation_score.maximum(idx.text_coupling)
+    lexical_mattered = 0
+    for f in FACETS:
+        rows = lexicon.vectors(joined[f])
+        assert abs(rows - idx.lexical[f]).max() < 1e-6
+        g = idx.graphs[f].tocoo()
+        pick = np.arange(0, g.nnz, max(1, g.nnz // 40))
+        r, c = g.row[pick].astype(np.int64), g.col[pick].astype(np.int64)
+        items = group_items(owner[facet_col == f], vectors[facet_col == f], idx.n)
+        dense = score_pairs(items, r, items, c)
+        words = np.array([(rows[i] @ rows[j].T).toarray()[0, 0] for i, j in zip(r, c)])
+        cites = np.asarray(cite[r, c]).ravel()
+        want = config.alpha * np.clip((1 - lam) * dense + lam * words, 0, 1) + config.beta * cites
+        np.testing.assert_allclose(g.data[pick], want, atol=1e-4)  # items.npy is float16: the build scored float32
+        lexical_mattered += int((np.abs(want - (config.alpha * np.clip(dense, 0, 1) + config.beta * cites)) > 0.01).sum())
+    assert lexical_mattered > 20
+
+    corpus = write_slice(cs768_path(), 60, tmp_path)
+    build_index(corpus, tmp_path / "idx", BuildConfig(), encoder=encoder)
+    assert (tmp_path / "idx" / LEXICON_FILE).is_file()
+    build_index(corpus, tmp_path / "idx", BuildConfig(lexical_weight=0.0, text_lexical_weight=0.0), encoder=encoder)
+    plain = Index.open(tmp_path / "idx")
+    assert plain.lexicon is None and plain.lexical == {}
+    assert not (tmp_path / "idx" / LEXICON_FILE).exists()
+    assert not any((tmp_path / "idx" / lexical_file(f)).exists() for f in (*FACETS, "papers"))
+    assert plain.manifest["stages"]["build"]["counts"]["lexicon_terms"] == 0
+    g = plain.graphs["method"].tocoo()
+    owner, facet_col = plain.item_rows, plain.facets["facet"].to_numpy()
+    items = group_items(owner[facet_col == "method"], np.asarray(plain.item_embeddings, np.float32)[facet_col == "method"],
+                        plain.n)
+    cites = np.asarray(plain.citation_score.maximum(plain.text_coupling)[g.row, g.col]).ravel()
+    np.testing.assert_allclose(g.data, 0.75 * np.clip(score_pairs(items, g.row, items, g.col), 0, 1) + 0.25 * cites,
+                               atol=1e-4)
+    old = dict(plain.manifest["stages"]["build"]["config"])
+    del old["lexical_weight"], old["text_lexical_weight"]  # an index built before lexical similarity
+    assert (BuildConfig.from_dict(old).lexical_weight, BuildConfig.from_dict(old).text_lexical_weight) == (0.0, 0.0)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="lexical_weight must lie in"):
+            BuildConfig(lexical_weight=bad)
+    # a damaged lexicon is named, with the rebuild
+    build_index(corpus, tmp_path / "idx", BuildConfig(), encoder=encoder)
+    pl.DataFrame({"term": ["b", "a"], "idf": [1.0, 1.0]}).write_parquet(tmp_path / "idx" / LEXICON_FILE)
+    with pytest.raises(IndexFormatError, match="lexicon.parquet cannot be read"):
+        Index.open(tmp_path / "idx").lexicon  # noqa: B018

@@ -150,10 +150,21 @@ def test_query_json_and_table(built) -> None:
     explained = json.loads(res.stdout)["hits"]
     assert [h["paper_id"] for h in explained] == [h["paper_id"] for h in hits]
     matches = [(h["paper_id"], f, e["match"]) for h in explained for f, e in h["evidence"].items() if e["match"]]
-    assert matches and all({"query", "hit", "cosine"} == set(m) for _, _, m in matches)
+    assert matches and all({"query", "hit", "cosine", "words"} == set(m) for _, _, m in matches)
     for hit_id, facet, m in matches:  # each side's item of that facet
         assert m["query"] in idx.paper_facets(pid)[facet] and m["hit"] in idx.paper_facets(hit_id)[facet]
-    res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--explain"], env={"COLUMNS": "400"})
+    # and the words both papers use in that facet (title and items), as the lexical half compares them
+    titles = dict(zip(idx.paper_ids, idx.paper_column("title").to_list()))
+    with_words = 0
+    for hit_id, facet, m in matches:
+        for word in m["words"]:
+            for paper in (pid, hit_id):
+                text = " ".join([titles[paper], *idx.paper_facets(paper)[facet]]).lower()
+                assert re.search(rf"\b{re.escape(word)}\b", text), (word, paper, facet)
+        with_words += bool(m["words"])
+        assert len(m["words"]) <= 5
+    assert with_words > len(matches) // 2
+    res = runner.invoke(app, ["query", str(out), "--paper", pid, "--k", "5", "--explain"], env={"COLUMNS": "4000"})
     assert res.exit_code == 0, res.output
     hit_id, facet, m = matches[0]
     assert "why, facet by facet" in res.stdout

@@ -515,8 +515,12 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
     alpha = ctx.scorer.params.alpha
     records = [q.record() for q in queries]
     firsts = ctx.scorer.citation_rows(records)
-    vectors = ctx.scorer.embed_items(records, [ctx.ooc_rows(q)[1] for q in queries])
-    cites = [ctx.scorer.with_feedback(rec, ctx.scorer.rows_from(c, v), c) for rec, c, v in zip(records, firsts, vectors)]
+    facets = [ctx.ooc_rows(q)[1] for q in queries]
+    vectors = ctx.scorer.embed_items(records, facets)
+    lexical = ctx.scorer.lexical_rows(records, facets)
+    assert all(lex is not None for lex in lexical)  # facet similarity blends in their words
+    cites = [ctx.scorer.with_feedback(rec, ctx.scorer.rows_from(c, v, lexical=lex), c)
+             for rec, c, v, lex in zip(records, firsts, vectors, lexical)]
     assert sum(c.nnz for c in cites) > sum(c.nnz for c in firsts)  # the feedback pass added links
     checked = 0
     for q, cite in zip(queries, cites):
@@ -555,7 +559,7 @@ def test_ooc_facets_are_cached_once_reused_without_the_encoder_and_rebuilt_when_
 
     assert ctx.ooc_key["code"] == source_digest("graft/extract.py", "graft/facets.py", "graft/text.py",
                                                  "graft/facet_classifier.py", "graft/facet_classifier.json",
-                                                 "graft/external.py")
+                                                 "graft/external.py", "graft/lexical.py")
     with pytest.raises(AssertionError, match="encoder was used"):
         EvalContext(idx, encoder=NoEncoder(), split_dir=split).prepare_ooc(queries)
     EvalContext(idx, encoder=encoder, split_dir=split).prepare_ooc(queries)
@@ -1330,7 +1334,7 @@ def test_no_system_reads_a_query_s_own_citation_link(tmp_path, encoder) -> None:
 
     leak_free = {name: answers(part_index(split, "test"), SYSTEMS) for name, split in splits.items()}
     # citation-only is n/a: leak-free, the queries have no citation links at all
-    assert set(leak_free["with"]) == {"bm25", "dense", "facet", "teacher", "teacher-fb", "teacher-cite"}
+    assert set(leak_free["with"]) == {"bm25", "dense", "hybrid", "facet", "teacher", "teacher-fb", "teacher-cite"}
     assert leak_free["with"] == leak_free["without"]
     # the old protocol: the index of the whole corpus holds the link, and its answers move
     for name, split in splits.items():
@@ -1372,3 +1376,18 @@ def test_the_end_to_end_experiment_trains_measures_each_epoch_then_evaluates(bui
     runs = sorted(p.name for p in results.iterdir())
     assert any(n.startswith("eval_incorpus") for n in runs) and any(n.startswith("eval_ooc") for n in runs)
 
+
+
+def test_facet_levers_words_rows_blend_the_index_vectors_with_their_words(built, tmp_path) -> None:
+    """experiments/facet_levers.py `words`: one row per lexical weight; at 0 it is the index's own
+    item vectors' exact facet ranking, and the words move it."""
+    from experiments.facet_levers import main
+
+    _, split = built
+    assert main(["--split", str(split), "--part", "test", "--variants", "words", "--lexical-weights", "0,0.35,1",
+                 "--name", "slice", "--results", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "facet_levers_slice.json").read_text())["rows"]
+    assert [r["variant"] for r in rows] == ["words λ=0", "words λ=0.35", "words λ=1"]
+    assert all(0.0 <= r[c] <= 1.0 for r in rows for c in ("problem", "method", "RRF", "sum", "dense"))
+    assert len({r["dense"] for r in rows}) == 1  # the same dense baseline beside every row
+    assert any(rows[0][c] != rows[2][c] for c in ("problem", "method", "result", "contribution"))

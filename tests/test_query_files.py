@@ -164,8 +164,11 @@ def test_text_queries_read_the_items_of_their_candidates_only(index) -> None:
     got, items = scorer.rows(record)
     vectors = np.asarray(idx.item_embeddings, dtype=np.float32)
     facet_col = idx.facets["facet"].to_numpy()
-    scorer.__dict__["items"] = {f: group_items(idx.item_rows[facet_col == f], vectors[facet_col == f], idx.n)
-                                for f in FACETS}
+    whole = {f: group_items(idx.item_rows[facet_col == f], vectors[facet_col == f], idx.n) for f in FACETS}
+    assert set(idx.lexical) >= set(FACETS)  # facet similarity blends in the papers' lexical rows
+    for f in FACETS:
+        whole[f].lexical = sp.csr_matrix(idx.lexical[f])  # read whole too
+    scorer.__dict__["items"] = whole
     want, _ = scorer.rows(record)
     for facet in FACETS:
         assert abs(got[facet] - want[facet]).max() < 1e-5 and got[facet].nnz == want[facet].nnz

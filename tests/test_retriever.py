@@ -25,9 +25,11 @@ def trained(tmp_path_factory, encoder):
     out = tmp / "index"
     # without text coupling: most papers of a 60-paper slice are link-less, and their text
     # neighbours would fill the rows the graph-walk and channel tests walk
-    # items with their title at w = 0.7, the graph these tests' decoded DocIDs were checked on
+    # items with their title at w = 0.7 and facet similarity from the embeddings alone, the graph these
+    # tests' decoded DocIDs were checked on
     build_index(write_slice(cs768_path(), 60, tmp), out,
-                BuildConfig(text_coupling=0, item_context="title", title_weight=0.7), encoder=encoder)
+                BuildConfig(text_coupling=0, item_context="title", title_weight=0.7, lexical_weight=0.0),
+                encoder=encoder)
     train_index(out, TrainConfig(max_steps=20, lr=2e-3, save_every_steps=0, logging_steps=5), base_model="tiny")
     return out
 

@@ -52,9 +52,11 @@ def index80(tmp_path_factory, encoder, tokenizer):
 
     tmp = tmp_path_factory.mktemp("train80")
     out = tmp / "index"
-    # the graph (and so the pairs) of items with their title at w = 0.7, the build these tests'
-    # thresholds were set on: what they check is the trainer, not how the item vectors were made
-    build_index(write_slice(cs768_path(), 80, tmp), out, BuildConfig(item_context="title", title_weight=0.7),
+    # the graph (and so the pairs) of items with their title at w = 0.7 and facet similarity from the
+    # embeddings alone, the build these tests' thresholds were set on: what they check is the trainer,
+    # not how the edges were weighed
+    build_index(write_slice(cs768_path(), 80, tmp), out,
+                BuildConfig(item_context="title", title_weight=0.7, lexical_weight=0.0, text_lexical_weight=0.0),
                 encoder=encoder)
     build_pairs(out, tokenizer, DistillConfig())
     return out

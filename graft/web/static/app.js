@@ -540,7 +540,9 @@ function fillCard(c) {
       const ev = c.hit.evidence[f];
       if (!ev) continue;
       numbers.append(el("div", `${f}: edge weight ${ev.weight.toFixed(2)}` + (ev.hops === 2 ? " (two hops)" : "")
-        + (ev.match ? ` · closest items' cosine ${ev.match.cosine.toFixed(2)}` : ""), "hit-meta"));
+        + (ev.match ? ` · closest items' cosine ${ev.match.cosine.toFixed(2)}` : "")
+        + (ev.match && ev.match.words && ev.match.words.length ? ` · shared words: ${ev.match.words.join(", ")}` : ""),
+        "hit-meta"));
     }
     why.append(numbers);
     for (const f of [...FACETS].sort((a, b) => {
