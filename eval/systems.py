@@ -374,13 +374,18 @@ def _dense(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], 
     out = SystemRun()
     for q in queries:
         node = idx.row_of[q.paper_id] if q.in_corpus else None
-        s = x @ (x[node] if node is not None else qvec[q.qid])
-        if node is not None:
-            s[node] = -np.inf
-        order = np.lexsort((np.arange(idx.n), -s))[:DEPTH]
-        out.run[q.qid] = [(idx.paper_ids[i], float(s[i])) for i in order if np.isfinite(s[i])]
+        out.run[q.qid] = _best(idx, x @ (x[node] if node is not None else qvec[q.qid]), node)
         advance(1)
     return out
+
+
+def _best(idx: Index, scores: np.ndarray, node: int | None) -> list[tuple[str, float]]:
+    """The `DEPTH` best papers by `scores` (ties by row), the query's own row `node` left out."""
+    s = np.asarray(scores, dtype=np.float64).copy()
+    if node is not None:
+        s[node] = -np.inf
+    order = np.lexsort((np.arange(idx.n), -s))[:DEPTH]
+    return [(idx.paper_ids[i], float(s[i])) for i in order if np.isfinite(s[i])]
 
 
 def _hybrid(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
@@ -399,11 +404,8 @@ def _hybrid(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int],
         node = idx.row_of[q.paper_id] if q.in_corpus else None
         mine = words[node] if node is not None else qrow[q.qid]
         s = blend(x @ (x[node] if node is not None else qvec[q.qid]), (words @ mine.T).toarray().ravel(),
-                  TEXT_LEXICAL_WEIGHT).astype(np.float64)
-        if node is not None:
-            s[node] = -np.inf
-        order = np.lexsort((np.arange(idx.n), -s))[:DEPTH]
-        out.run[q.qid] = [(idx.paper_ids[i], float(s[i])) for i in order if np.isfinite(s[i])]
+                  TEXT_LEXICAL_WEIGHT)
+        out.run[q.qid] = _best(idx, s, node)
         advance(1)
     return out
 
