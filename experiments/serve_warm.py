@@ -1,5 +1,6 @@
 """What `graft serve` loads before its first page (`graft.web.data.Explorer.warm`), step by step:
-seconds and the process's peak resident memory after each step, on one index.
+seconds and the process's peak resident memory after each step, on one index; then the median of
+five searches of a title fragment (`Explorer.search`, what the search box runs).
 
     python -m experiments.serve_warm INDEX
 
@@ -48,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     if idx.n:
         step("first related papers", lambda: explorer.related_of({"id": idx.paper_ids[0]}, k=DEFAULT_K))
     print(f"| **warm, in all** | **{time.perf_counter() - start:.1f}** | |")
+    if idx.n:
+        fragment = " ".join(str(idx.paper_column("title")[0]).split()[:3]) or "learning"
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            explorer.search(fragment)
+            times.append(time.perf_counter() - t)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"| a title search, median of 5 | {sorted(times)[2]:.2f} | {peak:,.0f} |")
     return 0
 
 

@@ -85,6 +85,44 @@ def test_search_id_title_and_text(served):
     assert client.post("/api/search", json={"q": text}).json()["kind"] == "text"
 
 
+def test_title_search_ranks_as_word_sets_do(web_index):
+    """The title search (columnar: a regular expression a word over the lower-cased titles) ranks
+    titles as the word-set reference below does: the idf share of the fragment's words a title
+    holds, plus 1 where it holds the whole fragment; ties by the shorter title, then the row."""
+    import math
+    import re
+
+    from graft.web.data import Explorer
+
+    explorer = Explorer(web_index)
+    idx = explorer.index
+    titles = [str(t or "").lower() for t in idx.papers["title"].to_list()]
+    words_of = [set(re.findall(r"\w+", t)) for t in titles]
+    df: dict[str, int] = {}
+    for ws in words_of:
+        for w in ws:
+            df[w] = df.get(w, 0) + 1
+    idf = {w: math.log(1 + len(titles) / c) for w, c in df.items()}
+    asked = ["summarization", "neural summar", " ".join(titles[3].split()[:3]), "of the", "zzzz qqqq",
+             "Evaluation Metrics", "multi-document"]
+    found = 0
+    for q in asked:
+        frag, qwords = " ".join(q.lower().split()), set(re.findall(r"\w+", q.lower()))
+        total = sum(idf.get(w, 0.0) for w in qwords) or 1.0
+        ranked = []
+        for row, (title, ws) in enumerate(zip(titles, words_of)):
+            whole = frag in title
+            share = sum(idf.get(w, 0.0) for w in qwords & ws) / total
+            if whole or share > 0:
+                ranked.append((-(whole + share), len(title), row))
+        want = [(idx.paper_ids[row], round(-s / 2, 4)) for s, _, row in sorted(ranked)[:10]]
+        got = explorer.search(q)
+        assert got["kind"] == "title"
+        assert [(m["paper_id"], m["score"]) for m in got["matches"]] == want or not want, q
+        found += bool(want)
+    assert found >= 5
+
+
 def test_view_holds_the_facts_of_query_json(served, web_index):
     """The results list is `graft query --paper ID --json --explain`'s answer, hit for hit."""
     from typer.testing import CliRunner
@@ -472,5 +510,5 @@ def test_serve_warm_benchmark_smoke(web_index, capsys) -> None:
     out = capsys.readouterr().out
     steps = [line.split("|")[1].strip() for line in out.splitlines()[2:]]
     assert steps == ["papers", "facets", "graphs", "citation links", "paper rows", "item groups", "title search",
-                     "summary", "first related papers", "**warm, in all**"]
+                     "summary", "first related papers", "**warm, in all**", "a title search, median of 5"]
     assert "40 papers" in out

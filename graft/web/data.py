@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from graft.errors import GraftError
 from graft.facets import FACETS
@@ -85,17 +86,10 @@ class Explorer:
             if idx.n:
                 self.related_of({"id": idx.paper_ids[0]}, k=DEFAULT_K)
 
-    def _titles(self) -> tuple[list[str], list[set[str]], dict[str, float]]:
+    def _titles(self) -> pl.Series:
+        """The corpus's titles, lower-cased (one column, searched in place by `search`)."""
         if not hasattr(self, "_title_index"):
-            titles = [str(t or "").lower() for t in self.index.papers["title"].to_list()]
-            tokens = [set(_words(t)) for t in titles]
-            df: dict[str, int] = {}
-            for ws in tokens:
-                for w in ws:
-                    df[w] = df.get(w, 0) + 1
-            n = max(len(titles), 1)
-            idf = {w: math.log(1 + n / c) for w, c in df.items()}
-            self._title_index = (titles, tokens, idf)
+            self._title_index = self.index.paper_column("title").fill_null("").cast(pl.Utf8).str.to_lowercase()
         return self._title_index
 
     def summary(self) -> dict[str, Any]:
@@ -147,18 +141,26 @@ class Explorer:
         if len(words) >= TEXT_WORDS:
             return {"kind": "text", "matches": []}
         with self._lock:
-            titles, tokens, idf = self._titles()
+            titles = self._titles()
         frag = " ".join(text.lower().split())
-        qwords = set(words)
-        total = sum(idf.get(w, 0.0) for w in qwords) or 1.0
-        scored = []
-        for row, (title, ws) in enumerate(zip(titles, tokens)):
-            whole = frag in title
-            share = sum(idf.get(w, 0.0) for w in qwords & ws) / total if qwords else 0.0
-            if whole or share > 0:  # ties: the shorter title, the closer match
-                scored.append((-(whole + share), len(title), row))
-        scored.sort()
-        matches = [self._brief(idx.paper_ids[row], round(-s / 2, 4)) for s, _, row in scored[:limit]]
+        n = max(len(titles), 1)
+        # each word of the fragment: the titles that hold it as a word, and its idf over the titles
+        held, idf = {}, {}
+        for w in sorted(set(words)):
+            mask = titles.str.contains(rf"(?:^|\W){w}(?:\W|$)").fill_null(False).to_numpy()
+            if mask.any():
+                held[w], idf[w] = mask, math.log(1 + n / int(mask.sum()))
+        total = sum(idf.values()) or 1.0
+        share = np.zeros(len(titles))
+        for w, mask in held.items():
+            share += idf[w] * mask
+        share /= total
+        whole = titles.str.contains(frag, literal=True).fill_null(False).to_numpy()
+        rows = np.flatnonzero(whole | (share > 0))
+        score = whole[rows] + share[rows]
+        length = titles.str.len_chars().to_numpy()[rows]
+        order = np.lexsort((rows, length, -score))[:limit]  # ties: the shorter title, the closer match
+        matches = [self._brief(idx.paper_ids[int(rows[i])], round(float(score[i]) / 2, 4)) for i in order]
         # a near-miss id (its first letters) helps as much as a title
         if not matches and len(words) == 1:
             close = [p for p in idx.paper_ids if p.lower().startswith(text.lower()[:4])][:limit]
