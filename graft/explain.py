@@ -28,13 +28,11 @@ if TYPE_CHECKING:
 def corpus_items(index: Index, paper_id: str) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
     """A corpus paper's facet items and their graph vectors (`Index.item_embeddings`), per facet
     (in item order)."""
-    texts = index.facets["text"]
     vectors = index.item_embeddings
-    items, embedded = {}, {}
-    for facet in FACETS:
-        rows = index.item_rows_of(paper_id, facet)
-        items[facet] = [texts[int(r)] for r in rows]
-        embedded[facet] = np.asarray(vectors[rows], dtype=np.float32)
+    rows = {facet: index.item_rows_of(paper_id, facet) for facet in FACETS}
+    texts = iter(index.facet_texts(np.concatenate([rows[f] for f in FACETS])))  # one read of their row groups
+    items = {facet: [next(texts) for _ in rows[facet]] for facet in FACETS}
+    embedded = {facet: np.asarray(vectors[rows[facet]], dtype=np.float32) for facet in FACETS}
     return items, embedded
 
 
@@ -67,9 +65,9 @@ def attach_matches(index: Index, result: QueryResult, items: dict[str, list[str]
     vectors) and the hit's item of that facet with the highest cosine in the graph vectors, and the
     words the two share (`shared_words`, from the query's lexical rows `lexical`, per facet, where
     given). A facet without items on either side gets no match. Returns `result`."""
-    texts = index.facets["text"]
     stored = index.item_embeddings
     lexical = lexical or {}
+    found = []  # (evidence, query item, the hit's item row, cosine, facet, hit)
     for hit in result.hits:
         for facet, evidence in hit.evidence.items():
             query = vectors.get(facet)
@@ -78,7 +76,9 @@ def attach_matches(index: Index, result: QueryResult, items: dict[str, list[str]
                 continue
             cosines = np.asarray(query, dtype=np.float32) @ np.asarray(stored[rows], dtype=np.float32).T
             i, j = np.unravel_index(int(np.argmax(cosines)), cosines.shape)
-            evidence.match = ItemMatch(query=items[facet][i], hit=texts[int(rows[j])],
-                                       cosine=round(float(cosines[i, j]), 4),
-                                       words=shared_words(index, lexical.get(facet), facet, hit.paper_id))
+            found.append((evidence, items[facet][i], int(rows[j]), float(cosines[i, j]), facet, hit.paper_id))
+    texts = index.facet_texts(np.array([f[2] for f in found], dtype=np.int64))  # the hits' items, read at once
+    for (evidence, mine, _, cosine, facet, paper_id), theirs in zip(found, texts):
+        evidence.match = ItemMatch(query=mine, hit=theirs, cosine=round(cosine, 4),
+                                   words=shared_words(index, lexical.get(facet), facet, paper_id))
     return result

@@ -607,15 +607,29 @@ class Index:
             return self.facets["text"].gather(np.asarray(rows, dtype=np.int64)).to_list()
         return self._cells("facets.parquet", rows, ("text",), text=("text",))["text"]
 
-    def paper_record(self, node: int) -> dict[str, Any]:
-        """Title, year and venue (None where the index has no venues) of the paper in row `node`,
-        read from the row group that holds it (from `papers` where that is already read)."""
+    def paper_record(self, node: int, columns: tuple[str, ...] = ("title", "year", "venue")) -> dict[str, Any]:
+        """`columns` of the paper in row `node` (title, year and venue by default; None for a column
+        the index lacks, all but `title` being optional), read from the row group that holds it (from
+        `papers` where that is already read)."""
         if "papers" in self.__dict__:
             row = self.papers.row(node, named=True)
-            return {k: row.get(k) for k in ("title", "year", "venue")}
-        cells = self._cells("papers.parquet", [node], ("title", "year", "venue"), text=("title",),
-                            optional=("venue",))
+            return {k: row.get(k) for k in columns}
+        cells = self._cells("papers.parquet", [node], columns, text=tuple(c for c in columns if c == "title"),
+                            optional=tuple(c for c in columns if c != "title"))
         return {k: v[0] for k, v in cells.items()}
+
+    def has_paper_column(self, name: str) -> bool:
+        """Whether papers.parquet holds the column `name` (its schema read, not its rows)."""
+        if "papers" in self.__dict__:
+            return name in self.papers.columns
+        import pyarrow.parquet as pq
+
+        self._inside("papers.parquet")
+        try:
+            return name in pq.read_schema(self.path / "papers.parquet").names
+        except Exception as exc:  # a damaged file: named as every reader names it
+            raise IndexFormatError(f"index '{self.path}': papers.parquet cannot be read ({type(exc).__name__}: "
+                                   f"{exc}); rebuild the index with `graft build CORPUS --out {self.path}`") from exc
 
     def _cells(self, rel: str, rows: Any, columns: tuple[str, ...], *, text: tuple[str, ...] = (),
                optional: tuple[str, ...] = ()) -> dict[str, list[Any]]:

@@ -509,6 +509,34 @@ def test_serve_warm_benchmark_smoke(web_index, capsys) -> None:
     assert main([str(web_index)]) == 0
     out = capsys.readouterr().out
     steps = [line.split("|")[1].strip() for line in out.splitlines()[2:]]
-    assert steps == ["papers", "facets", "graphs", "citation links", "paper rows", "item groups", "title search",
+    assert steps == ["titles and years", "graphs", "citation links", "paper rows", "item groups", "title search",
                      "summary", "first related papers", "**warm, in all**", "a title search, median of 5"]
     assert "40 papers" in out
+
+
+def test_the_explorer_reads_no_table_whole_for_its_views(web_index):
+    """Warming, a view, a paper's card and a search read the titles and years columns and a paper's
+    row groups, never papers.parquet (abstracts) or facets.parquet whole: a large index starts in
+    seconds (experiments/serve_warm.py). The card still holds the abstract, the view its explanations."""
+    from graft.web.data import DEFAULT_K, Explorer
+
+    explorer = Explorer(web_index)
+    idx = explorer.index
+    explorer.warm()
+    pid = idx.paper_ids[4]
+    view = explorer.view(paper=pid, k=DEFAULT_K)
+    card = explorer.card(pid)
+    explorer.search("summarization")
+    assert "papers" not in idx.__dict__ and "facets" not in idx.__dict__ and "citations" not in idx.__dict__
+    from graft.index import Index
+
+    whole = Index.open(web_index)
+    summary = explorer.summary()
+    assert summary["citations"] == whole.citations.height > 0
+    years = [y for y in whole.papers["year"].to_list() if y is not None]
+    assert summary["years"] == [min(years), max(years)]
+    assert card["abstract"] == whole.papers["abstract"][4] and card["title"] == whole.papers["title"][4]
+    assert card["facets"] == {f: whole.facets.filter((whole.facets["paper_id"] == pid) & (whole.facets["facet"] == f))
+                              .sort("item_idx")["text"].to_list() for f in card["facets"]}
+    matched = [e["match"] for h in view["hits"] for e in h["evidence"].values() if e.get("match")]
+    assert matched and all(m["hit"] in set(whole.facets["text"].to_list()) for m in matched)

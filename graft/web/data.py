@@ -76,11 +76,13 @@ class Explorer:
 
     # ---- set-up ------------------------------------------------------------------------------
     def warm(self) -> None:
-        """Load what every view needs (papers, facets, graphs, citation links, the teacher's walk
-        matrices, the title search) so that the first page answers as fast as the next."""
+        """Load what every view needs (titles and years, graphs, citation links, the teacher's walk
+        matrices, the title search) so that the first page answers as fast as the next. Abstracts and
+        facet items are read a paper at a time, from the row groups that hold them."""
         idx = self.index
         with self._lock:
-            _ = idx.papers, idx.facets, idx.graphs, idx.citation_links, idx.row_of, idx.item_groups
+            _ = idx.paper_column("title"), idx.paper_column("year"), idx.graphs, idx.citation_links, idx.row_of
+            _ = idx.item_groups
             self._titles()
             self.summary()
             if idx.n:
@@ -100,24 +102,25 @@ class Explorer:
         with self._lock:
             example = None
             if idx.n:
-                degree = sum(np.asarray((g > 0).sum(axis=0)).ravel() for g in idx.graphs.values())
+                degree = sum(np.bincount(np.asarray(g.indices)[np.asarray(g.data) > 0], minlength=idx.n)
+                             for g in idx.graphs.values())
                 example = idx.paper_ids[int(np.argmax(degree))]
-            self._summary = {"index": idx.path.name, "papers": idx.n, "citations": int(len(idx.citations)),
+            self._summary = {"index": idx.path.name, "papers": idx.n, "citations": int(idx.citation_matrix.nnz),
                              "facets": list(FACETS), "example": example, "retriever": "teacher",
                              "max_text_chars": MAX_TEXT_CHARS, "max_k": MAX_K, **self._years_and_venues()}
             return self._summary
 
     def _years_and_venues(self) -> dict[str, Any]:
         """The corpus's year range and its venues, most papers first (what the filters offer)."""
-        papers = self.index.papers
-        years = [y for y in papers["year"].to_list() if y is not None]
+        idx = self.index
+        years = idx.paper_column("year").drop_nulls()
         counts: dict[str, int] = {}
-        if "venue" in papers.columns:
-            for v in papers["venue"].to_list():
-                if v and str(v).strip():
-                    counts[str(v).strip()] = counts.get(str(v).strip(), 0) + 1
+        if idx.has_paper_column("venue"):  # counted in polars: the distinct venues are few, the papers many
+            named = idx.paper_column("venue").cast(pl.Utf8).str.strip_chars().drop_nulls()
+            table = named.filter(named.str.len_chars() > 0).value_counts()
+            counts = dict(zip(table[table.columns[0]].to_list(), table["count"].to_list()))
         venues = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0].casefold()))
-        return {"years": [min(years), max(years)] if years else None,
+        return {"years": [int(years.min()), int(years.max())] if len(years) else None,
                 "venues": [{"venue": v, "papers": n} for v, n in venues]}
 
     # ---- find --------------------------------------------------------------------------------
@@ -169,8 +172,9 @@ class Explorer:
 
     def _brief(self, paper_id: str, score: float) -> dict[str, Any]:
         row = self.index.row(paper_id)
-        p = self.index.papers
-        return {"paper_id": paper_id, "title": p["title"][row], "year": p["year"][row], "score": score}
+        idx = self.index
+        return {"paper_id": paper_id, "title": idx.paper_column("title")[row], "year": idx.paper_column("year")[row],
+                "score": score}
 
     # ---- views -------------------------------------------------------------------------------
     def searcher(self, k: int, filters: Filters | None = None) -> Any:
@@ -270,8 +274,8 @@ class Explorer:
         centre_id = record["id"] if paper is not None else None
         if centre_id is not None:
             row = idx.row(centre_id)
-            centre = {"id": centre_id, "paper_id": centre_id, "title": idx.papers["title"][row],
-                      "year": idx.papers["year"][row], "outside": False, **self._node_facts(centre_id)}
+            centre = {"id": centre_id, "paper_id": centre_id, "title": idx.paper_column("title")[row],
+                      "year": idx.paper_column("year")[row], "outside": False, **self._node_facts(centre_id)}
         else:
             centre = {"id": QUERY_NODE, "paper_id": None, "title": record.get("title") or "(the pasted text)",
                       "year": None, "outside": True, "facets": result.info.get("query_facets", {})}
@@ -295,8 +299,8 @@ class Explorer:
                 "prior": prior, "derivative": derivative, "retriever": result.retriever,
                 "filters": {"since": f.since, "until": f.until, "venues": list(f.venues)},
                 "score": {"name": "rank-fusion score", "meaning": SEEDS_MEANING if seeds else SCORE_MEANING},
-                "seeds": [{"id": s, "paper_id": s, "title": idx.papers["title"][idx.row_of[s]],
-                           "year": idx.papers["year"][idx.row_of[s]], "outside": False, **self._node_facts(s)}
+                "seeds": [{"id": s, "paper_id": s, "title": idx.paper_column("title")[idx.row_of[s]],
+                           "year": idx.paper_column("year")[idx.row_of[s]], "outside": False, **self._node_facts(s)}
                           for s in seeds or []]}
 
     def _seed_ids(self, seeds: Any) -> list[str]:
@@ -331,8 +335,7 @@ class Explorer:
         return self._cited_by_counts
 
     def _column(self, name: str, row: int) -> Any:
-        papers = self.index.papers
-        return papers[name][row] if name in papers.columns else None
+        return self.index.paper_record(row, (name,))[name]
 
     def links_of(self, paper_id: str) -> dict[str, str]:
         """A corpus paper's links out: `arxiv` (an arXiv id, from its record's arxiv, DOI or URL fields
@@ -367,7 +370,8 @@ class Explorer:
         def top(counts: np.ndarray) -> list[dict[str, Any]]:
             found = np.nonzero(counts > 0)[0]
             order = sorted(found.tolist(), key=lambda r: (-counts[r], -total[r], idx.paper_ids[r]))[:limit]
-            return [{"paper_id": idx.paper_ids[r], "title": idx.papers["title"][r], "year": idx.papers["year"][r],
+            return [{"paper_id": idx.paper_ids[r], "title": idx.paper_column("title")[r],
+                     "year": idx.paper_column("year")[r],
                      "count": int(counts[r]), "cited_by": int(total[r]), "in_view": idx.paper_ids[r] in inside}
                     for r in order]
 
@@ -430,9 +434,9 @@ class Explorer:
                     raise NotFound(str(exc)) from None
             card = paper_card(self.index, paper_id, k=5)
             row = self.index.row(paper_id)
-            papers = self.index.papers
-            card["abstract"] = papers["abstract"][row] if "abstract" in papers.columns else None
-            authors = papers["authors"][row] if "authors" in papers.columns else None
+            record = self.index.paper_record(row, ("abstract", "authors"))
+            card["abstract"] = record["abstract"]
+            authors = record["authors"]
             card["authors"] = list(authors) if authors is not None else []
             card["links"] = self.links_of(paper_id)
             return card
