@@ -44,7 +44,8 @@ def print_matches(result, out: Console = console) -> None:
         for facet, m in matched:
             out.print(f"     {facet} {m.cosine:.2f}: “{m.query}” ↔ “{m.hit}”", highlight=False)
             if m.words:
-                out.print(f"       shared words: {', '.join(m.words)}", highlight=False)
+                out.print(f"       words both papers use in their {facet} items and titles: {', '.join(m.words)}",
+                          highlight=False)
 
 
 def _read_queries(path: Path, known: Container[str]) -> list[dict]:

@@ -20,8 +20,8 @@ from graft.jsonio import read_json_file
 from graft.manifest import has_model
 
 #: Build settings shown by `index_summary`, in order (the rest is in manifest.json).
-BUILD_SETTINGS = ("extractor", "top_k", "alpha", "beta", "title_weight", "item_context", "citation_rescale",
-                  "n_candidates", "linked_candidates", "citation_partners")
+BUILD_SETTINGS = ("extractor", "top_k", "alpha", "beta", "title_weight", "item_context", "lexical_weight",
+                  "text_lexical_weight", "citation_rescale", "n_candidates", "linked_candidates", "citation_partners")
 
 
 def index_summary(index: Index) -> dict[str, Any]:

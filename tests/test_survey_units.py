@@ -116,6 +116,11 @@ def test_relevant_keeps_papers_tied_to_the_topics_literature_below_the_floor() -
                                          tie_share=0.02)] == ["c", "a", "b"]
     assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, inside, total, tie_links=4)] == ["a"]
     assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, inside, total, tie_links=0)] == ["a"]
+    # a tie floor: a tied paper needs a cosine of at least that share of the floor (b 0.6 >= 0.8 x 0.7, c 0.0 not)
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, inside, total, tie_links=3,
+                                         tie_share=0.02, tie_floor=0.8)] == ["a", "b"]
+    assert [c.paper_id for c in relevant(cands, topic, vecs, row_of, 0.7, inside, total, tie_links=3,
+                                         tie_share=0.02, tie_floor=0.9)] == ["a"]
     # links into the literature: rows 0-3 linked 0-1, 0-2, 1-2, 2-3; literature {0, 1}
     pairs = [(0, 1), (0, 2), (1, 2), (2, 3)]
     m = sp.coo_matrix((np.ones(8), ([i for i, j in pairs] + [j for i, j in pairs],

@@ -47,6 +47,7 @@ class SurveyConfig:
     link_weight: float = 2.0  # weight of the links-into-the-topic's-literature ranking in the rerank's first stage (0 = off; 2 beat 1 on the dev hold-outs)
     tie_links: int = 3  # links to the topic's on-topic papers that keep a paper of its literature below the relevance floor (0 = off)
     tie_share: float = 0.05  # ... when they are at least this share of all its links (a hub's are not)
+    tie_floor: float = 0.0  # ... and its topic cosine is at least this share of the floor (0 = links alone)
     llm_rerank_keep: float = 0.75  # share of the stage-1 list the second (LLM) stage keeps
     verify: bool = True  # adaptive citation verification (off for the baseline)
     verify_rounds: int = 3  # K: evidence-and-rewrite rounds per failed citation (reference method)
@@ -93,7 +94,8 @@ class SurveyConfig:
             problems.append(f"until_year={self.until_year!r} (a year such as 2021, or None)")
         if not 1 <= self.verify_rounds <= 10:
             problems.append(f"verify_rounds={self.verify_rounds!r} (an integer in 1..10; 3 in the reference method)")
-        for name in ("relative_relevance", "support_threshold", "min_relevance", "support_overlap_weight", "tie_share"):
+        for name in ("relative_relevance", "support_threshold", "min_relevance", "support_overlap_weight", "tie_share",
+                     "tie_floor"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name}={getattr(self, name)!r} (in [0, 1])")
         if not 0 < self.llm_rerank_keep <= 1:

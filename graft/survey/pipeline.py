@@ -128,7 +128,7 @@ class Ranker:
             inside, on_topic, total = self.literature.counts(rows)
             ties = on_topic * self.literature.member(rows)  # only the topic's own papers are kept for their ties
         kept = relevant(cands, self.topic_vec, papers, row_of, self.floor, ties, total,
-                        tie_links=config.tie_links, tie_share=config.tie_share)
+                        tie_links=config.tie_links, tie_share=config.tie_share, tie_floor=config.tie_floor)
         if not kept:
             return []
         links = None

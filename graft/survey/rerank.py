@@ -125,18 +125,19 @@ def stage_one(candidates: Sequence[Candidate], description_vector: np.ndarray,
 def relevant(candidates: Sequence[Candidate], topic_vector: np.ndarray, paper_vectors: np.ndarray,
              row_of: dict[str, int], floor: float, links: Sequence[float] | None = None,
              all_links: Sequence[float] | None = None, tie_links: int = 3,
-             tie_share: float = 0.05) -> list[Candidate]:
+             tie_share: float = 0.05, tie_floor: float = 0.0) -> list[Candidate]:
     """The candidates whose cosine with the topic is at least `floor` (order kept): the graph walk
     reaches papers through any shared facet, and a survey keeps only those about its topic.
 
     A candidate with at least `tie_links` links into the topic's literature (`links`), making at
-    least `tie_share` of all its links (`all_links`), is kept below the floor too; `tie_links` 0 or
-    no `links` turns that off."""
+    least `tie_share` of all its links (`all_links`), is kept below the floor too, where its cosine
+    reaches `tie_floor` x `floor` (0: whatever its cosine); `tie_links` 0 or no `links` turns that off."""
     out = []
     for i, c in enumerate(candidates):
-        if float(paper_vectors[row_of[c.paper_id]] @ topic_vector) >= floor:
+        cos = float(paper_vectors[row_of[c.paper_id]] @ topic_vector)
+        if cos >= floor:
             out.append(c)
-        elif links is not None and tie_links > 0 and links[i] >= tie_links and (
+        elif links is not None and tie_links > 0 and links[i] >= tie_links and cos >= tie_floor * floor and (
                 all_links is None or links[i] >= tie_share * all_links[i]):
             out.append(c)
     return out

@@ -541,7 +541,7 @@ function fillCard(c) {
       if (!ev) continue;
       numbers.append(el("div", `${f}: edge weight ${ev.weight.toFixed(2)}` + (ev.hops === 2 ? " (two hops)" : "")
         + (ev.match ? ` · closest items' cosine ${ev.match.cosine.toFixed(2)}` : "")
-        + (ev.match && ev.match.words && ev.match.words.length ? ` · shared words: ${ev.match.words.join(", ")}` : ""),
+        + (ev.match && ev.match.words && ev.match.words.length ? ` · words both papers use in this facet: ${ev.match.words.join(", ")}` : ""),
         "hit-meta"));
     }
     why.append(numbers);
