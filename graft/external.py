@@ -105,15 +105,15 @@ class RecordFacets:
         if m <= 0 or not records:
             return [sp.csr_matrix((1, self.index.n), dtype=np.float32) for _ in records]
         row_of = self.index.row_of
-        lexical, weight = self.index.lexical.get("papers"), self.config.text_lexical_weight
-        if lexical is None or weight <= 0 or self.index.lexicon is None:
-            query_lexical = [None] * len(records)
-        else:  # the records' title + abstract lexical rows, as the build made the corpus's
+        weight = self.config.text_lexical_weight
+        if "papers" not in self.index.lexical or weight <= 0 or self.index.lexicon is None:
+            sims = [None] * len(records)
+        else:  # the records' title + abstract lexical rows, as the build made the corpus's, against every paper's
             rows = self.index.lexicon.vectors([paper_text(rec.get("title"), rec.get("abstract")) for rec in records])
-            query_lexical = [rows[i] for i in range(len(records))]
-        return [text_coupling_row(papers, vec, m, exclude=row_of.get(str(rec.get("id"))), lexical=lexical,
-                                  query_lexical=q, lexical_weight=weight)
-                for rec, vec, q in zip(records, self.text_vectors(records), query_lexical)]
+            sims = [self.index.lexical_cosines(rows[i]) for i in range(len(records))]
+        return [text_coupling_row(papers, vec, m, exclude=row_of.get(str(rec.get("id"))), lexical_weight=weight,
+                                  lexical_sims=s)
+                for rec, vec, s in zip(records, self.text_vectors(records), sims)]
 
     def neighbours(self, records: list[dict[str, Any]], m: int = TEXT_NEIGHBOURS) -> list[dict[str, float]]:
         """Each record's `m` nearest corpus papers by title + abstract (paper id -> cosine, from

@@ -321,6 +321,40 @@ class Index:
         return self._derived("lexical", make, check)
 
     @cached_property
+    def lexical_postings(self) -> sp.csr_matrix | None:
+        """The papers' title + abstract lexical rows by term (the transpose of `lexical["papers"]`,
+        terms x n): a text's cosines with every paper read from its own terms' postings only
+        (`lexical_cosines`). Memory-mapped from `cache/query/` where the build wrote them; None for an
+        index without those rows."""
+        papers = self.lexical.get("papers")
+        if papers is None:
+            return None
+        n, width = self.n, papers.shape[1]
+
+        def make() -> dict[str, np.ndarray]:
+            m = sp.csr_matrix(papers.T, dtype=np.float32)
+            m.sort_indices()
+            return {f"postings.{part}": getattr(m, part) for part in ("indptr", "indices", "data")}
+
+        def check(found: dict[str, np.ndarray]) -> sp.csr_matrix:
+            return checked_csr(self.path, "cache/query/postings/postings", (width, n), found["postings.indptr"],
+                               found["postings.indices"], found["postings.data"], width, columns=n)
+
+        return self._derived("postings", make, check)
+
+    def lexical_cosines(self, query: sp.csr_matrix) -> np.ndarray:
+        """(n,) float32: the cosine of a 1 x V lexical row (`Lexicon.vectors` of a title + abstract)
+        with every paper's (`lexical["papers"]`), from the postings of the row's terms alone; zeros
+        for an index without lexical rows of its papers."""
+        postings = self.lexical_postings
+        if postings is None:
+            return np.zeros(self.n, dtype=np.float32)
+        query = sp.csr_matrix(query, dtype=np.float32)
+        if not query.nnz:
+            return np.zeros(self.n, dtype=np.float32)
+        return np.asarray(postings[query.indices].T @ query.data, dtype=np.float32).ravel()
+
+    @cached_property
     def item_rows(self) -> np.ndarray:
         """Node index of the paper owning each `facets` row (aligned with `item_embeddings`), found
         when `facets` loads (`graft.artefacts.check_facets`)."""
@@ -515,12 +549,13 @@ class Index:
         rescale = str(self.build_setting("citation_rescale", "pair"))
         for name in ("graphs", "walk_graphs", "citation_links", "_citation_matrices", "citation_matrix", "cited_by",
                      "item_groups", "_coupling_row_log", "item_embeddings", "paper_embeddings",
-                     "item_text_embeddings", "lexicon", "lexical"):
+                     "item_text_embeddings", "lexicon", "lexical", "lexical_postings"):
             self.__dict__.pop(name, None)  # read before: made again, and written this time
         self._preparing = True
         try:
             parts = [self.graphs, self.walk_graphs, self.citation_links, self.cited_by, self.item_groups,
-                     self.coupling_row_log(rescale), self.item_embeddings, self.paper_embeddings, self.lexical]
+                     self.coupling_row_log(rescale), self.item_embeddings, self.paper_embeddings, self.lexical,
+                     self.lexical_postings]
             if (self.path / "embeddings" / "items_alone.npy").is_file():
                 parts.append(self.item_text_embeddings)
         finally:

@@ -941,6 +941,10 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     assert config.text_lexical_weight == 0.5 and config.lexical_weight == 0.35
     own_lexical = idx.lexicon.vectors([paper_text(row["title"], row["abstract"])])
     assert abs(own_lexical - idx.lexical["papers"][node]).max() < 1e-6  # the same text, the same row
+    # a text's cosines with every paper come from its terms' postings (memory-mapped query files)
+    assert (cs768_index[0] / "cache" / "query" / "postings" / "build.json").is_file()
+    np.testing.assert_allclose(idx.lexical_cosines(own_lexical),
+                               (idx.lexical["papers"] @ own_lexical.T).toarray().ravel(), atol=1e-6)
     cite = text_coupling_row(papers, vec, TEXT_NEIGHBOURS, lexical=idx.lexical["papers"], query_lexical=own_lexical,
                              lexical_weight=config.text_lexical_weight)
     dense_only = text_coupling_row(papers, vec, TEXT_NEIGHBOURS)

@@ -114,3 +114,16 @@ def test_a_lexicon_is_written_and_read_back(abstracts, tmp_path) -> None:
     with pytest.raises(ValueError, match="IDF"):
         Lexicon.read(tmp_path / "nan.parquet")
     assert sp.issparse(lex.vectors(["x"]))
+
+
+def test_lexicon_scale_benchmark_smoke(tmp_path, capsys) -> None:
+    """experiments/lexicon_scale.py on a small index: every step timed, the two ways agree."""
+    from experiments.lexicon_scale import main
+    from graphbuild.build import BuildConfig, build_index
+    from tests.test_build import write_slice
+
+    corpus = write_slice(cs768_path(), 30, tmp_path)
+    build_index(corpus, tmp_path / "idx", BuildConfig(item_context="title"))
+    assert main([str(tmp_path / "idx")]) == 0
+    out = capsys.readouterr().out
+    assert "fit the lexicon" in out and "through the postings (median of 5)" in out and "30 papers" in out
