@@ -47,8 +47,8 @@ def demo(
         survey_md = demo_survey(out, Reporter(quiet=quiet), console)
     except GraftError as exc:
         fail(exc)
-    console.print(f"index: {out}  ·  try: graft query {out} --paper {paper} --json  ·  "
-                  f"graft info {out} --paper {paper}")
+    console.print(f"index: {out}  ·  try: graft query {out} --paper {paper} --explain  ·  "
+                  f"graft info {out} --paper {paper}  ·  graft serve {out} (in the browser)")
     if survey_md is not None:
         console.print(f"survey: {survey_md}  ·  try: graft survey {out} \"your topic\" --out my-survey")
 

@@ -767,7 +767,7 @@ def test_demo_runs_on_aclsum(tmp_path) -> None:
     res = runner.invoke(app, ["demo", "--out", str(tmp_path / "demo"), "--limit", "20", "-q"],
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "related to" in res.stdout and "graft query" in res.stdout
+    assert "related to" in res.stdout and "graft query" in res.stdout and "graft serve" in res.stdout
     # the papers shown are the ones the suggested `graft query --paper` returns
     paper = res.stdout.split("--paper ", 1)[1].split()[0]
     again = runner.invoke(app, ["query", str(tmp_path / "demo"), "--paper", paper, "--k", "10", "--json"])
