@@ -42,7 +42,7 @@ credited facets of each hit with the hops of the evidence (1 = direct edge, 2 = 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -366,15 +366,22 @@ def _bm25(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], N
     return out
 
 
-def _dense(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
+def _dense_scores(ctx: EvalContext, queries: list[EvalQuery]) -> Iterator[tuple[EvalQuery, int | None, np.ndarray]]:
+    """Each query with its corpus row (None out of corpus) and its MiniLM cosines with every paper
+    (the out-of-corpus queries' texts embedded in one encoder call)."""
     idx = ctx.index
     x = ctx.paper_vectors
     ooc = [q for q in queries if not q.in_corpus]
     qvec = dict(zip([q.qid for q in ooc], ctx.encoder.encode([q.text for q in ooc]))) if ooc else {}
-    out = SystemRun()
     for q in queries:
         node = idx.row_of[q.paper_id] if q.in_corpus else None
-        out.run[q.qid] = _best(idx, x @ (x[node] if node is not None else qvec[q.qid]), node)
+        yield q, node, x @ (x[node] if node is not None else qvec[q.qid])
+
+
+def _dense(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
+    out = SystemRun()
+    for q, node, scores in _dense_scores(ctx, queries):
+        out.run[q.qid] = _best(ctx.index, scores, node)
         advance(1)
     return out
 
@@ -391,21 +398,16 @@ def _best(idx: Index, scores: np.ndarray, node: int | None) -> list[tuple[str, f
 def _hybrid(ctx: EvalContext, queries: list[EvalQuery], advance: Callable[[int], None]) -> SystemRun:
     from graft.lexical import TEXT_LEXICAL_WEIGHT, Lexicon, blend
 
-    idx = ctx.index
-    x = ctx.paper_vectors
     lexicon = Lexicon.fit(ctx.texts)  # the corpus's own, whatever the build's settings
     words = lexicon.vectors(ctx.texts)
     ooc = [q for q in queries if not q.in_corpus]
-    qvec = dict(zip([q.qid for q in ooc], ctx.encoder.encode([q.text for q in ooc]))) if ooc else {}
     qwords = lexicon.vectors([q.text for q in ooc])
     qrow = {q.qid: qwords[i] for i, q in enumerate(ooc)}
     out = SystemRun()
-    for q in queries:
-        node = idx.row_of[q.paper_id] if q.in_corpus else None
+    for q, node, scores in _dense_scores(ctx, queries):
         mine = words[node] if node is not None else qrow[q.qid]
-        s = blend(x @ (x[node] if node is not None else qvec[q.qid]), (words @ mine.T).toarray().ravel(),
-                  TEXT_LEXICAL_WEIGHT)
-        out.run[q.qid] = _best(idx, s, node)
+        out.run[q.qid] = _best(ctx.index, blend(scores, (words @ mine.T).toarray().ravel(), TEXT_LEXICAL_WEIGHT),
+                               node)
         advance(1)
     return out
 

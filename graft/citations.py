@@ -223,13 +223,12 @@ def linkless_rows(a: sp.csr_matrix) -> np.ndarray:
 
 
 def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
-                      exclude: int | None = None, lexical: sp.csr_matrix | None = None,
-                      query_lexical: sp.csr_matrix | None = None, lexical_weight: float = 0.0,
-                      lexical_sims: np.ndarray | None = None) -> sp.csr_matrix:
+                      exclude: int | None = None, lexical_sims: np.ndarray | None = None,
+                      lexical_weight: float = 0.0) -> sp.csr_matrix:
     """A text-only paper's stand-in for its citation score row (1 x n): its similarity by title +
     abstract with its `m` nearest corpus papers, clipped to [0, 1], zero elsewhere. The similarity
     is the cosine of the title + abstract embeddings, blended at `lexical_weight` with the cosine of
-    their lexical rows where both are given (`graft.lexical`).
+    their lexical rows where those are given (`lexical_sims`, `graft.lexical`).
 
     A paper outside the corpus that lists no references has no bibliographic coupling with any
     corpus paper; the papers it reads most like are the ones it would most likely share references with.
@@ -239,12 +238,9 @@ def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
         query: (d,) unit vector of the paper's own title + abstract, same encoder.
         m: neighbours kept (0 = an empty row).
         exclude: a row never taken as a neighbour (the paper itself, when it is in the corpus).
-        lexical, query_lexical: the corpus's (n x V) and the paper's (1 x V) lexical rows of title +
-            abstract (`embeddings/lexical_papers.npz`), or None.
+        lexical_sims: (n,) the cosines of the paper's lexical row of title + abstract with every corpus
+            paper's (`graft.Index.lexical_cosines`, from its terms' postings), or None.
         lexical_weight: μ, the lexical cosine's share.
-        lexical_sims: (n,) the paper's lexical cosines with every corpus paper, made already
-            (`graft.Index.lexical_cosines`, from the terms' postings); used in place of `lexical` @
-            `query_lexical`.
     """
     n = paper_vectors.shape[0]
     if m <= 0 or n == 0:
@@ -252,8 +248,6 @@ def text_coupling_row(paper_vectors: np.ndarray, query: np.ndarray, m: int, *,
     sims = np.asarray(paper_vectors @ np.asarray(query, dtype=np.float32), dtype=np.float32)
     if lexical_weight > 0 and lexical_sims is not None:
         sims = blend(sims, np.asarray(lexical_sims, dtype=np.float32), lexical_weight)
-    elif lexical_weight > 0 and lexical is not None and query_lexical is not None:
-        sims = blend(sims, np.asarray((lexical @ sp.csr_matrix(query_lexical).T).todense()).ravel(), lexical_weight)
     if exclude is not None:
         sims[exclude] = -np.inf
     order = np.lexsort((np.arange(n), -sims))[:m]

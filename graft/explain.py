@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from graft.facets import FACETS
 from graft.results import ItemMatch, QueryResult
@@ -48,7 +49,7 @@ def shared_words(index: Index, query: Any, facet: str, paper_id: str, most: int 
     if rows is None or query is None or index.lexicon is None:
         return []
     mine = rows[index.row_of[paper_id]]
-    q = query.tocsr() if hasattr(query, "tocsr") else query
+    q = sp.csr_matrix(query)
     common, qi, mi = np.intersect1d(q.indices, mine.indices, return_indices=True)
     if not len(common):
         return []

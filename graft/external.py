@@ -398,7 +398,7 @@ class ExternalScorer(CorpusScorer):
                      ) -> list[dict[str, sp.csr_matrix] | None]:
         """Per new paper, its lexical row per facet (its title and items of the facet, with the
         index's lexicon: `graft.lexical.facet_rows_of`), or None each where facet similarity has none."""
-        if not self.lexical_on or self.index.lexicon is None:
+        if not self.lexical_on:  # the index holds lexical rows, so its lexicon too
             return [None] * len(records)
         return list(facet_rows_of(self.index.lexicon, [str(rec.get("title") or "") for rec in records], facets))
 

@@ -575,8 +575,7 @@ class Searcher:
             lexical = self.scorer.lexical_rows([record], [read])[0]
         else:
             items, vectors = corpus_items(self.index, str(record["id"]))
-            node = self.index.row(str(record["id"]))
-            lexical = {f: m[node] for f, m in self.index.lexical.items() if f in FACETS}
+            lexical = self.corpus_scorer.own_lexical(self.index.row(str(record["id"])))
         attach_matches(self.index, result, items, vectors, lexical)
         return result
 

@@ -945,7 +945,8 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     assert (cs768_index[0] / "cache" / "query" / "postings" / "build.json").is_file()
     np.testing.assert_allclose(idx.lexical_cosines(own_lexical),
                                (idx.lexical["papers"] @ own_lexical.T).toarray().ravel(), atol=1e-6)
-    cite = text_coupling_row(papers, vec, TEXT_NEIGHBOURS, lexical=idx.lexical["papers"], query_lexical=own_lexical,
+    by_words = (idx.lexical["papers"] @ own_lexical.T).toarray().ravel()
+    cite = text_coupling_row(papers, vec, TEXT_NEIGHBOURS, lexical_sims=by_words,
                              lexical_weight=config.text_lexical_weight)
     dense_only = text_coupling_row(papers, vec, TEXT_NEIGHBOURS)
     assert cite.indices.tolist() != dense_only.indices.tolist() or not np.allclose(cite.data, dense_only.data)

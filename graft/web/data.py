@@ -54,6 +54,9 @@ QUERY_NODE = "the query"
 
 _WORD = re.compile(r"\w+")
 
+#: The columns of papers.parquet a paper's links out are read from (`Explorer.links_of`).
+LINK_COLUMNS = ("doi", "url", "arxiv")
+
 
 class NotFound(GraftError):
     """A paper id the index does not hold."""
@@ -161,7 +164,7 @@ class Explorer:
         whole = titles.str.contains(frag, literal=True).fill_null(False).to_numpy()
         rows = np.flatnonzero(whole | (share > 0))
         score = whole[rows] + share[rows]
-        length = titles.str.len_chars().to_numpy()[rows]
+        length = titles.gather(rows).str.len_chars().to_numpy()  # of the matching titles only
         order = np.lexsort((rows, length, -score))[:limit]  # ties: the shorter title, the closer match
         matches = [self._brief(idx.paper_ids[int(rows[i])], round(float(score[i]) / 2, 4)) for i in order]
         # a near-miss id (its first letters) helps as much as a title
@@ -326,26 +329,24 @@ class Explorer:
         """What the map shows of a corpus paper besides its title and year: its in-corpus citation
         count (node size), venue and links out (arXiv, DOI, URL)."""
         row = self.index.row_of[paper_id]
-        return {"cited_by": int(self._cited_by()[row]), "venue": self._column("venue", row),
-                "links": self.links_of(paper_id)}
+        record = self.index.paper_record(row, ("venue", *LINK_COLUMNS))  # one read of its row group
+        return {"cited_by": int(self._cited_by()[row]), "venue": record["venue"],
+                "links": self.links_of(paper_id, record)}
 
     def _cited_by(self) -> np.ndarray:
         if not hasattr(self, "_cited_by_counts"):
             self._cited_by_counts = np.asarray(self.index.citation_matrix.sum(axis=0)).ravel().astype(np.int64)
         return self._cited_by_counts
 
-    def _column(self, name: str, row: int) -> Any:
-        return self.index.paper_record(row, (name,))[name]
-
-    def links_of(self, paper_id: str) -> dict[str, str]:
+    def links_of(self, paper_id: str, record: dict[str, Any] | None = None) -> dict[str, str]:
         """A corpus paper's links out: `arxiv` (an arXiv id, from its record's arxiv, DOI or URL fields
         or its id), `doi` and `url` where known (`graft.identifiers.links`), each with its page URL
-        (`arxiv_url`, `doi_url`)."""
+        (`arxiv_url`, `doi_url`). `record`: its `LINK_COLUMNS` already read (`Index.paper_record`)."""
         from graft.identifiers import links
 
-        row = self.index.row_of[paper_id]
-        found = links(paper_id, doi_text=self._column("doi", row), url=self._column("url", row),
-                      arxiv=self._column("arxiv", row)).as_dict()
+        if record is None:
+            record = self.index.paper_record(self.index.row_of[paper_id], LINK_COLUMNS)
+        found = links(paper_id, doi_text=record["doi"], url=record["url"], arxiv=record["arxiv"]).as_dict()
         if "arxiv" in found:
             found["arxiv_url"] = f"https://arxiv.org/abs/{found['arxiv']}"
         if "doi" in found:
@@ -434,11 +435,11 @@ class Explorer:
                     raise NotFound(str(exc)) from None
             card = paper_card(self.index, paper_id, k=5)
             row = self.index.row(paper_id)
-            record = self.index.paper_record(row, ("abstract", "authors"))
+            record = self.index.paper_record(row, ("abstract", "authors", *LINK_COLUMNS))  # one read
             card["abstract"] = record["abstract"]
             authors = record["authors"]
             card["authors"] = list(authors) if authors is not None else []
-            card["links"] = self.links_of(paper_id)
+            card["links"] = self.links_of(paper_id, record)
             return card
 
     # ---- exports -----------------------------------------------------------------------------
