@@ -694,6 +694,9 @@ def test_rewriting_from_we_keeps_agreement_case_and_symbols() -> None:
     assert as_clause("We further extend X to zero-shot learning and achieve strong results.", tadam, "method") == \
         "TADAM further extends X to zero-shot learning and achieves strong results"
     assert as_clause("We propose and test a parser.", snell, "method") == "Snell et al. propose and test a parser"
+    assert as_clause("On MNIST, we significantly improve accuracy.", tadam, "result") == \
+        "TADAM, on MNIST, significantly improves accuracy"
+    assert as_clause("We apply it and use X.", tadam, "method") == "TADAM applies it and uses X"
     assert as_clause("Based on gradient-based meta-learning, we propose a hierarchical algorithm.", tadam,
                      "method") == "TADAM, based on gradient-based meta-learning, proposes a hierarchical algorithm"
     assert as_clause("A critical challenge in meta-learning is task uncertainty.", PaperName("HSML"), "problem") == \

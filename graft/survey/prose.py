@@ -296,6 +296,15 @@ _ADVERBS = frozenset({"also", "further", "then", "first", "additionally", "empir
                       "experimentally", "finally", "here", "thus", "therefore", "next", "now", "carefully", "formally",
                       "successfully", "extensively", "systematically", "rigorously", "newly", "subsequently",
                       "moreover", "instead", "not"})
+#: Verbs that end in "-ly" like an adverb ("we apply", "we rely on").
+_LY_VERBS = frozenset({"apply", "supply", "reply", "rely", "imply", "comply", "multiply", "fly", "ally", "underlie"})
+
+
+def is_adverb(word: str) -> bool:
+    """An adverb before a verb ("we also propose", "we significantly improve"): a listed one, or a
+    word in "-ly" that is not a verb."""
+    low = word.lower()
+    return low in _ADVERBS or (len(low) > 4 and low.endswith("ly") and low.isalpha() and low not in _LY_VERBS)
 
 
 def singular(verb: str) -> str:
@@ -303,7 +312,7 @@ def singular(verb: str) -> str:
     low = verb.lower()
     if low in _IRREGULAR:
         return _IRREGULAR[low]
-    if low.endswith("ed") or low in _MODALS or low in _ADVERBS or not low.isalpha():
+    if low.endswith("ed") or low in _MODALS or is_adverb(low) or not low.isalpha():
         return verb
     if re.search(r"[^aeiou]y$", low):
         return verb[:-1] + "ies"
@@ -328,7 +337,7 @@ def _agree_coordinated(rest: str) -> str:
     """The verbs coordinated with a sentence's first one by "and" agree with a singular subject."""
     def one(m: re.Match[str]) -> str:
         verb = m.group(2)
-        return m.group(1) + (singular(verb) if verb in _RESEARCH_VERBS and verb not in _ADVERBS else verb)
+        return m.group(1) + (singular(verb) if verb in _RESEARCH_VERBS and not is_adverb(verb) else verb)
 
     return _AND_VERB.sub(one, rest)
 
@@ -339,7 +348,7 @@ def _conjugate_after(subject: str, rest: str, plural: bool) -> str:
     if plural:
         return f"{subject} {rest}"
     parts = rest.split(" ", 2)
-    if len(parts) >= 2 and parts[0].lower() in _ADVERBS:  # "we also propose": the verb after it agrees
+    if len(parts) >= 2 and is_adverb(parts[0]):  # "we also propose": the verb after it agrees
         return f"{subject} {parts[0]} {singular(parts[1])}" + (f" {_agree_coordinated(parts[2])}"
                                                                  if len(parts) > 2 else "")
     return f"{subject} {singular(parts[0])}" + (f" {_agree_coordinated(' '.join(parts[1:]))}"
