@@ -124,7 +124,7 @@ def build(
                                                   "title + abstract cosine of its M nearest papers as the "
                                                   "citation part of its edge weights (default 10; 0: off, "
                                                   "and with --no-paper-embeddings)."),
-    lexical_weight: float = typer.Option(0.35, "--lexical-weight", parser=finite(0, 1), metavar="FLOAT",
+    lexical_weight: float = typer.Option(0.5, "--lexical-weight", parser=finite(0, 1), metavar="FLOAT",
                                          help="In [0, 1]: share of word overlap (TF-IDF cosine of a paper's title "
                                               "and items of the facet) in facet similarity; the items' embeddings "
                                               "get the rest (0: embeddings alone; docs/facets.md)."),

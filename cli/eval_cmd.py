@@ -104,7 +104,7 @@ def build_split(
                                        help="In [0, 100]: weight of the paper's title vector added to each facet "
                                             "item's vector (as graft build's --title-weight; 0.7 with --item-context "
                                             "title)."),
-    lexical_weight: float = typer.Option(0.35, "--lexical-weight", parser=finite(0, 1), metavar="FLOAT",
+    lexical_weight: float = typer.Option(0.5, "--lexical-weight", parser=finite(0, 1), metavar="FLOAT",
                                          help="In [0, 1]: share of word overlap in facet similarity (as graft "
                                               "build's --lexical-weight; 0: embeddings alone)."),
     text_lexical_weight: float = typer.Option(0.5, "--text-lexical-weight", parser=finite(0, 1), metavar="FLOAT",

@@ -1,6 +1,7 @@
 """Train the facet sentence classifier (`graft/facet_classifier.json`) on ACLSum's gold highlights.
 
     python -m experiments.train_facet_classifier [--out PATH] [--dry-run]
+    python -m experiments.train_facet_classifier --self-train CORPUS [--threshold 0.8] [--pseudo-weight 0.5]
 
 Every candidate sentence the offline extractor reads from an ACLSum paper (abstract, introduction,
 conclusion: `graft.extract.candidate_sentences`) is labelled 1 for challenge / approach / outcome when
@@ -9,6 +10,13 @@ L2-regularised logistic regression per aspect (scikit-learn, lbfgs) is fitted on
 over `graft.facet_classifier.features`; its regularisation C is the one of `C_GRID` with the best
 average precision on the **val** split. The test split is never read. The shipped weights are those
 fitted on train with the chosen C, written as plain JSON; the script prints per-aspect val figures.
+
+With `--self-train CORPUS` (a corpus file `graft build` reads; its abstracts only) the classifier is
+fitted once more on train plus the corpus's own sentences labelled by the first fit (self-training):
+for each aspect a corpus sentence is a positive where the first fit gives it probability >= T
+(`--threshold`) and a negative where <= 1 - T, the sentences in between are left out, and each pseudo
+label weighs `--pseudo-weight` of a gold one. C is chosen again on val; the script prints both fits'
+val average precision and writes the second.
 """
 
 from __future__ import annotations
@@ -53,14 +61,57 @@ def dataset(split: str, encoder: Encoder, rows: dict[str, dict]) -> tuple[np.nda
     return np.vstack(xs), np.vstack(ys)
 
 
-def main(argv: list[str] | None = None) -> int:
+def corpus_dataset(path: Path, encoder: Encoder, limit: int | None) -> np.ndarray:
+    """Feature rows of every abstract sentence of a corpus file's papers (the first `limit`)."""
+    from graphbuild.corpus import load_corpus
+
+    cfg = HeuristicConfig(scorer="rules")
+    rows = load_corpus(path, limit=limit).papers.select("paper_id", "title", "abstract").iter_rows(named=True)
+    papers = [c for c in (_prepare(r, cfg) for r in rows) if c.texts]
+    emb = encoder.encode([t for c in papers for t in c.texts])
+    xs, start = [], 0
+    for cand in papers:
+        k = len(cand.texts)
+        xs.append(features(emb[start : start + k], cand.sources, cand.cue))
+        start += k
+    print(f"self-training corpus: {len(papers)} papers, {start} sentences", file=sys.stderr)
+    return np.vstack(xs)
+
+
+def pseudo_labels(probs: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, kept) of corpus sentences for one aspect from the first fit's probabilities: 1 at
+    >= threshold, 0 at <= 1 - threshold, the rest not kept."""
+    pos, neg = probs >= threshold, probs <= 1.0 - threshold
+    return pos.astype(np.float64), pos | neg
+
+
+def fit_aspect(x_tr: np.ndarray, y_tr: np.ndarray, x_va: np.ndarray, y_va: np.ndarray,
+               weight: np.ndarray | None = None) -> tuple[float, dict[float, float]]:
+    """The C of `C_GRID` with the best val average precision, and every C's."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import average_precision_score
+
+    scores = {}
+    for c in C_GRID:
+        model = LogisticRegression(C=c, max_iter=2000).fit(x_tr, y_tr, sample_weight=weight)
+        scores[c] = average_precision_score(y_va, model.predict_proba(x_va)[:, 1])
+    return max(C_GRID, key=lambda c: (scores[c], -c)), scores
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sklearn.linear_model import LogisticRegression
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=WEIGHTS, help=f"weights file (default: {WEIGHTS})")
     parser.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
+    parser.add_argument("--self-train", type=Path, metavar="CORPUS",
+                        help="fit again with the first fit's confident labels of this corpus's abstract sentences")
+    parser.add_argument("--threshold", type=float, default=0.8, help="pseudo-label confidence T (default 0.8)")
+    parser.add_argument("--pseudo-weight", type=float, default=0.5, help="weight of a pseudo label (default 0.5)")
+    parser.add_argument("--corpus-limit", type=int, help="the corpus's first N papers only")
     args = parser.parse_args(argv)
+    if not 0.5 < args.threshold < 1.0 or args.pseudo_weight <= 0:
+        parser.error("--threshold must lie in (0.5, 1) and --pseudo-weight be > 0")
 
     encoder = Encoder()
     rows = {r["paper_id"]: r for r in load_aclsum().papers.iter_rows(named=True)}
@@ -68,21 +119,39 @@ def main(argv: list[str] | None = None) -> int:
     x_va, y_va = dataset("val", encoder, rows)
     print(f"train: {len(x_tr)} sentences, positives {y_tr.sum(axis=0).astype(int).tolist()}; "
           f"val: {len(x_va)}, positives {y_va.sum(axis=0).astype(int).tolist()}", file=sys.stderr)
+    x_co = corpus_dataset(args.self_train, encoder, args.corpus_limit) if args.self_train else None
     coef, intercept, chosen = [], [], {}
-    print("| aspect | C | val average precision |\n|---|---:|---:|")
+    print("| aspect | C | val average precision |" + (" self-trained | pseudo + / − |" if x_co is not None else "")
+          + "\n|---|---:|---:|" + ("---:|---:|" if x_co is not None else ""))
     for j, (facet, aspect) in enumerate(GOLD_ASPECT.items()):
         assert LABELS[j] == facet
-        scores = {}
-        for c in C_GRID:
-            model = LogisticRegression(C=c, max_iter=2000).fit(x_tr, y_tr[:, j])
-            scores[c] = average_precision_score(y_va[:, j], model.predict_proba(x_va)[:, 1])
-            print(f"| {aspect} | {c:g} | {scores[c]:.3f} |")
-        best = max(C_GRID, key=lambda c: (scores[c], -c))
+        best, scores = fit_aspect(x_tr, y_tr[:, j], x_va, y_va[:, j])
         model = LogisticRegression(C=best, max_iter=2000).fit(x_tr, y_tr[:, j])
+        row = {"C": best, "val_average_precision": round(scores[best], 4)}
+        if x_co is not None:
+            y_co, kept = pseudo_labels(model.predict_proba(x_co)[:, 1], args.threshold)
+            x_all = np.vstack([x_tr, x_co[kept]])
+            y_all = np.concatenate([y_tr[:, j], y_co[kept]])
+            weight = np.concatenate([np.ones(len(x_tr)), np.full(int(kept.sum()), args.pseudo_weight)])
+            best2, scores2 = fit_aspect(x_all, y_all, x_va, y_va[:, j], weight)
+            for c in C_GRID:
+                print(f"| {aspect} | {c:g} | {scores[c]:.3f} | {scores2[c]:.3f} | "
+                      f"{int(y_co[kept].sum())} / {int(kept.sum() - y_co[kept].sum())} |")
+            model = LogisticRegression(C=best2, max_iter=2000).fit(x_all, y_all, sample_weight=weight)
+            row = {"C": best2, "val_average_precision": round(scores2[best2], 4),
+                   "first_fit": {"C": best, "val_average_precision": round(scores[best], 4)},
+                   "pseudo_positive": int(y_co[kept].sum()), "pseudo_negative": int(kept.sum() - y_co[kept].sum())}
+        else:
+            for c in C_GRID:
+                print(f"| {aspect} | {c:g} | {scores[c]:.3f} |")
         coef.append(model.coef_[0])
         intercept.append(model.intercept_[0])
-        chosen[facet] = {"C": best, "val_average_precision": round(scores[best], 4)}
-    meta = {"trained_on": "ACLSum train split (aclsum " + importlib.metadata.version("aclsum") + ")",
+        chosen[facet] = row
+    trained_on = "ACLSum train split (aclsum " + importlib.metadata.version("aclsum") + ")"
+    if args.self_train:
+        trained_on += (f" and self-training on {args.self_train.name}'s abstract sentences (threshold "
+                       f"{args.threshold:g}, pseudo-label weight {args.pseudo_weight:g})")
+    meta = {"trained_on": trained_on,
             "selected_on": "ACLSum val split, average precision", "chosen": chosen,
             "train_sentences": len(x_tr), "date": dt.date.today().isoformat(),
             "script": "python -m experiments.train_facet_classifier"}

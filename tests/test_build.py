@@ -938,7 +938,7 @@ def test_external_rows_of_a_paper_without_references_use_text_coupling(cs768_ind
     vec = encoder.encode([paper_text(row["title"], row["abstract"])])[0]
     papers = np.asarray(idx.paper_embeddings, dtype=np.float32)
     config = coupled.facets_of.config
-    assert config.text_lexical_weight == 0.5 and config.lexical_weight == 0.35
+    assert config.text_lexical_weight == 0.5 and config.lexical_weight == 0.5
     own_lexical = idx.lexicon.vectors([paper_text(row["title"], row["abstract"])])
     assert abs(own_lexical - idx.lexical["papers"][node]).max() < 1e-6  # the same text, the same row
     # a text's cosines with every paper come from its terms' postings (memory-mapped query files)
@@ -1262,7 +1262,7 @@ def test_facet_edges_blend_the_items_cosine_with_their_words_and_lexical_off_bui
     the two papers' lexical rows of the facet, their title and items' TF-IDF) + beta x citation score;
     the lexicon and rows the build stored are the ones a query reads. Lexical weights 0 build as before
     (no lexicon, the items' cosine alone) and remove an earlier build's lexical files."""
-    from graft.lexical import LEXICON_FILE, Lexicon, facet_texts, lexical_file
+    from graft.lexical import LEXICAL_WEIGHT, LEXICON_FILE, Lexicon, facet_texts, lexical_file
     from graft.similarity import group_items, score_pairs
     from graft.text import paper_texts
 
@@ -1270,7 +1270,7 @@ def test_facet_edges_blend_the_items_cosine_with_their_words_and_lexical_off_bui
     idx = Index.open(out)
     config = BuildConfig.from_manifest(idx.manifest)
     lam = config.lexical_weight
-    assert lam == 0.35 and idx.manifest["stages"]["build"]["counts"]["lexicon_terms"] == idx.lexicon.size > 1000
+    assert lam == LEXICAL_WEIGHT and idx.manifest["stages"]["build"]["counts"]["lexicon_terms"] == idx.lexicon.size > 1000
     lexicon = Lexicon.fit(paper_texts(idx.papers))  # fitted again from the corpus: the same terms
     assert lexicon.terms == idx.lexicon.terms and np.allclose(lexicon.idf, idx.lexicon.idf)
     joined = facet_texts(idx.paper_column("title").to_list(), idx.item_rows, idx.facets["facet"].to_numpy(),

@@ -168,3 +168,18 @@ def test_run_files_refuse_what_would_misread_and_read_a_byte_order_mark(tmp_path
     latin.write_bytes(b"q1 Q0 caf\xe9 1 1.0 t\n")
     with pytest.raises(InputValidationError, match="cannot read it as UTF-8"):
         read_run(latin)
+
+
+def test_paired_bootstrap_interval_holds_zero_only_when_the_two_are_not_told_apart() -> None:
+    """Per-query differences all +0.1: the interval is [0.1, 0.1]; a difference as often -1 as +1
+    gives an interval around 0; a mismatched pair of arrays is refused."""
+    from experiments.paired_bootstrap import paired_bootstrap
+
+    a = np.linspace(0.2, 0.8, 50)
+    r = paired_bootstrap(a + 0.1, a)
+    assert r["difference"] == pytest.approx(0.1) and r["low"] == pytest.approx(0.1) and r["high"] == pytest.approx(0.1)
+    assert (r["a_ahead"], r["b_ahead"], r["queries"]) == (50, 0, 50)
+    noise = paired_bootstrap(np.tile([1.0, 0.0], 100), np.tile([0.0, 1.0], 100))
+    assert noise["low"] < 0 < noise["high"] and noise["difference"] == 0
+    with pytest.raises(ValueError):
+        paired_bootstrap(a, a[:3])
