@@ -68,6 +68,7 @@ VARIANTS: dict[str, dict] = {
     "learned 1 item": {"max_items": 1},
     "learned 2 items": {"max_items": 2},
     "learned body -0.2": {"body_penalty": 0.2},
+    "learned spans": {"spans": True},  # candidates are sentences' facet-bearing spans (`graft.extract.facet_spans`)
 }
 
 
@@ -98,7 +99,9 @@ def systems_for(papers: pl.DataFrame, encoder: Encoder) -> tuple[dict[str, list[
     seconds["learned"] = time.perf_counter() - t0
     for name, change in VARIANTS.items():
         cfg = dataclasses.replace(learned_cfg, **change)
-        out[name] = [select_items_learned(p, cfg) for p in learned]
+        # other candidates than the learned system's need their own pass over the papers
+        prepared = HeuristicFacetExtractor(encoder, cfg).prepare(papers) if cfg.spans else learned
+        out[name] = [select_items_learned(p, cfg) for p in prepared]
     return out, seconds
 
 

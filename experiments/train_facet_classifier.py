@@ -81,7 +81,7 @@ def corpus_dataset(path: Path, encoder: Encoder, limit: int | None) -> np.ndarra
 def pseudo_labels(probs: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """(labels, kept) of corpus sentences for one aspect from the first fit's probabilities: 1 at
     >= threshold, 0 at <= 1 - threshold, the rest not kept."""
-    pos, neg = probs >= threshold, probs <= 1.0 - threshold
+    pos, neg = probs >= threshold, 1.0 - probs >= threshold
     return pos.astype(np.float64), pos | neg
 
 

@@ -90,6 +90,9 @@ class HeuristicConfig:
     max_items: int = 3  # items kept per facet at most
     max_item_words: int = 40  # longer sentences are cut at a clause boundary (gold summaries: ~30 words)
     min_sentence_words: int = 5  # shorter candidates are headings, captions or PDF debris
+    # candidates are the facet-bearing spans of a sentence (`facet_spans`: "We propose X, which
+    # outperforms Y" -> "We propose X" and "which outperforms Y") instead of whole sentences
+    spans: bool = False
     max_sentence_words: int = 80  # longer candidates are usually mis-split PDF text
     # Weights: the best mean ROUGE-L F1 (Problem/Method/Result items joined vs gold) of a grid search
     # on ACLSum's train split only (w_cue 0..2, w_position 0..6, w_embedding 0..4, item_margin 0..0.4,
@@ -305,6 +308,38 @@ def _full_text_parts(full_text: str, cfg: HeuristicConfig) -> tuple[list[str], l
     return intro, conclusion
 
 
+#: Where a sentence's second facet starts: a clause stating an outcome ("which outperforms",
+#: ", achieving", "and show that"), a means ("by introducing"), or a semicolon.
+_SPAN_BREAK = re.compile(
+    r",?\s+(?=(?:which|that)\s+(?:achieves?|outperforms?|improves?|yields?|leads?|results?|reduces?|enables?|"
+    r"allows?|significantly|consistently|substantially)\b)"
+    r"|;\s+"
+    r"|,\s+(?=(?:achieving|outperforming|improving|yielding|leading to|resulting in|reducing|obtaining|reaching|"
+    r"surpassing)\b)"
+    r"|,?\s+and\s+(?=(?:we\s+)?(?:also\s+)?(?:show|demonstrate|find|achieve|obtain|observe|report|prove|confirm)s?\b)"
+    r"|,?\s+(?=(?:by|through|via)\s+[a-z]+ing\b)")
+
+
+def facet_spans(sentence: str, min_words: int = 5) -> list[str]:
+    """A sentence cut where a second facet starts (`_SPAN_BREAK`); a part of fewer than `min_words`
+    words stays with the part before it."""
+    parts: list[str] = []
+    last = 0
+    for m in _SPAN_BREAK.finditer(sentence):
+        parts.append(sentence[last : m.start()])
+        last = m.end()
+    parts.append(sentence[last:])
+    out: list[str] = []
+    for part in (p.strip(" ,;") for p in parts):
+        if out and len(part.split()) < min_words:
+            out[-1] = f"{out[-1]} {part}"
+        elif part:
+            out.append(part)
+    if len(out) > 1 and len(out[0].split()) < min_words:
+        out[:2] = [f"{out[0]} {out[1]}"]
+    return out or [sentence]
+
+
 def _sentences(paragraphs: list[str], source: str, cfg: HeuristicConfig) -> list[str]:
     out = []
     for sent in (s for p in paragraphs for s in split_sentences(p)):
@@ -316,7 +351,10 @@ def _sentences(paragraphs: list[str], source: str, cfg: HeuristicConfig) -> list
             continue
         if source != "abstract" and not sent[0].isupper():  # fragments, footnotes, equations
             continue
-        out.append(sent)
+        if cfg.spans:
+            out.extend(facet_spans(sent, cfg.min_sentence_words))
+        else:
+            out.append(sent)
     return out
 
 

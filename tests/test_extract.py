@@ -174,3 +174,19 @@ def test_split_sentences_keeps_abbreviations_and_decimals_inside_sentences() -> 
         "Accuracy rises by 2.5 points.",
         "4 tasks remain.",
     ]
+
+
+def test_facet_spans_cut_a_sentence_where_a_second_facet_starts() -> None:
+    """"We propose X, which outperforms Y" is a method span and a result span; a means ("by
+    introducing") starts a span; a part too short to be an item stays with the one before; a
+    sentence without such a break is one span."""
+    from graft.extract import facet_spans
+
+    assert facet_spans("We propose a hierarchical meta-learning algorithm, which outperforms the state of the art "
+                       "on four benchmarks.") == ["We propose a hierarchical meta-learning algorithm",
+                                                  "which outperforms the state of the art on four benchmarks."]
+    assert facet_spans("We address the few-shot problem by introducing a metric space that adapts to each task.") \
+        == ["We address the few-shot problem", "by introducing a metric space that adapts to each task."]
+    assert facet_spans("We propose a new method, achieving gains.") == ["We propose a new method achieving gains."]
+    assert facet_spans("We study the problem of learning with few examples.") == \
+        ["We study the problem of learning with few examples."]

@@ -229,3 +229,13 @@ def test_learned_scorer_reads_its_own_encoder_when_the_items_use_another(encoder
     wrong = HeuristicFacetExtractor(other)
     wrong._scorer_encoder, wrong._classifier = other, packaged()
     assert wrong.extract(frame) != plain
+
+
+def test_self_training_keeps_only_the_first_fits_confident_labels() -> None:
+    """experiments/train_facet_classifier.py --self-train: p >= T is a positive, p <= 1 - T a
+    negative, the sentences in between are left out."""
+    from experiments.train_facet_classifier import pseudo_labels
+
+    labels, kept = pseudo_labels(np.array([0.95, 0.8, 0.5, 0.2, 0.05]), 0.8)
+    assert kept.tolist() == [True, True, False, True, True]
+    assert labels[kept].tolist() == [1.0, 1.0, 0.0, 0.0]
