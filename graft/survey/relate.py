@@ -78,6 +78,7 @@ def benchmarks(abstract: str, own_names: Sequence[str] = (), *, background: Sequ
     papers give their own methods (`own_names`) or a model family ("on BERT"), nor one named only in
     the `background` sentences of the abstract (its problem items: `_without`)."""
     text = plain_text(_without(abstract, background))
+    whole = plain_text(abstract)  # an abbreviation is defined anywhere in it, background included
     own = {n.lower() for n in own_names}
     out: list[str] = []
     for m in _NAME_TOKEN.finditer(text):
@@ -108,7 +109,7 @@ def benchmarks(abstract: str, own_names: Sequence[str] = (), *, background: Sequ
             between = before[keys[-1].end():].replace(",", " ").split()
             listed = len(between) <= 6 and all(w.lower() in _LIST_WORDS or w[:1].isupper() or w[:1].isdigit()
                                                for w in between)
-        if f"({word})" in text or _MODEL_FAMILY.match(word):
+        if f"({word})" in whole or _MODEL_FAMILY.match(word):
             continue  # an abbreviation the abstract defines ("named entity recognition (NER)"), a model: no benchmark
         if not multi_cap and " " not in name and re.match(r"\s+(?!(?:and|or|with|for|in|on|to|as|by|from|using|"
                                                           r"dataset|datasets|benchmark|benchmarks|corpus|compared|"
