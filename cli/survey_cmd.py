@@ -149,6 +149,10 @@ def survey(
         _DEFAULTS.tie_links, "--tie-links", min=0,
         help="Keep a paper of the topic's literature below the topic-relevance floor when it has at least N "
              "links to the literature's papers above the floor, making at least 5% of all its links (0 = off)."),
+    topic_words: float = typer.Option(
+        _DEFAULTS.topic_word_share, "--topic-words", parser=finite(0, 1), metavar="SHARE",
+        help="Write a section only when more than half of its papers name one of the topic's words that fewer "
+             "than SHARE of the corpus's papers use, e.g. 0.1 for a focused survey (0 = off, the default)."),
     until_year: int | None = typer.Option(None, "--until-year", help="Write as of this year: cite no later paper."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Sections written / LLM requests at once."),
     device: str = typer.Option("cpu", "--device", help="Where the graft retriever and a local LLM run: cpu, cuda, "
@@ -166,7 +170,7 @@ def survey(
                               graph_seeds=graph_seeds, text_neighbours=text_neighbours, until_year=until_year,
                               max_concurrency=concurrency, recency_weight=recency_weight,
                               retrieval_weight=retrieval_weight, link_weight=link_weight,
-                              tie_links=tie_links)
+                              tie_links=tie_links, topic_word_share=topic_words)
         from graft.devices import resolve_device
 
         result = run_survey(index, topic, out, config, Reporter(quiet=quiet or as_json), device=resolve_device(device))

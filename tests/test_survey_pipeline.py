@@ -35,7 +35,7 @@ def offline_survey(acl, tmp_path_factory):
 
     idx, tools = acl
     out = tmp_path_factory.mktemp("survey-out") / "s1"
-    config = SurveyConfig(sections=2, pool=20, section_pool=8, papers_per_section=5)
+    config = SurveyConfig(sections=2, pool=20, section_pool=8, papers_per_section=5, topic_word_share=0.1)
     return write_survey(idx, TOPIC, out, config, tools=tools), config
 
 
@@ -267,12 +267,17 @@ def test_papers_are_named_and_compared_by_relations_the_index_holds(acl, offline
 
 def test_a_written_section_is_mostly_about_the_topic(acl, offline_survey) -> None:
     """A section is written only when at least half of its papers reach the topic's relevance floor
-    (papers kept for their citation links alone do not make a section) or it holds a central paper;
-    the groups left out are listed in the coverage appendix with why."""
+    (papers kept for their citation links alone do not make a section) and more than half name one
+    of the topic's words that few of the corpus's papers use, or it holds a central paper; the groups
+    left out are listed in the coverage appendix with why."""
+    from graft.survey.outline import topic_words
     from graft.survey.retrieve import TopicRetriever
 
     idx, tools = acl
-    result, _ = offline_survey
+    result, config = offline_survey
+    words = topic_words(idx, TOPIC, config.topic_word_share)
+    assert words, "the test's topic has a distinctive word in the test corpus"
+    naming = {int(r) for rows in words.values() for r in rows}
     survey = json.loads(result.paths["json"].read_text())
     papers = TopicRetriever(idx, tools, "teacher").vectors.papers
     topic = tools.encoder.encode([TOPIC])[0]
@@ -280,9 +285,31 @@ def test_a_written_section_is_mostly_about_the_topic(acl, offline_survey) -> Non
     for sec in survey["sections"]:
         on = sum(float(papers[idx.row(p)] @ topic) >= floor - 1e-4 for p in sec["papers"])
         assert 2 * on >= len(sec["papers"]) or set(sec["papers"]) & set(survey["central"]), sec["title"]
+        named = sum(idx.row(p) in naming for p in sec["papers"])
+        assert 2 * named > len(sec["papers"]) or set(sec["papers"]) & set(survey["central"]), sec["title"]
     md = result.paths["markdown"].read_text()
     for group in survey["coverage"]["off_topic_sections"]:
         assert group["why"] and group["papers"] and md_text_in(group["title"], md)
+
+
+def test_topic_words_are_the_rare_words_of_the_topic_and_the_papers_that_use_them(acl) -> None:
+    """Each distinctive topic word comes with exactly the papers whose title or abstract uses a word
+    of its family; words that many papers use, and an index without a lexicon, give none."""
+    import re
+
+    from graft.survey.outline import same_word, topic_words
+
+    idx, _ = acl
+    words = topic_words(idx, "summarization of scientific documents", 0.5)
+    assert words
+    vocabulary = set(idx.lexicon.terms)
+    for word, rows in words.items():
+        uses = [any(same_word(word, t) for t in re.findall(r"\w\w+", f"{a} {b}".lower()) if t in vocabulary)
+                for a, b in zip(idx.paper_column("title"), idx.paper_column("abstract"))]
+        assert sorted(int(r) for r in rows) == [i for i, u in enumerate(uses) if u], word
+        assert 0 < len(rows) < 0.5 * idx.n
+    assert topic_words(idx, "summarization of scientific documents", 0.0) == {}
+    assert same_word("robust", "robustness") and same_word("summaries", "summarization") and not same_word("shot", "shoe")
 
 
 def md_text_in(title: str, md: str) -> bool:
@@ -386,6 +413,7 @@ def test_a_survey_write_that_fails_part_way_keeps_the_old_record(acl, offline_su
                                                                   monkeypatch) -> None:
     """survey.json, the record of a finished survey, is renamed into place last; an output name
     taken by a folder is refused before any work."""
+    import dataclasses
     import shutil
     from pathlib import Path
 
@@ -413,9 +441,12 @@ def test_a_survey_write_that_fails_part_way_keeps_the_old_record(acl, offline_su
         renamed.append(Path(dst).name)
         replace(src, dst)
 
+    with pytest.raises(SurveyError, match="--topic-words 0.1 left out .* a lower SHARE or 0 keeps them"):
+        write_survey(idx, "neural machine translation quality", out, config, tools=tools)  # no group names "quality"
     monkeypatch.setattr(graft.store.os, "replace", fails_on_the_second)
     with pytest.raises(SurveyError, match="cannot write the survey there"):
-        write_survey(idx, "neural machine translation quality", out, config, tools=tools)
+        write_survey(idx, "neural machine translation quality", out, dataclasses.replace(config, topic_word_share=0.0),
+                     tools=tools)
     assert renamed == ["survey.md"]
     assert (out / "survey.json").read_bytes() == old["survey.json"]
     assert sorted(p.name for p in out.iterdir()) == ["references.bib", "survey.json", "survey.md"]

@@ -59,6 +59,11 @@ class SurveyConfig:
     support_rivals: int = 8  # nearest graph neighbours of the cited paper a clause must fit worse
     min_relevance: float = 0.30  # cosine the best paper needs with the topic, else "off-topic"
     relative_relevance: float = 0.6  # rerank drops papers whose topic cosine is < this share of the best
+    # a section is written only when more than half of its papers name one of the topic's words that
+    # fewer than this share of the corpus's papers use (0 = off; a topic without such a word: off). Off by
+    # default: at 0.1 the dev hold-outs' reference recall fell from 0.155 to 0.121 (their topics are
+    # titles, their references also in neighbouring fields; docs/results/survey_tuning_cs768_topic_words_dev.md)
+    topic_word_share: float = 0.0
     evidence_k: int = 3  # sentences of the cited paper a failed clause is rewritten from
     seed: int = 0  # clustering seed (outline)
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes recorded with the run
@@ -95,7 +100,7 @@ class SurveyConfig:
         if not 1 <= self.verify_rounds <= 10:
             problems.append(f"verify_rounds={self.verify_rounds!r} (an integer in 1..10; 3 in the reference method)")
         for name in ("relative_relevance", "support_threshold", "min_relevance", "support_overlap_weight", "tie_share",
-                     "tie_floor"):
+                     "tie_floor", "topic_word_share"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name}={getattr(self, name)!r} (in [0, 1])")
         if not 0 < self.llm_rerank_keep <= 1:

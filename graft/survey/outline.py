@@ -253,3 +253,37 @@ def theme_heading(titles: Sequence[str], texts: Sequence[str], others: Sequence[
         if best is None or (tier, score, phrase) > (best[0], best[1], best[2]):
             best = (tier, score, phrase, inside)
     return (_case(best[2]), best[3]) if best else None
+
+
+def same_word(a: str, b: str) -> bool:
+    """Two lower-case words of one family ("summarization", "summarize", "summaries"; "robust",
+    "robustness"): the same word, a plural, or (both of at least 5 letters) a common beginning of 7
+    letters or the whole shorter word."""
+    if a == b or a + "s" == b or b + "s" == a:
+        return True
+    short, long_ = sorted((a, b), key=len)
+    if len(short) < 5:
+        return False
+    k = min(7, len(short))
+    return long_[:k] == short[:k] if len(short) >= 7 else long_.startswith(short)
+
+
+def topic_words(index: Any, topic: str, max_share: float) -> dict[str, np.ndarray]:
+    """The topic's content words that fewer than `max_share` of the corpus's papers use in their title
+    or abstract, each with the rows of the papers that use a word of its family (`same_word`), read
+    from the postings of the index's lexicon (`graft.Index.lexical_postings`); {} for an index
+    without them or a topic whose words are all common."""
+    from graft.survey.compose import STOPWORDS
+
+    lexicon, postings = index.lexicon, index.lexical_postings
+    if lexicon is None or postings is None or max_share <= 0:
+        return {}
+    words = {w for w in re.findall(r"[a-z0-9]+", plain_text(topic).lower())
+             if len(w) >= 3 and not w.isdigit() and w not in STOPWORDS and w not in _BREAK}
+    out = {}
+    for word in sorted(words):
+        cols = [i for i, t in enumerate(lexicon.terms) if t[:1] == word[:1] and same_word(word, t)]
+        rows = np.unique(postings[cols].indices) if cols else np.zeros(0, dtype=np.int64)
+        if 0 < len(rows) < max_share * index.n:
+            out[word] = rows
+    return out

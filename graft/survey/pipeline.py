@@ -27,7 +27,7 @@ from graft.progress import Reporter
 from graft.survey.backends import SurveyContext, make_backend
 from graft.survey.config import SurveyConfig, SurveyError
 from graft.survey.expand import expand_topic
-from graft.survey.outline import assign, level_one
+from graft.survey.outline import assign, level_one, topic_words
 from graft.survey.output import check_out_dir, numbering, plain, write_outputs
 from graft.survey.prose import split_sentences
 from graft.survey.relate import section_relations
@@ -274,6 +274,12 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     # share of the pool together with the best `section_pool` papers of its own fresh retrieval
     shares = assign(pool, [d for _, d in heads], encode, vectors.papers, row_of, len(pool))
     section_pools: dict[str, list[Candidate]] = {}
+    # the topic's distinctive words, and which papers use them: a section most of whose papers name
+    # none of them is about something else
+    distinctive = topic_words(index, topic, config.topic_word_share)
+    naming = np.zeros(index.n, dtype=bool)
+    for rows in distinctive.values():
+        naming[rows] = True
     with reporter.stage("sections", total=len(heads), unit="sections") as adv:
         for (title, description), share in zip(heads, shares):
             own = retriever.search([description], config.per_description)[: config.section_pool]
@@ -305,10 +311,13 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
                 continue
             # a theme whose papers are mostly not about the topic (kept for their links alone) is not written
             on = sum(float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor for c in papers)
-            if not first and 2 * on < len(papers):
+            named = sum(bool(naming[row_of[c.paper_id]]) for c in papers)
+            why = (f"{on} of its {len(papers)} papers reach the topic's relevance floor" if 2 * on < len(papers) else
+                   f"{named} of its {len(papers)} papers name the topic's words ({', '.join(sorted(distinctive))})"
+                   if distinctive and 2 * named <= len(papers) else "")
+            if why and not first:
                 off_sections.append({"title": title, "papers": [{"paper_id": c.paper_id, "title": c.title}
-                                                                for c in papers],
-                                     "why": f"{on} of its {len(papers)} papers reach the topic's relevance floor"})
+                                                                for c in papers], "why": why})
                 adv(1)
                 continue
             taken.update(c.paper_id for c in papers)
@@ -336,7 +345,11 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
         sec.paragraphs = paragraphs(sentences)
     all_sentences = [s for sec in sections for s in sec.sentences()]
     if not all_sentences:
-        raise SurveyError(f"the retrieved papers gave no sentence to write about {topic!r}; try a broader topic")
+        worded = [g["title"] for g in off_sections if "name the topic's words" in g["why"]]
+        hint = (f" (--topic-words {config.topic_word_share:g} left out {len(worded)} group(s) whose papers do not "
+                f"name {', '.join(sorted(distinctive))}: a lower SHARE or 0 keeps them)" if worded else "")
+        raise SurveyError(f"the retrieved papers gave no sentence to write about {topic!r}; try a broader topic"
+                          + hint)
 
     corpus_ids = set(index.paper_ids)
     with reporter.stage("verify", total=len(all_sentences), unit="sentences") as adv:
@@ -376,6 +389,8 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     _check_not_degraded(backend.name, backend_stats, getattr(backend, "first_error", None))
     coverage = coverage_report(chosen, sections, section_pools, central, index)
     coverage["off_topic_sections"] = off_sections
+    grouped = {x["paper_id"] for group in off_sections for x in group["papers"]}  # listed once, with their group
+    coverage["left_out"] = [x for x in coverage["left_out"] if x["paper_id"] not in grouped]
     with reporter.stage("output", total=3, unit="files") as adv:
         note = checked_note(index, backend.name, config, verification)
         meta = {
