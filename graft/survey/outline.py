@@ -275,8 +275,10 @@ def topic_words(index: Any, topic: str, max_share: float) -> dict[str, np.ndarra
     without them or a topic whose words are all common."""
     from graft.survey.compose import STOPWORDS
 
+    if max_share <= 0:
+        return {}
     lexicon, postings = index.lexicon, index.lexical_postings
-    if lexicon is None or postings is None or max_share <= 0:
+    if lexicon is None or postings is None:
         return {}
     words = {w for w in re.findall(r"[a-z0-9]+", plain_text(topic).lower())
              if len(w) >= 3 and not w.isdigit() and w not in STOPWORDS and w not in _BREAK}
