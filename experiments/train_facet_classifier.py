@@ -26,6 +26,7 @@ import datetime as dt
 import importlib.metadata
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,27 +39,33 @@ from graphbuild.corpus import load_aclsum
 C_GRID = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 
 
-def dataset(split: str, encoder: Encoder, rows: dict[str, dict]) -> tuple[np.ndarray, np.ndarray]:
-    """Feature rows and (n, 3) labels of every candidate sentence of one ACLSum split (one encoder call)."""
-    cfg = HeuristicConfig(scorer="rules")
-    papers = [(gold, _prepare(rows[gold.paper_id], cfg)) for gold in load_gold_papers(split)]
-    papers = [(g, c) for g, c in papers if c.texts]
-    texts = [t for _, c in papers for t in c.texts]
+def feature_rows(papers: list, encoder: Encoder, name: str) -> np.ndarray:
+    """The classifier's feature rows of every candidate sentence of `papers` (`_prepare`'s, in order;
+    one encoder call, its progress printed under `name`)."""
+    texts = [t for c in papers for t in c.texts]
     done = [0]
 
     def tick(k: int) -> None:
         done[0] += k
         if done[0] % 2048 < k:
-            print(f"  {split}: {done[0]} of {len(texts)} sentences embedded", file=sys.stderr, flush=True)
+            print(f"  {name}: {done[0]} of {len(texts)} sentences embedded", file=sys.stderr, flush=True)
 
     emb = encoder.encode(texts, progress=tick)
-    xs, ys, start = [], [], 0
-    for gold, cand in papers:
+    xs, start = [], 0
+    for cand in papers:
         k = len(cand.texts)
         xs.append(features(emb[start : start + k], cand.sources, cand.cue))
-        ys.append(candidate_labels(cand.texts, cand.sources, gold))
         start += k
-    return np.vstack(xs), np.vstack(ys)
+    return np.vstack(xs)
+
+
+def dataset(split: str, encoder: Encoder, rows: dict[str, dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Feature rows and (n, 3) labels of every candidate sentence of one ACLSum split (one encoder call)."""
+    cfg = HeuristicConfig(scorer="rules")
+    papers = [(gold, _prepare(rows[gold.paper_id], cfg)) for gold in load_gold_papers(split)]
+    papers = [(g, c) for g, c in papers if c.texts]
+    ys = [candidate_labels(c.texts, c.sources, g) for g, c in papers]
+    return feature_rows([c for _, c in papers], encoder, split), np.vstack(ys)
 
 
 def corpus_dataset(path: Path, encoder: Encoder, limit: int | None) -> np.ndarray:
@@ -68,14 +75,9 @@ def corpus_dataset(path: Path, encoder: Encoder, limit: int | None) -> np.ndarra
     cfg = HeuristicConfig(scorer="rules")
     rows = load_corpus(path, limit=limit).papers.select("paper_id", "title", "abstract").iter_rows(named=True)
     papers = [c for c in (_prepare(r, cfg) for r in rows) if c.texts]
-    emb = encoder.encode([t for c in papers for t in c.texts])
-    xs, start = [], 0
-    for cand in papers:
-        k = len(cand.texts)
-        xs.append(features(emb[start : start + k], cand.sources, cand.cue))
-        start += k
-    print(f"self-training corpus: {len(papers)} papers, {start} sentences", file=sys.stderr)
-    return np.vstack(xs)
+    x = feature_rows(papers, encoder, path.name)
+    print(f"self-training corpus: {len(papers)} papers, {len(x)} sentences", file=sys.stderr)
+    return x
 
 
 def pseudo_labels(probs: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
@@ -86,21 +88,20 @@ def pseudo_labels(probs: np.ndarray, threshold: float) -> tuple[np.ndarray, np.n
 
 
 def fit_aspect(x_tr: np.ndarray, y_tr: np.ndarray, x_va: np.ndarray, y_va: np.ndarray,
-               weight: np.ndarray | None = None) -> tuple[float, dict[float, float]]:
-    """The C of `C_GRID` with the best val average precision, and every C's."""
+               weight: np.ndarray | None = None) -> tuple[float, dict[float, float], Any]:
+    """The C of `C_GRID` with the best val average precision, every C's, and the model fitted at it."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import average_precision_score
 
-    scores = {}
+    scores, models = {}, {}
     for c in C_GRID:
-        model = LogisticRegression(C=c, max_iter=2000).fit(x_tr, y_tr, sample_weight=weight)
-        scores[c] = average_precision_score(y_va, model.predict_proba(x_va)[:, 1])
-    return max(C_GRID, key=lambda c: (scores[c], -c)), scores
+        models[c] = LogisticRegression(C=c, max_iter=2000).fit(x_tr, y_tr, sample_weight=weight)
+        scores[c] = average_precision_score(y_va, models[c].predict_proba(x_va)[:, 1])
+    best = max(C_GRID, key=lambda c: (scores[c], -c))
+    return best, scores, models[best]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sklearn.linear_model import LogisticRegression
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=WEIGHTS, help=f"weights file (default: {WEIGHTS})")
     parser.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
@@ -125,19 +126,17 @@ def main(argv: list[str] | None = None) -> int:
           + "\n|---|---:|---:|" + ("---:|---:|" if x_co is not None else ""))
     for j, (facet, aspect) in enumerate(GOLD_ASPECT.items()):
         assert LABELS[j] == facet
-        best, scores = fit_aspect(x_tr, y_tr[:, j], x_va, y_va[:, j])
-        model = LogisticRegression(C=best, max_iter=2000).fit(x_tr, y_tr[:, j])
+        best, scores, model = fit_aspect(x_tr, y_tr[:, j], x_va, y_va[:, j])
         row = {"C": best, "val_average_precision": round(scores[best], 4)}
         if x_co is not None:
             y_co, kept = pseudo_labels(model.predict_proba(x_co)[:, 1], args.threshold)
             x_all = np.vstack([x_tr, x_co[kept]])
             y_all = np.concatenate([y_tr[:, j], y_co[kept]])
             weight = np.concatenate([np.ones(len(x_tr)), np.full(int(kept.sum()), args.pseudo_weight)])
-            best2, scores2 = fit_aspect(x_all, y_all, x_va, y_va[:, j], weight)
+            best2, scores2, model = fit_aspect(x_all, y_all, x_va, y_va[:, j], weight)
             for c in C_GRID:
                 print(f"| {aspect} | {c:g} | {scores[c]:.3f} | {scores2[c]:.3f} | "
                       f"{int(y_co[kept].sum())} / {int(kept.sum() - y_co[kept].sum())} |")
-            model = LogisticRegression(C=best2, max_iter=2000).fit(x_all, y_all, sample_weight=weight)
             row = {"C": best2, "val_average_precision": round(scores2[best2], 4),
                    "first_fit": {"C": best, "val_average_precision": round(scores[best], 4)},
                    "pseudo_positive": int(y_co[kept].sum()), "pseudo_negative": int(kept.sum() - y_co[kept].sum())}

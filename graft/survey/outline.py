@@ -147,19 +147,20 @@ def phrase_heading(titles: Sequence[str], texts: Sequence[str], background: tupl
     return _case(scored[0][1]) if scored else None
 
 
-def content_stems(text: str) -> set[str]:
-    """The content words of a text, stemmed, hyphenated words split ("Few-shot classification" ->
-    {"few", "shot", "classification"} stemmed); function words left out."""
+def content_words(text: str) -> list[str]:
+    """The content words of a text, lower case, hyphenated words split ("Few-shot classification" ->
+    ["few", "shot", "classification"]); function words, numbers and words under 3 letters left out."""
     from graft.survey.compose import STOPWORDS
+
+    return [w for w in re.findall(r"[a-z0-9]+", plain_text(text).lower())
+            if w not in STOPWORDS and w not in _BREAK and len(w) >= 3 and not w.isdigit()]
+
+
+def content_stems(text: str) -> set[str]:
+    """The content words of a text (`content_words`), stemmed."""
     from graft.survey.support import stem
 
-    out: set[str] = set()
-    for w in re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*", plain_text(text).lower()):
-        for part in w.split("-"):
-            if part in STOPWORDS or part in _BREAK or len(part) < 3 or part.isdigit():
-                continue
-            out.add(stem(part))
-    return out
+    return {stem(w) for w in content_words(text)}
 
 
 def _sub_phrases(chunk: str) -> list[str]:
@@ -273,17 +274,13 @@ def topic_words(index: Any, topic: str, max_share: float) -> dict[str, np.ndarra
     or abstract, each with the rows of the papers that use a word of its family (`same_word`), read
     from the postings of the index's lexicon (`graft.Index.lexical_postings`); {} for an index
     without them or a topic whose words are all common."""
-    from graft.survey.compose import STOPWORDS
-
     if max_share <= 0:
         return {}
     lexicon, postings = index.lexicon, index.lexical_postings
     if lexicon is None or postings is None:
         return {}
-    words = {w for w in re.findall(r"[a-z0-9]+", plain_text(topic).lower())
-             if len(w) >= 3 and not w.isdigit() and w not in STOPWORDS and w not in _BREAK}
     out = {}
-    for word in sorted(words):
+    for word in sorted(set(content_words(topic))):
         cols = [i for i, t in enumerate(lexicon.terms) if t[:1] == word[:1] and same_word(word, t)]
         rows = np.unique(postings[cols].indices) if cols else np.zeros(0, dtype=np.int64)
         if 0 < len(rows) < max_share * index.n:

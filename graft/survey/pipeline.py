@@ -280,6 +280,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
     naming = np.zeros(index.n, dtype=bool)
     for rows in distinctive.values():
         naming[rows] = True
+    worded = 0  # groups left out because their papers do not name those words
     with reporter.stage("sections", total=len(heads), unit="sections") as adv:
         for (title, description), share in zip(heads, shares):
             own = retriever.search([description], config.per_description)[: config.section_pool]
@@ -312,12 +313,17 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
             # a theme whose papers are mostly not about the topic (kept for their links alone) is not written
             on = sum(float(vectors.papers[row_of[c.paper_id]] @ rank.topic_vec) >= floor for c in papers)
             named = sum(bool(naming[row_of[c.paper_id]]) for c in papers)
-            why = (f"{on} of its {len(papers)} papers reach the topic's relevance floor" if 2 * on < len(papers) else
-                   f"{named} of its {len(papers)} papers name the topic's words ({', '.join(sorted(distinctive))})"
-                   if distinctive and 2 * named <= len(papers) else "")
+            why, by_words = "", False
+            if 2 * on < len(papers):
+                why = f"{on} of its {len(papers)} papers reach the topic's relevance floor"
+            elif distinctive and 2 * named <= len(papers):
+                why = f"{named} of its {len(papers)} papers name the topic's words ({', '.join(sorted(distinctive))})"
+                by_words = True
             if why and not first:
                 off_sections.append({"title": title, "papers": [{"paper_id": c.paper_id, "title": c.title}
                                                                 for c in papers], "why": why})
+                if by_words:
+                    worded += 1
                 adv(1)
                 continue
             taken.update(c.paper_id for c in papers)
@@ -345,8 +351,7 @@ def write_survey(index: Index, topic: str, out_dir: str | Path, config: SurveyCo
         sec.paragraphs = paragraphs(sentences)
     all_sentences = [s for sec in sections for s in sec.sentences()]
     if not all_sentences:
-        worded = [g["title"] for g in off_sections if "name the topic's words" in g["why"]]
-        hint = (f" (--topic-words {config.topic_word_share:g} left out {len(worded)} group(s) whose papers do not "
+        hint = (f" (--topic-words {config.topic_word_share:g} left out {worded} group(s) whose papers do not "
                 f"name {', '.join(sorted(distinctive))}: a lower SHARE or 0 keeps them)" if worded else "")
         raise SurveyError(f"the retrieved papers gave no sentence to write about {topic!r}; try a broader topic"
                           + hint)
